@@ -1,0 +1,94 @@
+// Shared part of the GEMM kernels (prepended to gemm_register.wgsl and gemm_tiled.wgsl).
+//
+//   C[b][m, n] (+)= epilogue( sum_k A[b][m, k] * B[b][k, n] )
+//
+// A is row-major [M, K] (or, with A_CONV, an implicit im2col view of an NCHW image, so a
+// convolution is a GEMM with no im2col pass). B is either row-major [K, N] or, with B_TRANS,
+// a PyTorch Linear weight [N, K] read transposed in place. Token mixing uses A = weight and
+// B = activations [tokens, channels], so no transpose pass is ever needed.
+// Epilogue, in order: + bias (per n with BIAS_N, per m with BIAS_M), GELU (exact erf),
+// * layer scale (SCALE_N / SCALE_M), + the previous C (RESIDUAL).
+
+struct Params {
+    m: u32, n: u32, k: u32, batch: u32,
+    a_off: u32, a_ld: u32, a_bs: u32, _p0: u32,
+    b_off: u32, b_ld: u32, b_bs: u32, _p1: u32,
+    c_off: u32, c_ld: u32, c_bs: u32, _p2: u32,
+    // A_CONV: input image [batch, cin, ih, iw], kernel kh x kw, output grid oh x ow.
+    cin: u32, ih: u32, iw: u32, kh: u32,
+    kw: u32, stride: u32, pad: u32, ow: u32,
+    oh: u32, _p3: u32, _p4: u32, _p5: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> scale: array<f32>;
+@group(0) @binding(5) var<storage, read_write> c: array<f32>;
+
+fn load_a(bt: u32, m: u32, k: u32) -> f32 {
+#if A_CONV
+    // m = (img * oh + oy) * ow + ox ;  k = (ci * kh + ky) * kw + kx
+    let ox = m % p.ow;
+    let oy = (m / p.ow) % p.oh;
+    let img = m / (p.ow * p.oh);
+    let kx = k % p.kw;
+    let ky = (k / p.kw) % p.kh;
+    let ci = k / (p.kw * p.kh);
+    // Work in i32 so that padding (negative coordinates) reads as zero.
+    let iy = i32(oy * p.stride + ky) - i32(p.pad);
+    let ix = i32(ox * p.stride + kx) - i32(p.pad);
+    if (iy < 0 || ix < 0 || iy >= i32(p.ih) || ix >= i32(p.iw)) {
+        return 0.0;
+    }
+    return a[p.a_off + ((img * p.cin + ci) * p.ih + u32(iy)) * p.iw + u32(ix)];
+#else
+    return a[p.a_off + bt * p.a_bs + m * p.a_ld + k];
+#endif
+}
+
+fn load_b(bt: u32, k: u32, n: u32) -> f32 {
+#if B_TRANS
+    return b[p.b_off + bt * p.b_bs + n * p.b_ld + k];
+#else
+    return b[p.b_off + bt * p.b_bs + k * p.b_ld + n];
+#endif
+}
+
+// GELU with the exact erf, as torch.nn.GELU() (not the tanh approximation). WGSL has no erf:
+// Abramowitz & Stegun 7.1.26, |error| < 1.5e-7, far inside fp32 GEMM rounding.
+fn erf_approx(x: f32) -> f32 {
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * z);
+    let poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t;
+    return sign(x) * (1.0 - poly * exp(-z * z));
+}
+
+fn gelu(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476));
+}
+
+fn store_c(bt: u32, m: u32, n: u32, acc: f32) {
+    var v = acc;
+#if BIAS_N
+    v += bias[n];
+#endif
+#if BIAS_M
+    v += bias[m];
+#endif
+#if GELU
+    v = gelu(v);
+#endif
+#if SCALE_N
+    v *= scale[n];
+#endif
+#if SCALE_M
+    v *= scale[m];
+#endif
+    let idx = p.c_off + bt * p.c_bs + m * p.c_ld + n;
+#if RESIDUAL
+    v += c[idx];
+#endif
+    c[idx] = v;
+}

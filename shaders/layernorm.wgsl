@@ -1,0 +1,40 @@
+// LayerNorm over the last dimension of a [rows, d] tensor: y = (x - mean) / sqrt(var + eps)
+// * gamma + beta, with the biased variance, as torch. Two passes over the row (mean, then
+// centred variance) rather than E[x^2] - E[x]^2, which cancels badly in fp32.
+// One invocation per row: rows are many (batch x tokens) and d is at most a few thousand.
+
+struct Params {
+    rows: u32,
+    d: u32,
+    eps: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> gamma: array<f32>;
+@group(0) @binding(3) var<storage, read> beta: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let row = gid.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.d;
+    var sum = 0.0;
+    for (var i = 0u; i < p.d; i++) {
+        sum += x[base + i];
+    }
+    let mean = sum / f32(p.d);
+    var sq = 0.0;
+    for (var i = 0u; i < p.d; i++) {
+        let t = x[base + i] - mean;
+        sq += t * t;
+    }
+    let rstd = inverseSqrt(sq / f32(p.d) + p.eps);
+    for (var i = 0u; i < p.d; i++) {
+        y[base + i] = (x[base + i] - mean) * rstd * gamma[i] + beta[i];
+    }
+}

@@ -1,0 +1,326 @@
+//! Command-line front end. Every failure prints one line, `error: …`, and exits non-zero.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use tokenmix::ops::{Gemm, Operand};
+use tokenmix::{labels, preprocess, Error, Gpu, Model, Result};
+
+#[derive(Parser)]
+#[command(name = "tokenmix", version, about = "MLP-Mixer and friends on the GPU, every layer a WGSL compute shader")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Raw logits for preprocessed inputs: X.npy float32 [N,C,H,W] -> Y.npy float32 [N,classes]
+    Logits {
+        #[arg(long)]
+        weights: PathBuf,
+        #[arg(long)]
+        input: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Classify PNG/JPEG images with timm's eval preprocessing
+    Classify {
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+        /// Print a JSON array, one object per image
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inferred architecture, timm preset, parameters and GMACs
+    Info {
+        #[arg(long)]
+        weights: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forward latency, throughput and GFLOP/s; or a GEMM micro-benchmark with --gemm MxKxN
+    Bench {
+        #[arg(long, required_unless_present = "gemm")]
+        weights: Option<PathBuf>,
+        /// Comma-separated batch sizes
+        #[arg(long, default_value = "1,8", value_delimiter = ',')]
+        batch: Vec<usize>,
+        #[arg(long, default_value_t = 10)]
+        iters: usize,
+        /// GEMM micro-benchmark shape MxKxN ([M,K]·[K,N]), run with every kernel variant
+        #[arg(long)]
+        gemm: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Logits { weights, input, out } => logits(&weights, &input, &out),
+        Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &images, top_k, json),
+        Command::Info { weights, json } => info(&weights, json),
+        Command::Bench { weights, batch, iters, gemm, json } => match gemm {
+            Some(shape) => bench_gemm(&shape, iters, json),
+            None => bench_model(weights.as_deref().ok_or_else(|| Error::Input("--weights is required".into()))?, &batch, iters, json),
+        },
+    }
+}
+
+fn gpu() -> Result<Arc<Gpu>> {
+    Ok(Arc::new(pollster::block_on(Gpu::new())?))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::io(path, e))
+}
+
+fn load(gpu: Arc<Gpu>, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model> {
+    let bytes = read(path)?;
+    Model::load(gpu, &bytes, img_size).map_err(|e| match e {
+        Error::Io { .. } => e,
+        other => Error::Input(format!("{}: {other}", path.display())),
+    })
+}
+
+fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
+    let bytes = read(input)?;
+    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| Error::Input(format!("{}: not a .npy file: {e}", input.display())))?;
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let [n, c, h, w] = shape[..] else {
+        return Err(Error::Input(format!("{}: shape {shape:?}, expected [N, C, H, W]", input.display())));
+    };
+    if npy.dtype() != npyz::DType::new_scalar("<f4".parse().map_err(|_| Error::Input("dtype".into()))?) {
+        return Err(Error::Input(format!("{}: dtype {}, expected float32 (<f4)", input.display(), npy.dtype().descr())));
+    }
+    let data: Vec<f32> = npy.into_vec().map_err(|e| Error::Input(format!("{}: {e}", input.display())))?;
+    let model = load(gpu()?, weights, Some([h, w]))?;
+    let [mc, _, _] = model.info.arch.input_shape();
+    if c != mc {
+        return Err(Error::Input(format!("{}: {c} channels, the model takes {mc}", input.display())));
+    }
+    let result = model.forward_blocking(&data)?;
+    let file = std::fs::File::create(out).map_err(|e| Error::io(out, e))?;
+    use npyz::WriterBuilder;
+    let mut writer = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[n as u64, result.classes as u64])
+        .writer(std::io::BufWriter::new(file))
+        .begin_nd()
+        .map_err(|e| Error::io(out, e))?;
+    writer.extend(result.logits.iter().copied()).map_err(|e| Error::io(out, e))?;
+    writer.finish().map_err(|e| Error::io(out, e))?;
+    Ok(())
+}
+
+fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool) -> Result<()> {
+    let weights = weights.ok_or_else(|| Error::Input("no --weights given, and this build embeds no default model yet".into()))?;
+    let model = load(gpu()?, weights, None)?;
+    let pp = &model.info.preprocess;
+    let mut inputs = Vec::with_capacity(images.len() * model.input_len());
+    for path in images {
+        inputs.extend(preprocess::transform(&preprocess::load_image(path)?, pp)?);
+    }
+    let out = model.forward_blocking(&inputs)?;
+    let mut report = Vec::new();
+    for (i, path) in images.iter().enumerate() {
+        let probs = &out.probs[i * out.classes..(i + 1) * out.classes];
+        let mut order: Vec<usize> = (0..out.classes).collect();
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        let preds: Vec<serde_json::Value> = order
+            .iter()
+            .take(top_k.max(1))
+            .map(|&k| serde_json::json!({"index": k, "label": labels::label(&model.info.labels, k), "probability": probs[k]}))
+            .collect();
+        if !json {
+            println!("{}", path.display());
+            for p in &preds {
+                println!("  {:>6.2}%  {:>4}  {}", p["probability"].as_f64().unwrap_or(0.0) * 100.0, p["index"], p["label"].as_str().unwrap_or(""));
+            }
+        }
+        report.push(serde_json::json!({"image": path.display().to_string(), "predictions": preds}));
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(report));
+    }
+    Ok(())
+}
+
+fn info(weights: &Path, json: bool) -> Result<()> {
+    let gpu = gpu()?;
+    let adapter = gpu.describe();
+    let model = load(gpu, weights, None)?;
+    let i = &model.info;
+    if json {
+        let mut v = serde_json::to_value(i).map_err(|e| Error::Input(e.to_string()))?;
+        v["adapter"] = adapter.into();
+        println!("{v}");
+        return Ok(());
+    }
+    println!("family:      {}", i.family);
+    println!("preset:      {}", i.preset.unwrap_or("(none: no timm preset has these shapes)"));
+    match &i.arch {
+        tokenmix::models::Arch::Mixer(c) => println!(
+            "config:      image {}x{}, patch {}, in_chans {}, dim {}, depth {}, tokens_hidden {}, channels_hidden {}, classes {}",
+            c.img_size[0], c.img_size[1], c.patch, c.in_chans, c.dim, c.depth, c.tokens_hidden, c.channels_hidden, c.num_classes
+        ),
+    }
+    println!("parameters:  {} ({:.2} M)", i.params, i.params as f64 / 1e6);
+    println!("GMACs:       {:.3} per image", i.macs as f64 / 1e9);
+    let p = &i.preprocess;
+    println!("preprocess:  {}x{}x{}, crop_pct {}, mean {:?}, std {:?}", p.channels, p.size[0], p.size[1], p.crop_pct, p.mean, p.std);
+    println!("labels:      {}", if i.labels.is_empty() { "none in file".to_string() } else { format!("{}", i.labels.len()) });
+    println!("adapter:     {adapter}");
+    Ok(())
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn progress(len: usize, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    if let Ok(style) = ProgressStyle::with_template("{msg:>24} [{bar:30}] {pos}/{len} {elapsed}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn bench_model(weights: &Path, batches: &[usize], iters: usize, json: bool) -> Result<()> {
+    let start = Instant::now();
+    let gpu = gpu()?;
+    let model = load(gpu.clone(), weights, None)?;
+    let per = model.input_len();
+    let first_input: Vec<f32> = (0..per).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    model.forward_blocking(&first_input)?;
+    let first = start.elapsed();
+    let macs = model.info.macs as f64;
+    let mut rows = Vec::new();
+    if !json {
+        println!("adapter: {}   gemm: {}", gpu.describe(), gpu.gemm.name());
+        println!("model:   {} ({})", model.info.preset.unwrap_or(model.info.family), weights.display());
+        println!("time to first result (load + pipelines + first forward, batch 1): {:.1} ms", first.as_secs_f64() * 1e3);
+    }
+    for &batch in batches {
+        if batch == 0 || batch > tokenmix::models::MAX_BATCH {
+            return Err(Error::Input(format!("batch {batch} is outside 1..={}", tokenmix::models::MAX_BATCH)));
+        }
+        let input: Vec<f32> = first_input.iter().cycle().take(batch * per).copied().collect();
+        model.forward_blocking(&input)?; // build the plan, warm up
+        let bar = progress(iters, &format!("batch {batch}"));
+        if json {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters.max(1) {
+            let t = Instant::now();
+            model.forward_blocking(&input)?;
+            times.push(t.elapsed());
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let med = median(times).as_secs_f64();
+        let row = serde_json::json!({
+            "batch": batch, "median_ms": med * 1e3, "images_per_s": batch as f64 / med,
+            "gflops": 2.0 * macs * batch as f64 / med / 1e9,
+        });
+        if !json {
+            println!(
+                "batch {batch:>3}: median {:>9.2} ms   {:>8.2} images/s   {:>7.2} GFLOP/s",
+                med * 1e3, batch as f64 / med, 2.0 * macs * batch as f64 / med / 1e9
+            );
+        }
+        rows.push(row);
+    }
+    if json {
+        println!("{}", serde_json::json!({
+            "adapter": gpu.describe(), "gemm": gpu.gemm.name(), "model": model.info.preset,
+            "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
+        }));
+    }
+    Ok(())
+}
+
+fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
+    let dims: Vec<usize> = shape.split('x').map(|s| s.trim().parse::<usize>()).collect::<std::result::Result<_, _>>()
+        .map_err(|_| Error::Input(format!("--gemm {shape}: expected MxKxN, e.g. 1568x512x2048")))?;
+    let [m, k, n] = dims[..] else {
+        return Err(Error::Input(format!("--gemm {shape}: expected MxKxN")));
+    };
+    let gpu = gpu()?;
+    let a: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) / 13.0).collect();
+    let w: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
+    let abuf = gpu.storage_init("a", &a)?;
+    let wbuf = gpu.storage_init("w", &w)?;
+    let cbuf = gpu.storage("c", m * n)?;
+    let flops = 2.0 * (m * n * k) as f64;
+    let mut rows = Vec::new();
+    if !json {
+        println!("adapter: {}   default gemm: {}", gpu.describe(), gpu.gemm.name());
+    }
+    for variant in gpu.gemm_variants() {
+        for (layout, b_trans) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)] {
+            let op = if b_trans {
+                Gemm::linear(m, n, k, Operand::new(&abuf, k, 0), &wbuf, Operand::new(&cbuf, n, 0)).build_with(&gpu, variant)?
+            } else {
+                Gemm::across_rows(1, m, n, k, &abuf, Operand::new(&wbuf, n, 0), Operand::new(&cbuf, n, 0)).build_with(&gpu, variant)?
+            };
+            let run = || -> Result<Duration> {
+                let t = Instant::now();
+                let mut enc = gpu.device.create_command_encoder(&Default::default());
+                tokenmix::ops::encode_all(&mut enc, std::slice::from_ref(&op));
+                gpu.queue.submit([enc.finish()]);
+                gpu.wait()?;
+                Ok(t.elapsed())
+            };
+            run()?;
+            let bar = progress(iters, &format!("{} {layout}", variant.name()));
+            if json {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            }
+            let mut times = Vec::new();
+            for _ in 0..iters.max(1) {
+                times.push(run()?);
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            let med = median(times).as_secs_f64();
+            if !json {
+                println!("{:>8} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s", variant.name(), med * 1e3, flops / med / 1e9);
+            }
+            rows.push(serde_json::json!({"variant": variant.name(), "layout": layout, "median_ms": med * 1e3, "gflops": flops / med / 1e9}));
+        }
+    }
+    if json {
+        println!("{}", serde_json::json!({"adapter": gpu.describe(), "m": m, "k": k, "n": n, "runs": rows}));
+    }
+    Ok(())
+}

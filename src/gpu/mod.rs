@@ -1,0 +1,408 @@
+//! The GPU context: adapter and device selection, the pipeline cache, buffer helpers and
+//! read-back. Kernels know nothing about models; this module knows nothing about kernels'
+//! meaning, only how to compile, bind and dispatch them.
+
+pub mod shader;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use wgpu::util::DeviceExt;
+
+use crate::error::{Error, Result};
+pub use shader::Defines;
+
+/// How a kernel sees one binding. Layouts are built from these lists, so a kernel's bindings
+/// are declared once, next to the kernel, and the pipeline layout is explicit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Binding {
+    Uniform,
+    Read,
+    ReadWrite,
+}
+
+/// A WGSL source specialised by defines, plus the bindings its entry point uses.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub defines: Defines,
+    pub bindings: &'static [Binding],
+    /// Compiled without naga's runtime bounds checks: only for kernels whose wrapper validates
+    /// all extents on the CPU and which clamp or guard every index themselves.
+    pub trusted: bool,
+}
+
+impl Kernel {
+    pub fn new(name: &'static str, source: &'static str, bindings: &'static [Binding]) -> Self {
+        Kernel { name, source, defines: Defines::new(), bindings, trusted: false }
+    }
+    pub fn trusted(mut self) -> Self {
+        self.trusted = true;
+        self
+    }
+    pub fn define(mut self, key: &str, value: impl ToString) -> Self {
+        self.defines.insert(key.to_string(), value.to_string());
+        self
+    }
+    pub fn flag(self, key: &str, on: bool) -> Self {
+        if on { self.define(key, 1) } else { self }
+    }
+    fn key(&self) -> String {
+        let defs: Vec<String> = self.defines.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{}[{}]{}", self.name, defs.join(","), if self.trusted { "!" } else { "" })
+    }
+}
+
+/// A compiled kernel: pipeline plus the layout its bind groups must follow.
+pub struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+    pub name: String,
+}
+
+/// Which GEMM kernel family suits this adapter (see `ops::gemm` for both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmVariant {
+    /// Workgroup = 8 lanes, no barriers, rows of A read at uniform addresses and kept in
+    /// registers. Fast on CPU rasterisers (lavapipe, SwiftShader), where barriers are costly.
+    Register,
+    /// As `Register`, but rows of A are loaded one per lane and shared with subgroupShuffle,
+    /// so each (costly) load on a CPU rasteriser feeds every lane. Needs 8-lane subgroups.
+    Subgroup,
+    /// Classic shared-memory tiling with a register block per invocation. Fast on real GPUs.
+    Tiled,
+}
+
+impl GemmVariant {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "register" => Some(GemmVariant::Register),
+            "tiled" => Some(GemmVariant::Tiled),
+            "subgroup" => Some(GemmVariant::Subgroup),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmVariant::Register => "register",
+            GemmVariant::Tiled => "tiled",
+            GemmVariant::Subgroup => "subgroup",
+        }
+    }
+}
+
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub gemm: GemmVariant,
+    pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl Gpu {
+    /// Chooses an adapter from the environment: `WGPU_BACKEND` (vulkan, metal, dx12, gl,
+    /// webgpu), `WGPU_ADAPTER_NAME` (a substring of the adapter name), `WGPU_POWER_PREF`
+    /// (low/high), and `TOKENMIX_GEMM` (register/tiled) to override the GEMM choice.
+    pub async fn new() -> Result<Self> {
+        let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        let backends = desc.backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = select_adapter(&instance, backends).await?;
+        Self::from_adapter(adapter).await
+    }
+
+    pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Self> {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let device_desc = wgpu::DeviceDescriptor {
+            label: Some("tokenmix"),
+            required_features: adapter.features() & wgpu::Features::SUBGROUP,
+            required_limits: limits.clone(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            ..Default::default()
+        };
+        let (device, queue) = adapter
+            .request_device(&device_desc)
+            .await
+            .map_err(|e| Error::Device(format!("{} ({:?}): {e}", info.name, info.backend)))?;
+
+        // wgpu panics on uncaptured errors by default; collect them instead so that a bad
+        // dispatch becomes an Error returned by the call that caused it.
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        let sink = errors.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(format!("device lost ({reason:?}): {msg}"));
+            }
+        });
+
+        let gemm = std::env::var("TOKENMIX_GEMM")
+            .ok()
+            .and_then(|s| GemmVariant::parse(&s))
+            .unwrap_or_else(|| default_gemm(&info, adapter.features()));
+        Ok(Gpu { device, queue, info, limits, gemm, pipelines: Mutex::default(), errors })
+    }
+
+    /// The GEMM kernels this device can run.
+    pub fn gemm_variants(&self) -> Vec<GemmVariant> {
+        let mut v = vec![GemmVariant::Register, GemmVariant::Tiled];
+        if self.device.features().contains(wgpu::Features::SUBGROUP) && self.info.subgroup_max_size == crate::ops::gemm::SUBGROUP_LANES && self.info.subgroup_min_size == crate::ops::gemm::SUBGROUP_LANES {
+            v.insert(0, GemmVariant::Subgroup);
+        }
+        v
+    }
+
+    /// "llvmpipe (LLVM 15.0.6, 256 bits) [Vulkan, Cpu]"
+    pub fn describe(&self) -> String {
+        format!("{} [{:?}, {:?}]", self.info.name, self.info.backend, self.info.device_type)
+    }
+
+    /// Errors wgpu reported since the last call (validation, out of memory, device lost).
+    pub fn check(&self) -> Result<()> {
+        let mut errs = self.errors.lock().map_err(|_| Error::Gpu("error sink poisoned".into()))?;
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            let msg = errs.join("; ");
+            errs.clear();
+            Err(Error::Gpu(msg))
+        }
+    }
+
+    /// Compiles (once) and returns the pipeline for a kernel variant.
+    pub fn pipeline(&self, kernel: &Kernel) -> Result<Arc<Pipeline>> {
+        let key = kernel.key();
+        if let Some(p) = self.pipelines.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(p);
+        }
+        let source = shader::preprocess(kernel.name, kernel.source, &kernel.defines)?;
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(kernel.name), source: wgpu::ShaderSource::Wgsl(source.into()) };
+        let module = if kernel.trusted {
+            // SAFETY: a trusted kernel's Rust wrapper checks every buffer extent against the
+            // dispatch parameters before it is recorded, and the kernel clamps or guards every
+            // index it forms. naga's per-access bounds checks cost 3.5x on lavapipe's GEMM.
+            unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        } else {
+            self.device.create_shader_module(desc)
+        };
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = kernel
+            .bindings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupLayoutEntry {
+                binding: i as u32,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: match b {
+                    Binding::Uniform => wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    Binding::Read | Binding::ReadWrite => wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only: *b == Binding::Read },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                },
+                count: None,
+            })
+            .collect();
+        let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(kernel.name),
+            entries: &entries,
+        });
+        let pipeline_layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(kernel.name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.name),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        self.check().map_err(|e| Error::Gpu(format!("compiling {key}: {e}")))?;
+        let p = Arc::new(Pipeline { pipeline, layout, name: key.clone() });
+        if let Ok(mut m) = self.pipelines.lock() {
+            m.insert(key, p.clone());
+        }
+        Ok(p)
+    }
+
+    pub fn storage(&self, label: &str, floats: usize) -> Result<wgpu::Buffer> {
+        let size = self.checked_size(label, floats)?;
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        }))
+    }
+
+    pub fn storage_init(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
+        self.checked_size(label, data.len())?;
+        // A zero-sized binding is invalid; pad empty tensors to one element.
+        let padded;
+        let data = if data.is_empty() {
+            padded = [0f32; 1];
+            &padded[..]
+        } else {
+            data
+        };
+        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(data),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        }))
+    }
+
+    pub fn uniform_init(&self, label: &str, words: &[u32]) -> wgpu::Buffer {
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(words),
+            usage: wgpu::BufferUsages::UNIFORM,
+        })
+    }
+
+    /// Size in bytes of `floats` f32 values, checked against the binding limit.
+    fn checked_size(&self, label: &str, floats: usize) -> Result<u64> {
+        let bytes = (floats.max(1) as u64).saturating_mul(4);
+        let limit = u64::from(self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size);
+        if bytes > limit {
+            return Err(Error::Gpu(format!(
+                "buffer `{label}` needs {bytes} bytes, over the adapter's binding limit of {limit} bytes"
+            )));
+        }
+        Ok(bytes)
+    }
+
+    pub fn bind_group(&self, pipeline: &Pipeline, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&pipeline.name),
+            layout: &pipeline.layout,
+            entries: &entries,
+        })
+    }
+
+    /// Maps a MAP_READ buffer and copies out its f32 contents. On native we poll the device
+    /// until the map completes; on the web the browser drives the callback and we just await.
+    pub async fn read_back(&self, staging: &wgpu::Buffer) -> Result<Vec<f32>> {
+        let slice = staging.slice(..);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        let mapped = rx.await.map_err(|_| Error::Gpu("read-back cancelled".into()))?;
+        mapped.map_err(|e| Error::Gpu(format!("mapping the result buffer: {e}")))?;
+        let out = {
+            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading the result buffer: {e}")))?;
+            // Copy byte-wise: the mapped range carries no f32 alignment guarantee.
+            view.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>()
+        };
+        staging.unmap();
+        self.check()?;
+        Ok(out)
+    }
+
+    /// Waits until the queue is idle (native); used by benchmarks.
+    pub fn wait(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        self.check()
+    }
+}
+
+/// CPU rasterisers want the barrier-free kernels (the subgroup one when lanes are 8 wide);
+/// real GPUs want shared-memory tiling.
+fn default_gemm(info: &wgpu::AdapterInfo, features: wgpu::Features) -> GemmVariant {
+    if info.device_type != wgpu::DeviceType::Cpu {
+        GemmVariant::Tiled
+    } else if features.contains(wgpu::Features::SUBGROUP)
+        && info.subgroup_min_size == crate::ops::gemm::SUBGROUP_LANES
+        && info.subgroup_max_size == crate::ops::gemm::SUBGROUP_LANES
+    {
+        GemmVariant::Subgroup
+    } else {
+        GemmVariant::Register
+    }
+}
+
+async fn select_adapter(instance: &wgpu::Instance, backends: wgpu::Backends) -> Result<wgpu::Adapter> {
+    let wanted_name = std::env::var("WGPU_ADAPTER_NAME").ok().map(|s| s.to_lowercase());
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let adapters = instance.enumerate_adapters(backends).await;
+        let seen: Vec<String> = adapters
+            .iter()
+            .map(|a| {
+                let i = a.get_info();
+                format!("{} [{:?}]", i.name, i.backend)
+            })
+            .collect();
+        if let Some(name) = &wanted_name {
+            return adapters
+                .into_iter()
+                .find(|a| a.get_info().name.to_lowercase().contains(name.as_str()))
+                .ok_or_else(|| {
+                    Error::NoAdapter(format!(
+                        "WGPU_ADAPTER_NAME={name} matches none of the adapters found on backends {backends:?}: [{}]",
+                        seen.join(", ")
+                    ))
+                });
+        }
+        let power_preference = wgpu::PowerPreference::from_env().unwrap_or(wgpu::PowerPreference::HighPerformance);
+        instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| {
+                Error::NoAdapter(format!(
+                    "tried backends {backends:?} (set WGPU_BACKEND to choose), found [{}]: {e}. \
+                     On Linux without a GPU, install Mesa's lavapipe (Debian: mesa-vulkan-drivers).",
+                    seen.join(", ")
+                ))
+            })
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = wanted_name;
+        instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| Error::NoAdapter(format!("navigator.gpu gave no adapter ({backends:?}): {e}")))
+    }
+}

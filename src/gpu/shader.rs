@@ -1,0 +1,101 @@
+//! A tiny preprocessor for the `.wgsl` files in `shaders/`, in the spirit of web-rwkv's macros:
+//! `#if NAME` / `#else` / `#endif` lines (nestable) select code, and `{{NAME}}` is replaced by a
+//! define's value. A define is "true" when present and not `0`/`false`. `enable` directives
+//! are hoisted to the top, so a kernel file may declare them even when a shared prelude is
+//! concatenated in front of it. Shaders stay real WGSL
+//! files a reader can open; the defines only pick a variant (tile size, epilogue, layout).
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+
+/// Sorted, so that the same set of defines always gives the same pipeline cache key.
+pub type Defines = BTreeMap<String, String>;
+
+pub fn is_true(defines: &Defines, name: &str) -> bool {
+    defines.get(name).is_some_and(|v| v != "0" && v != "false")
+}
+
+pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String> {
+    let mut out = String::with_capacity(source.len());
+    let mut directives = String::new();
+    // Each entry: (this branch active, any enclosing branch active)
+    let mut stack: Vec<(bool, bool)> = Vec::new();
+    let active = |stack: &Vec<(bool, bool)>| stack.last().map_or(true, |&(a, p)| a && p);
+    for (lineno, line) in source.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("#if ") {
+            let parent = active(&stack);
+            stack.push((is_true(defines, rest.trim()), parent));
+        } else if trimmed.starts_with("#else") {
+            let top = stack
+                .last_mut()
+                .ok_or_else(|| Error::Gpu(format!("{name}:{}: #else without #if", lineno + 1)))?;
+            top.0 = !top.0;
+        } else if trimmed.starts_with("#endif") {
+            stack
+                .pop()
+                .ok_or_else(|| Error::Gpu(format!("{name}:{}: #endif without #if", lineno + 1)))?;
+        } else if active(&stack) && trimmed.starts_with("enable ") {
+            directives.push_str(trimmed);
+            directives.push('\n');
+        } else if active(&stack) {
+            out.push_str(&substitute(name, lineno, line, defines)?);
+            out.push('\n');
+        }
+    }
+    if !stack.is_empty() {
+        return Err(Error::Gpu(format!("{name}: unterminated #if")));
+    }
+    Ok(directives + &out)
+}
+
+fn substitute(name: &str, lineno: usize, line: &str, defines: &Defines) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(start) = rest.find("{{") {
+        let end = rest[start..]
+            .find("}}")
+            .ok_or_else(|| Error::Gpu(format!("{name}:{}: unclosed {{{{", lineno + 1)))?;
+        let key = &rest[start + 2..start + end];
+        let value = defines
+            .get(key)
+            .ok_or_else(|| Error::Gpu(format!("{name}:{}: undefined {{{{{key}}}}}", lineno + 1)))?;
+        out.push_str(&rest[..start]);
+        out.push_str(value);
+        rest = &rest[start + end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defs(pairs: &[(&str, &str)]) -> Defines {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn selects_branches_and_substitutes() {
+        let src = "a\n#if X\nb {{N}}\n#if Y\nc\n#else\nd\n#endif\n#else\ne\n#endif\nf";
+        let out = preprocess("t", src, &defs(&[("X", "1"), ("N", "8")])).unwrap();
+        assert_eq!(out, "a\nb 8\nd\nf\n");
+        let out = preprocess("t", src, &defs(&[("N", "8")])).unwrap();
+        assert_eq!(out, "a\ne\nf\n");
+    }
+
+    #[test]
+    fn hoists_enable_directives() {
+        let out = preprocess("t", "fn f() {}\nenable subgroups;\n", &defs(&[])).unwrap();
+        assert_eq!(out, "enable subgroups;\nfn f() {}\n");
+    }
+
+    #[test]
+    fn reports_errors() {
+        assert!(preprocess("t", "#if X\n", &defs(&[])).is_err());
+        assert!(preprocess("t", "#endif\n", &defs(&[])).is_err());
+        assert!(preprocess("t", "x {{M}}\n", &defs(&[])).is_err());
+    }
+}

@@ -1,0 +1,140 @@
+//! The MetaFormer block, the one shape every model here shares:
+//!
+//! ```text
+//! x = x + TokenMixer(Norm1(x))
+//! x = x + ChannelMlp(Norm2(x))
+//! ```
+//!
+//! Only the token mixer differs between families. The residual adds are fused into the last
+//! GEMM of each branch, so a block is: norm, mixer GEMMs, norm, two channel GEMMs.
+
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::ops::{self, Axis, Gemm, Op, Operand};
+use crate::weights::Weights;
+
+use super::token_mlp::TokenMlp;
+
+/// The activations a block works on, for a batch of `batch` images of `tokens` tokens.
+/// `x` is the residual stream [batch * tokens, dim]; `xn` holds a normalised copy; `hidden` is
+/// scratch for the widest intermediate of any branch.
+pub struct Stream<'a> {
+    pub batch: usize,
+    pub tokens: usize,
+    pub dim: usize,
+    pub x: &'a wgpu::Buffer,
+    pub xn: &'a wgpu::Buffer,
+    pub hidden: &'a wgpu::Buffer,
+}
+
+impl Stream<'_> {
+    pub fn rows(&self) -> usize {
+        self.batch * self.tokens
+    }
+}
+
+/// Uploads a named tensor after checking its shape.
+pub fn upload(gpu: &Gpu, w: &mut Weights, name: &str, shape: &[usize]) -> Result<wgpu::Buffer> {
+    let data = w.take(name, shape)?;
+    gpu.storage_init(name, &data)
+}
+
+pub struct LayerNorm {
+    pub gamma: wgpu::Buffer,
+    pub beta: wgpu::Buffer,
+    pub dim: usize,
+    pub eps: f32,
+}
+
+impl LayerNorm {
+    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, dim: usize, eps: f32) -> Result<Self> {
+        Ok(LayerNorm {
+            gamma: upload(gpu, w, &format!("{prefix}.weight"), &[dim])?,
+            beta: upload(gpu, w, &format!("{prefix}.bias"), &[dim])?,
+            dim,
+            eps,
+        })
+    }
+    pub fn record(&self, gpu: &Gpu, rows: usize, x: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<Op> {
+        ops::norm::layer_norm(gpu, rows, self.dim, self.eps, x, &self.gamma, &self.beta, y)
+    }
+}
+
+/// timm `Mlp`: fc1 → GELU → fc2, applied to every token's channels.
+pub struct ChannelMlp {
+    pub fc1_w: wgpu::Buffer,
+    pub fc1_b: wgpu::Buffer,
+    pub fc2_w: wgpu::Buffer,
+    pub fc2_b: wgpu::Buffer,
+    pub dim: usize,
+    pub hidden: usize,
+}
+
+impl ChannelMlp {
+    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, dim: usize, hidden: usize) -> Result<Self> {
+        Ok(ChannelMlp {
+            fc1_w: upload(gpu, w, &format!("{prefix}.fc1.weight"), &[hidden, dim])?,
+            fc1_b: upload(gpu, w, &format!("{prefix}.fc1.bias"), &[hidden])?,
+            fc2_w: upload(gpu, w, &format!("{prefix}.fc2.weight"), &[dim, hidden])?,
+            fc2_b: upload(gpu, w, &format!("{prefix}.fc2.bias"), &[dim])?,
+            dim,
+            hidden,
+        })
+    }
+
+    /// `x += fc2(gelu(fc1(xn)))`
+    pub fn record(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
+        let rows = s.rows();
+        let (d, h) = (self.dim, self.hidden);
+        ops.push(Gemm::linear(rows, h, d, Operand::new(s.xn, d, 0), &self.fc1_w, Operand::new(s.hidden, h, 0))
+            .bias(&self.fc1_b, Axis::N)
+            .gelu()
+            .build(gpu)?);
+        ops.push(Gemm::linear(rows, d, h, Operand::new(s.hidden, h, 0), &self.fc2_w, Operand::new(s.x, d, 0))
+            .bias(&self.fc2_b, Axis::N)
+            .residual()
+            .build(gpu)?);
+        Ok(())
+    }
+}
+
+/// What mixes information across tokens. One small file per family.
+pub enum TokenMixer {
+    /// MLP-Mixer: an MLP across the token axis, shared by all channels.
+    Mlp(TokenMlp),
+}
+
+impl TokenMixer {
+    /// Floats of scratch the mixer needs per image.
+    pub fn hidden_per_image(&self, dim: usize) -> usize {
+        match self {
+            TokenMixer::Mlp(m) => m.hidden * dim,
+        }
+    }
+    /// `x += mix(xn)`
+    fn record(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
+        match self {
+            TokenMixer::Mlp(m) => m.record(gpu, s, ops),
+        }
+    }
+}
+
+pub struct Block {
+    pub norm1: LayerNorm,
+    pub mixer: TokenMixer,
+    pub norm2: LayerNorm,
+    pub mlp: ChannelMlp,
+}
+
+impl Block {
+    pub fn record(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
+        ops.push(self.norm1.record(gpu, s.rows(), s.x, s.xn)?);
+        self.mixer.record(gpu, s, ops)?;
+        ops.push(self.norm2.record(gpu, s.rows(), s.x, s.xn)?);
+        self.mlp.record(gpu, s, ops)
+    }
+
+    pub fn hidden_per_image(&self, tokens: usize, dim: usize) -> usize {
+        self.mixer.hidden_per_image(dim).max(tokens * self.mlp.hidden)
+    }
+}

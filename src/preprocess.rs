@@ -1,0 +1,131 @@
+//! timm's eval transform (`timm.data.transforms_factory`, eval branch): resize the shorter
+//! side to floor(size / crop_pct) with bicubic filtering, centre-crop `size`, scale to [0, 1],
+//! normalise with the model's mean/std. The settings travel in a model file's metadata; when
+//! absent, each family's timm pretrained default is used.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Preprocess {
+    /// Model input (crop) size, [height, width].
+    pub size: [usize; 2],
+    pub crop_pct: f32,
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+    /// 1 (greyscale, PIL's "L" conversion) or 3 (RGB).
+    pub channels: usize,
+}
+
+impl Preprocess {
+    /// Mixer/gMLP defaults in timm: mean = std = 0.5, crop_pct 0.875.
+    pub fn half_normalised(channels: usize, size: [usize; 2]) -> Self {
+        Preprocess { size, crop_pct: 0.875, mean: vec![0.5; channels], std: vec![0.5; channels], channels }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(format!("preprocess: {m}")));
+        if self.channels != 1 && self.channels != 3 {
+            return bad(format!("channels must be 1 or 3, not {}", self.channels));
+        }
+        if self.mean.len() != self.channels || self.std.len() != self.channels {
+            return bad(format!("mean/std need {} values", self.channels));
+        }
+        if self.std.iter().any(|s| !s.is_finite() || *s == 0.0) || self.mean.iter().any(|m| !m.is_finite()) {
+            return bad("mean/std must be finite and std non-zero".into());
+        }
+        if !(self.crop_pct > 0.05 && self.crop_pct <= 1.0) {
+            return bad(format!("crop_pct {} is outside (0.05, 1]", self.crop_pct));
+        }
+        if self.size[0] == 0 || self.size[1] == 0 || self.size[0] > 4096 || self.size[1] > 4096 {
+            return bad(format!("size {:?} is outside 1..=4096", self.size));
+        }
+        Ok(())
+    }
+
+    /// Size after the resize step, before the centre crop (torchvision's rule: the shorter side
+    /// becomes floor(size / crop_pct), the longer side keeps the aspect ratio, truncated).
+    pub fn resize_to(&self, width: usize, height: usize) -> (usize, usize) {
+        let [h, w] = self.size;
+        if h == w {
+            let short = (h as f64 / self.crop_pct as f64).floor() as usize;
+            if width <= height {
+                (short, (short as f64 * height as f64 / width as f64) as usize)
+            } else {
+                ((short as f64 * width as f64 / height as f64) as usize, short)
+            }
+        } else {
+            let f = |s: usize| (s as f64 / self.crop_pct as f64).floor() as usize;
+            (f(w), f(h))
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use native::*;
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    use super::*;
+    use image::imageops::{self, FilterType};
+
+    /// Largest image side tokenmix will decode; bigger files are refused before allocation.
+    pub const MAX_SIDE: u32 = 16384;
+
+    pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
+        let reader = image::ImageReader::open(path)
+            .map_err(|e| Error::io(path, e))?
+            .with_guessed_format()
+            .map_err(|e| Error::io(path, e))?;
+        let mut limits = image::Limits::default();
+        limits.max_image_width = Some(MAX_SIDE);
+        limits.max_image_height = Some(MAX_SIDE);
+        let mut reader = reader;
+        reader.limits(limits);
+        let img = reader.decode().map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        if img.width() == 0 || img.height() == 0 {
+            return Err(Error::Input(format!("{}: image has zero size", path.display())));
+        }
+        Ok(img.to_rgb8())
+    }
+
+    /// timm eval transform of an RGB image to a CHW float tensor of the model's input size.
+    pub fn transform(img: &image::RgbImage, pp: &Preprocess) -> Result<Vec<f32>> {
+        pp.validate()?;
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        if w == 0 || h == 0 {
+            return Err(Error::Input("image has zero size".into()));
+        }
+        let (rw, rh) = pp.resize_to(w, h);
+        let [ch, cw] = pp.size;
+        if rw < cw || rh < ch {
+            return Err(Error::Input(format!("resized image {rw}x{rh} is smaller than the {cw}x{ch} crop")));
+        }
+        // PIL's bicubic is Catmull-Rom (a = -0.5) with the support widened when downscaling,
+        // which is what `image`'s CatmullRom filter does.
+        let resized = imageops::resize(img, rw as u32, rh as u32, FilterType::CatmullRom);
+        // torchvision CenterCrop: offsets rounded to nearest.
+        let top = ((rh - ch) as f64 / 2.0).round() as usize;
+        let left = ((rw - cw) as f64 / 2.0).round() as usize;
+        let mut out = vec![0f32; pp.channels * ch * cw];
+        for y in 0..ch {
+            for x in 0..cw {
+                let px = resized.get_pixel((left + x) as u32, (top + y) as u32).0;
+                if pp.channels == 1 {
+                    // PIL "L": L = R*299/1000 + G*587/1000 + B*114/1000
+                    let l = (px[0] as u32 * 299 + px[1] as u32 * 587 + px[2] as u32 * 114) / 1000;
+                    out[y * cw + x] = (l as f32 / 255.0 - pp.mean[0]) / pp.std[0];
+                } else {
+                    for c in 0..3 {
+                        out[(c * ch + y) * cw + x] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

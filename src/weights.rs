@@ -1,0 +1,87 @@
+//! safetensors → validated f32 tensors. timm checkpoints load as they are: names are timm's,
+//! Linear weights are [out, in], dtypes F32, F16 or BF16. Every problem is an error that names
+//! the tensor; nothing here panics on file data.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use safetensors::{Dtype, SafeTensors};
+
+use crate::error::{Error, Result};
+
+/// A parsed safetensors file. Tensors are converted to f32 when taken, so a model file is
+/// never held twice in memory as f32.
+pub struct Weights<'a> {
+    file: SafeTensors<'a>,
+    shapes: BTreeMap<String, Vec<usize>>,
+    taken: BTreeSet<String>,
+    pub metadata: HashMap<String, String>,
+}
+
+impl<'a> Weights<'a> {
+    pub fn parse(bytes: &'a [u8]) -> Result<Self> {
+        let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| Error::Format(e.to_string()))?;
+        let metadata = meta.metadata().clone().unwrap_or_default();
+        let file = SafeTensors::deserialize(bytes).map_err(|e| Error::Format(e.to_string()))?;
+        let shapes = file.iter().map(|(name, view)| (name.to_string(), view.shape().to_vec())).collect();
+        Ok(Weights { file, shapes, taken: BTreeSet::new(), metadata })
+    }
+
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.shapes.get(name).map(Vec::as_slice)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.shapes.keys().map(String::as_str)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.shapes.contains_key(name)
+    }
+
+    /// The shape of a tensor that must exist (for config inference).
+    pub fn require_shape(&self, name: &str) -> Result<&[usize]> {
+        self.shape(name).ok_or_else(|| Error::tensor(name, "missing"))
+    }
+
+    /// Converts the named tensor to f32 after checking its shape; marks it as used.
+    pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let view = self.file.tensor(name).map_err(|_| Error::tensor(name, format!("missing (expected shape {shape:?})")))?;
+        if view.shape() != shape {
+            return Err(Error::tensor(name, format!("has shape {:?}, expected {shape:?}", view.shape())));
+        }
+        let data = to_f32(name, view.dtype(), view.data())?;
+        if data.len() != shape.iter().product::<usize>() {
+            return Err(Error::tensor(name, "data length does not match its shape"));
+        }
+        self.taken.insert(name.to_string());
+        Ok(data)
+    }
+
+    /// Errors if the file holds tensors no layer used: a checkpoint of another
+    /// architecture, or a config inferred wrongly, must not load silently.
+    pub fn finish(&self) -> Result<()> {
+        let unused: Vec<&str> = self.names().filter(|n| !self.taken.contains(*n)).collect();
+        match unused.as_slice() {
+            [] => Ok(()),
+            [one] => Err(Error::tensor(*one, "unexpected (not used by the inferred architecture)")),
+            many => Err(Error::Tensor {
+                name: many[0].to_string(),
+                msg: format!("unexpected, with {} other unused tensors: {}", many.len() - 1, many[1..many.len().min(6)].join(", ")),
+            }),
+        }
+    }
+
+    /// Number of scalar parameters in the file.
+    pub fn parameter_count(&self) -> usize {
+        self.shapes.values().map(|s| s.iter().product::<usize>()).sum()
+    }
+}
+
+fn to_f32(name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
+    Ok(match dtype {
+        Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        other => return Err(Error::tensor(name, format!("has dtype {other:?}; tokenmix reads F32, F16 and BF16"))),
+    })
+}
