@@ -295,10 +295,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             };
             let run = || -> Result<Duration> {
                 let t = Instant::now();
-                let mut enc = gpu.device.create_command_encoder(&Default::default());
-                tokenmix::ops::encode_all(&mut enc, std::slice::from_ref(&op));
-                gpu.queue.submit([enc.finish()]);
-                gpu.wait()?;
+                gpu.run_ops(std::slice::from_ref(&op))?;
                 Ok(t.elapsed())
             };
             run()?;

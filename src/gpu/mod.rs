@@ -266,7 +266,7 @@ impl Gpu {
         Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents: bytemuck::cast_slice(data),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
         }))
     }
 
@@ -325,6 +325,29 @@ impl Gpu {
         staging.unmap();
         self.check()?;
         Ok(out)
+    }
+
+    /// Copies `floats` values from the start of a storage buffer back to the CPU (tests, tools).
+    pub async fn read_buffer(&self, buffer: &wgpu::Buffer, floats: usize) -> Result<Vec<f32>> {
+        let size = floats as u64 * 4;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read_buffer"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read_buffer") });
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        self.queue.submit([encoder.finish()]);
+        self.read_back(&staging).await
+    }
+
+    /// Runs ops in one submission and waits (tests, benchmarks).
+    pub fn run_ops(&self, ops: &[crate::ops::Op]) -> Result<()> {
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run_ops") });
+        crate::ops::encode_all(&mut encoder, ops);
+        self.queue.submit([encoder.finish()]);
+        self.wait()
     }
 
     /// Waits until the queue is idle (native); used by benchmarks.

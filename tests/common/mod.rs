@@ -1,0 +1,80 @@
+//! Shared test helpers: one GPU per test binary, named tolerances, fixture loading.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use tokenmix::gpu::GemmVariant;
+use tokenmix::Gpu;
+
+/// Named tolerances (Burn-style presets) instead of magic numbers in each test.
+pub mod tol {
+    /// Golden parity with timm: max|Δlogit| ≤ GOLDEN · max(1, max|logit_timm|).
+    pub const GOLDEN: f32 = 1e-4;
+    /// A single fp32 GEMM against a f64 CPU reference, relative to the output scale.
+    pub const GEMM: f32 = 1e-5;
+    /// Norms and reductions against a f64 CPU reference.
+    pub const NORM: f32 = 1e-5;
+}
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+}
+
+/// Creates a device with the given GEMM variant (or the adapter's default) and prints the
+/// adapter, so `make test` output shows the suite runs on a real adapter.
+pub fn gpu_with(variant: Option<GemmVariant>) -> Arc<Gpu> {
+    let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
+    if let Some(v) = variant {
+        gpu.gemm = v;
+    }
+    eprintln!("adapter: {} (gemm: {})", gpu.describe(), gpu.gemm.name());
+    Arc::new(gpu)
+}
+
+/// One shared default device per test binary.
+pub fn gpu() -> Arc<Gpu> {
+    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| gpu_with(None)).clone()
+}
+
+/// Every GEMM variant the adapter supports, each on its own device.
+pub fn all_variants() -> Vec<Arc<Gpu>> {
+    gpu().gemm_variants().into_iter().filter(|v| std::env::var("ONLY").map_or(true, |o| o == v.name())).map(|v| gpu_with(Some(v))).collect()
+}
+
+/// Reads named F32 tensors from a safetensors file: (shape, data).
+pub fn read_tensors(path: &std::path::Path, names: &[&str]) -> Vec<(Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("fixture parses");
+    names
+        .iter()
+        .map(|n| {
+            let t = st.tensor(n).expect("fixture tensor");
+            let data = t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            (t.shape().to_vec(), data)
+        })
+        .collect()
+}
+
+pub fn max_abs(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |m, x| m.max(x.abs()))
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+/// Deterministic pseudo-random values in [-1, 1) (xorshift), so CPU references are repeatable.
+pub fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

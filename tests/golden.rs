@@ -1,0 +1,57 @@
+//! Golden parity with timm: logits of timm's own MlpMixer (every parameter re-randomised, see
+//! tools/make_goldens.py) against tokenmix on the real adapter, for every GEMM variant.
+
+mod common;
+
+use common::{all_variants, fixtures, max_abs, max_abs_diff, read_tensors, tol};
+use tokenmix::Model;
+
+const FIXTURES: &[&str] = &["mixer_p4_rgb", "mixer_p8_grey_nonsquare", "mixer_p2_small_stem_f16", "mixer_p5_bf16"];
+
+#[test]
+fn mixer_logits_match_timm() {
+    for gpu in all_variants() {
+        for name in FIXTURES {
+            let dir = fixtures();
+            let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+            let (ishape, input) = &io[0];
+            let (_, expected) = &io[1];
+            let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+            let model = Model::load(gpu.clone(), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
+            let out = model.forward_blocking(input).expect("forward");
+            let diff = max_abs_diff(&out.logits, expected);
+            let bound = tol::GOLDEN * max_abs(expected).max(1.0);
+            eprintln!("{name} [{}]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})", gpu.gemm.name());
+            assert!(diff <= bound, "{name} with {} GEMM: max|Δlogit| {diff} > {bound}", gpu.gemm.name());
+            // Probabilities are a softmax of those logits.
+            let row = &out.probs[..out.classes];
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn metadata_image_size_is_used() {
+    // The non-square fixture carries config.img_size in its metadata: no hint needed.
+    let bytes = std::fs::read(fixtures().join("mixer_p8_grey_nonsquare.safetensors")).expect("fixture");
+    let model = Model::load(common::gpu(), &bytes, None).expect("loads");
+    assert_eq!(model.info.arch.input_shape(), [1, 24, 40]);
+}
+
+#[test]
+fn batch_rows_are_independent() {
+    // The same image at every position of a batch of 5 gives the same logits as alone.
+    let dir = fixtures();
+    let io = read_tensors(&dir.join("mixer_p4_rgb.io.safetensors"), &["input", "logits"]);
+    let (_, input) = &io[0];
+    let bytes = std::fs::read(dir.join("mixer_p4_rgb.safetensors")).expect("fixture");
+    let model = Model::load(common::gpu(), &bytes, None).expect("loads");
+    let per = model.input_len();
+    let one = model.forward_blocking(&input[..per]).expect("forward");
+    let five: Vec<f32> = input[..per].iter().cycle().take(5 * per).copied().collect();
+    let out = model.forward_blocking(&five).expect("forward");
+    for i in 0..5 {
+        let row = &out.logits[i * out.classes..(i + 1) * out.classes];
+        assert!(max_abs_diff(row, &one.logits) < 1e-6);
+    }
+}

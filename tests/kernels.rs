@@ -1,0 +1,269 @@
+//! Each kernel against a plain-Rust f64 CPU reference on seeded random data, for every GEMM
+//! variant the adapter has: shapes that are not multiples of any tile, K = 1, batches, both
+//! operand layouts, every epilogue, and convolutions with stride and padding.
+
+mod common;
+
+use common::{all_variants, gpu, max_abs, max_abs_diff, random, tol};
+use tokenmix::ops::{self, Axis, ConvGeometry, Gemm, Operand};
+use tokenmix::Gpu;
+
+fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
+}
+
+/// erf in f64 (std has none), independent of the kernel's rational approximation: the
+/// Maclaurin series for |x| < 2 and the continued fraction of erfc beyond, where the series
+/// would cancel catastrophically. Accurate to ~1e-14.
+fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    if z < 2.0 {
+        let (mut sum, mut term, mut n) = (0f64, x, 0f64);
+        while term.abs() > 1e-18 {
+            sum += term / (2.0 * n + 1.0);
+            n += 1.0;
+            term *= -x * x / n;
+        }
+        return sum * 2.0 / std::f64::consts::PI.sqrt();
+    }
+    // erfc(z) = exp(-z²)/√π · 1/(z + (1/2)/(z + 1/(z + (3/2)/(z + ...))))
+    let mut k = z;
+    for n in (1..=120).rev() {
+        k = z + (n as f64 / 2.0) / k;
+    }
+    let erfc = (-z * z).exp() / (std::f64::consts::PI.sqrt() * k);
+    x.signum() * (1.0 - erfc)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    b_trans: bool,
+    bias: Option<Axis>,
+    scale: Option<Axis>,
+    gelu: bool,
+    residual: bool,
+}
+
+fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f32]) -> Vec<f32> {
+    let mut out = c0.to_vec();
+    for bt in 0..c.batch {
+        for i in 0..c.m {
+            for j in 0..c.n {
+                let mut acc = 0f64;
+                for kk in 0..c.k {
+                    let av = a[bt * c.m * c.k + i * c.k + kk] as f64;
+                    let bv = if c.b_trans { b[bt * c.n * c.k + j * c.k + kk] } else { b[bt * c.k * c.n + kk * c.n + j] } as f64;
+                    acc += av * bv;
+                }
+                match c.bias {
+                    Some(Axis::N) => acc += bias[j] as f64,
+                    Some(Axis::M) => acc += bias[i] as f64,
+                    None => {}
+                }
+                if c.gelu {
+                    acc = gelu(acc);
+                }
+                match c.scale {
+                    Some(Axis::N) => acc *= scale[j] as f64,
+                    Some(Axis::M) => acc *= scale[i] as f64,
+                    None => {}
+                }
+                let idx = bt * c.m * c.n + i * c.n + j;
+                out[idx] = if c.residual { (out[idx] as f64 + acc) as f32 } else { acc as f32 };
+            }
+        }
+    }
+    out
+}
+
+fn run_case(gpu: &Gpu, c: Case, seed: u64) {
+    let a = random(c.batch * c.m * c.k, seed);
+    let b = random(c.batch * c.k * c.n, seed + 1);
+    let bias = random(c.m.max(c.n), seed + 2);
+    let scale = random(c.m.max(c.n), seed + 3);
+    let c0 = random(c.batch * c.m * c.n, seed + 4);
+    let abuf = gpu.storage_init("a", &a).unwrap();
+    let bbuf = gpu.storage_init("b", &b).unwrap();
+    let biasbuf = gpu.storage_init("bias", &bias).unwrap();
+    let scalebuf = gpu.storage_init("scale", &scale).unwrap();
+    // C starts as c0, so RESIDUAL adds to known values.
+    let cout = gpu.storage_init("c", &c0).unwrap();
+    let b_op = if c.b_trans { Operand::new(&bbuf, c.k, c.n * c.k) } else { Operand::new(&bbuf, c.n, c.k * c.n) };
+    let mut g = Gemm { m: c.m, n: c.n, k: c.k, batch: c.batch, a: Operand::new(&abuf, c.k, c.m * c.k), b: b_op, b_trans: c.b_trans,
+        c: Operand::new(&cout, c.n, c.m * c.n), bias: None, scale: None, gelu: c.gelu, residual: c.residual, conv: None };
+    if let Some(axis) = c.bias {
+        g = g.bias(&biasbuf, axis);
+    }
+    if let Some(axis) = c.scale {
+        g = g.scale(&scalebuf, axis);
+    }
+    gpu.run_ops(&[g.build(gpu).unwrap()]).unwrap();
+    let got = pollster::block_on(gpu.read_buffer(&cout, c.batch * c.m * c.n)).unwrap();
+    let want = cpu_gemm(&c, &a, &b, &bias, &scale, &c0);
+    let diff = max_abs_diff(&got, &want);
+    let bound = tol::GEMM * (c.k as f32).sqrt().max(1.0) * max_abs(&want).max(1.0);
+    assert!(diff <= bound, "{} {c:?}: max diff {diff} > {bound}", gpu.gemm.name());
+}
+
+#[test]
+fn gemm_matches_cpu_reference() {
+    let shapes = [(1, 1, 1, 1), (1, 7, 13, 1), (2, 33, 65, 17), (1, 64, 64, 64), (2, 100, 37, 49), (1, 5, 300, 8), (3, 9, 8, 196), (1, 70, 129, 3)];
+    for gpu in all_variants() {
+        let mut seed = 1;
+        for &(batch, m, n, k) in &shapes {
+            for b_trans in [true, false] {
+                let epilogues = [
+                    (None, None, false, false),
+                    (Some(Axis::N), None, true, false),
+                    (Some(Axis::M), None, true, true),
+                    (Some(Axis::N), Some(Axis::N), false, true),
+                    (None, Some(Axis::M), true, false),
+                ];
+                for (bias, scale, gelu, residual) in epilogues {
+                    seed += 10;
+                    run_case(&gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual }, seed);
+                }
+            }
+        }
+    }
+}
+
+fn cpu_conv(x: &[f32], w: &[f32], bias: &[f32], images: usize, g: &ConvGeometry, cout: usize) -> Vec<f32> {
+    let (oh, ow) = g.out_hw().unwrap();
+    let mut out = vec![0f32; images * oh * ow * cout];
+    for img in 0..images {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for co in 0..cout {
+                    let mut acc = bias[co] as f64;
+                    for ci in 0..g.cin {
+                        for ky in 0..g.kh {
+                            for kx in 0..g.kw {
+                                let iy = (oy * g.stride + ky) as isize - g.pad as isize;
+                                let ix = (ox * g.stride + kx) as isize - g.pad as isize;
+                                if iy < 0 || ix < 0 || iy >= g.ih as isize || ix >= g.iw as isize {
+                                    continue;
+                                }
+                                let xv = x[((img * g.cin + ci) * g.ih + iy as usize) * g.iw + ix as usize] as f64;
+                                let wv = w[((co * g.cin + ci) * g.kh + ky) * g.kw + kx] as f64;
+                                acc += xv * wv;
+                            }
+                        }
+                    }
+                    // Channels-last output: [(img, oy, ox), co]
+                    out[((img * oh + oy) * ow + ox) * cout + co] = acc as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn convolution_matches_cpu_reference() {
+    let cases = [
+        // (images, cin, ih, iw, k, stride, pad, cout): patch embedding, PoolFormer stem, downsampling
+        (2, 3, 16, 16, 4, 4, 0, 8),
+        (2, 1, 24, 40, 8, 8, 0, 5),
+        (2, 3, 19, 23, 7, 4, 2, 6),
+        (1, 4, 9, 10, 3, 2, 1, 7),
+        (3, 2, 5, 5, 1, 1, 0, 3),
+    ];
+    for gpu in all_variants() {
+        for (i, &(images, cin, ih, iw, k, stride, pad, cout)) in cases.iter().enumerate() {
+            let g = ConvGeometry { cin, ih, iw, kh: k, kw: k, stride, pad };
+            let (oh, ow) = g.out_hw().unwrap();
+            let x = random(images * cin * ih * iw, 100 + i as u64);
+            let w = random(cout * cin * k * k, 200 + i as u64);
+            let bias = random(cout, 300 + i as u64);
+            let (xb, wb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("w", &w).unwrap(), gpu.storage_init("b", &bias).unwrap());
+            let out = gpu.storage("out", images * oh * ow * cout).unwrap();
+            let op = Gemm::conv(images, g, cout, &xb, &wb, &out).unwrap().bias(&bb, Axis::N).build(&gpu).unwrap();
+            gpu.run_ops(&[op]).unwrap();
+            let got = pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
+            let want = cpu_conv(&x, &w, &bias, images, &g, cout);
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} conv case {i}: diff {diff}", gpu.gemm.name());
+        }
+    }
+}
+
+#[test]
+fn layer_norm_matches_cpu_reference() {
+    let gpu = gpu();
+    for (rows, d, eps, offset) in [(1, 1, 1e-6f32, 0.0f32), (7, 33, 1e-6, 3.0), (50, 512, 1e-5, -2.0), (3, 5, 1e-6, 1000.0)] {
+        // A large common offset checks the two-pass variance (E[x²]-E[x]² would cancel).
+        let x: Vec<f32> = random(rows * d, rows as u64).iter().map(|v| v * 0.01 + offset).collect();
+        let gamma = random(d, 7);
+        let beta = random(d, 8);
+        let (xb, gb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("g", &gamma).unwrap(), gpu.storage_init("b", &beta).unwrap());
+        let y = gpu.storage("y", rows * d).unwrap();
+        gpu.run_ops(&[ops::norm::layer_norm(&gpu, rows, d, eps, &xb, &gb, &bb, &y).unwrap()]).unwrap();
+        let got = pollster::block_on(gpu.read_buffer(&y, rows * d)).unwrap();
+        let mut want = vec![0f32; rows * d];
+        for r in 0..rows {
+            let row: Vec<f64> = x[r * d..(r + 1) * d].iter().map(|&v| v as f64).collect();
+            let mean = row.iter().sum::<f64>() / d as f64;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+            for i in 0..d {
+                want[r * d + i] = ((row[i] - mean) / (var + eps as f64).sqrt() * gamma[i] as f64 + beta[i] as f64) as f32;
+            }
+        }
+        let diff = max_abs_diff(&got, &want);
+        // An fp32 mean of values near `offset` is off by ~ε·|offset|; after dividing by the
+        // row's std (~0.0058 here) that error is what any fp32 LayerNorm shows, torch's too.
+        let std_dev = 0.01 / 3f32.sqrt();
+        let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * offset.abs() / std_dev * (d as f32).sqrt();
+        assert!(diff <= bound, "layer_norm rows={rows} d={d}: diff {diff} > {bound}");
+    }
+}
+
+#[test]
+fn mean_and_softmax_match_cpu_reference() {
+    let gpu = gpu();
+    let (batch, tokens, d) = (3, 49, 10);
+    let x: Vec<f32> = random(batch * tokens * d, 5).iter().map(|v| v * 30.0).collect();
+    let xb = gpu.storage_init("x", &x).unwrap();
+    let pooled = gpu.storage("pooled", batch * d).unwrap();
+    let probs = gpu.storage("probs", batch * d).unwrap();
+    gpu.run_ops(&[
+        ops::reduce::mean_tokens(&gpu, batch, tokens, d, &xb, &pooled).unwrap(),
+        ops::reduce::softmax(&gpu, batch, d, &pooled, &probs).unwrap(),
+    ])
+    .unwrap();
+    let got_mean = pollster::block_on(gpu.read_buffer(&pooled, batch * d)).unwrap();
+    let got_probs = pollster::block_on(gpu.read_buffer(&probs, batch * d)).unwrap();
+    let mut want_mean = vec![0f32; batch * d];
+    for b in 0..batch {
+        for c in 0..d {
+            want_mean[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
+        }
+    }
+    assert!(max_abs_diff(&got_mean, &want_mean) <= tol::NORM * max_abs(&want_mean).max(1.0));
+    let mut want_probs = vec![0f32; batch * d];
+    for b in 0..batch {
+        let row = &want_mean[b * d..(b + 1) * d];
+        let mx = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
+        let sum: f64 = row.iter().map(|&v| (v as f64 - mx).exp()).sum();
+        for c in 0..d {
+            want_probs[b * d + c] = ((row[c] as f64 - mx).exp() / sum) as f32;
+        }
+    }
+    assert!(max_abs_diff(&got_probs, &want_probs) <= tol::NORM);
+}
+
+#[test]
+fn gemm_rejects_out_of_range_operands() {
+    let gpu = gpu();
+    let small = gpu.storage("small", 10).unwrap();
+    let w = gpu.storage("w", 100).unwrap();
+    let out = gpu.storage("out", 100).unwrap();
+    let err = Gemm::linear(4, 10, 10, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
+    assert!(err.is_err(), "A has 10 floats, the GEMM needs 40");
+    let err = Gemm::linear(0, 10, 10, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
+    assert!(err.is_err(), "an empty dimension is an error");
+}
