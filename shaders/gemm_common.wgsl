@@ -2,12 +2,12 @@
 //
 //   C[b][m, n] (+)= epilogue( sum_k A[b][m, k] * B[b][k, n] )
 //
-// A is row-major [M, K] (or, with A_CONV, an implicit im2col view of an NCHW image, so a
+// A is row-major [M, K] (A_TRANS: stored [K, M]; or, with A_CONV, an implicit im2col view of an NCHW image, so a
 // convolution is a GEMM with no im2col pass). B is either row-major [K, N] or, with B_TRANS,
 // a PyTorch Linear weight [N, K] read transposed in place. Token mixing uses A = weight and
 // B = activations [tokens, channels], so no transpose pass is ever needed.
 // Epilogue, in order: + bias (per n with BIAS_N, per m with BIAS_M), GELU (exact erf),
-// * layer scale (SCALE_N / SCALE_M), + the previous C (RESIDUAL).
+// * layer scale (SCALE_N / SCALE_M), + the previous C (RESIDUAL). C_TRANS stores C as [N, M].
 
 struct Params {
     m: u32, n: u32, k: u32, batch: u32,
@@ -44,7 +44,11 @@ fn load_a(bt: u32, m: u32, k: u32) -> f32 {
     }
     return a[p.a_off + ((img * p.cin + ci) * p.ih + u32(iy)) * p.iw + u32(ix)];
 #else
+#if A_TRANS
+    return a[p.a_off + bt * p.a_bs + k * p.a_ld + m];
+#else
     return a[p.a_off + bt * p.a_bs + m * p.a_ld + k];
+#endif
 #endif
 }
 
@@ -86,7 +90,11 @@ fn store_c(bt: u32, m: u32, n: u32, acc: f32) {
 #if SCALE_M
     v *= scale[m];
 #endif
+#if C_TRANS
+    let idx = p.c_off + bt * p.c_bs + n * p.c_ld + m;
+#else
     let idx = p.c_off + bt * p.c_bs + m * p.c_ld + n;
+#endif
 #if RESIDUAL
     v += c[idx];
 #endif

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use tokenmix::ops::{Gemm, Operand};
+use tokenmix::ops::{ActTexture, Gemm, Matrix, Op, Operand};
+use tokenmix::gpu::GemmVariant;
 use tokenmix::{labels, preprocess, Error, Gpu, Model, Result};
 
 #[derive(Parser)]
@@ -279,7 +280,15 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let a: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) / 13.0).collect();
     let w: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
     let abuf = gpu.storage_init("a", &a)?;
-    let wbuf = gpu.storage_init("w", &w)?;
+    // W is [N, K] for the linear layout and [M, K] for token mixing (W · X, X = [K, N]).
+    let wlin = Matrix { buf: gpu.storage_init("w", &w)?, tex: gpu.matrix_texture("w", &w, n, k), rows: n, cols: k };
+    let wtok: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
+    let wtok = Matrix { buf: gpu.storage_init("wt", &wtok)?, tex: gpu.matrix_texture("wt", &wtok, m, k), rows: m, cols: k };
+    let x: Vec<f32> = (0..k * n).map(|i| ((i % 11) as f32 - 5.0) / 11.0).collect();
+    let xbuf = gpu.storage_init("x", &x)?;
+    // Texture mirrors of the activations, as a model plan makes them for the texture kernel.
+    let atex = ActTexture::new(&gpu, "a", m, k);
+    let xtex = ActTexture::new(&gpu, "x", k, n);
     let cbuf = gpu.storage("c", m * n)?;
     let flops = 2.0 * (m * n * k) as f64;
     let mut rows = Vec::new();
@@ -288,14 +297,28 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     }
     for variant in gpu.gemm_variants() {
         for (layout, b_trans) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)] {
-            let op = if b_trans {
-                Gemm::linear(m, n, k, Operand::new(&abuf, k, 0), &wbuf, Operand::new(&cbuf, n, 0)).build_with(&gpu, variant)?
-            } else {
-                Gemm::across_rows(1, m, n, k, &abuf, Operand::new(&wbuf, n, 0), Operand::new(&cbuf, n, 0)).build_with(&gpu, variant)?
+            let mut ops = Vec::new();
+            let tex = |t: &Option<ActTexture>, buf: &wgpu::Buffer, ops: &mut Vec<Op>| -> Result<()> {
+                if let (GemmVariant::Texture, Some(t)) = (variant, t) {
+                    ops.push(Op::copy_to_texture(buf, t)?);
+                }
+                Ok(())
             };
+            let op = if b_trans {
+                tex(&atex, &abuf, &mut ops)?;
+                Gemm::linear(m, Operand::new(&abuf, k, 0), &wlin, Operand::new(&cbuf, n, 0)).a_texture(atex.as_ref()).build_with(&gpu, variant)?
+            } else {
+                tex(&xtex, &xbuf, &mut ops)?;
+                let mut tok = Gemm::across_tokens(1, &wtok, Operand::new(&xbuf, n, 0), n, Operand::new(&cbuf, n, 0)).a_texture(xtex.as_ref());
+                if variant != GemmVariant::Texture {
+                    tok = Gemm::new(1, m, n, k, Operand::new(&wtok.buf, k, 0), Operand::new(&xbuf, n, 0), Operand::new(&cbuf, n, 0));
+                }
+                tok.build_with(&gpu, variant)?
+            };
+            ops.push(op);
             let run = || -> Result<Duration> {
                 let t = Instant::now();
-                gpu.run_ops(std::slice::from_ref(&op))?;
+                gpu.run_ops(&ops)?;
                 Ok(t.elapsed())
             };
             run()?;

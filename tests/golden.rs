@@ -6,7 +6,7 @@ mod common;
 use common::{all_variants, fixtures, max_abs, max_abs_diff, read_tensors, tol};
 use tokenmix::Model;
 
-const FIXTURES: &[&str] = &["mixer_p4_rgb", "mixer_p8_grey_nonsquare", "mixer_p2_small_stem_f16", "mixer_p5_bf16"];
+const FIXTURES: &[&str] = &["mixer_p4_rgb", "mixer_p8_grey_nonsquare", "mixer_p2_small_stem_f16", "mixer_p5_bf16", "mixer_p4_d64"];
 
 #[test]
 fn mixer_logits_match_timm() {

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{all_variants, gpu, max_abs, max_abs_diff, random, tol};
-use tokenmix::ops::{self, Axis, ConvGeometry, Gemm, Operand};
+use tokenmix::gpu::GemmVariant;
+use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
 
 fn gelu(x: f64) -> f64 {
@@ -46,6 +47,8 @@ struct Case {
     scale: Option<Axis>,
     gelu: bool,
     residual: bool,
+    /// B shared by the batch (a weight): the texture kernel then reads it from a texture.
+    shared_b: bool,
 }
 
 fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f32]) -> Vec<f32> {
@@ -56,7 +59,8 @@ fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f
                 let mut acc = 0f64;
                 for kk in 0..c.k {
                     let av = a[bt * c.m * c.k + i * c.k + kk] as f64;
-                    let bv = if c.b_trans { b[bt * c.n * c.k + j * c.k + kk] } else { b[bt * c.k * c.n + kk * c.n + j] } as f64;
+                    let bb = if c.shared_b { 0 } else { bt * c.n * c.k };
+                    let bv = if c.b_trans { b[bb + j * c.k + kk] } else { b[bb + kk * c.n + j] } as f64;
                     acc += av * bv;
                 }
                 match c.bias {
@@ -92,16 +96,29 @@ fn run_case(gpu: &Gpu, c: Case, seed: u64) {
     let scalebuf = gpu.storage_init("scale", &scale).unwrap();
     // C starts as c0, so RESIDUAL adds to known values.
     let cout = gpu.storage_init("c", &c0).unwrap();
-    let b_op = if c.b_trans { Operand::new(&bbuf, c.k, c.n * c.k) } else { Operand::new(&bbuf, c.n, c.k * c.n) };
-    let mut g = Gemm { m: c.m, n: c.n, k: c.k, batch: c.batch, a: Operand::new(&abuf, c.k, c.m * c.k), b: b_op, b_trans: c.b_trans,
-        c: Operand::new(&cout, c.n, c.m * c.n), bias: None, scale: None, gelu: c.gelu, residual: c.residual, conv: None };
+    let bs = if c.shared_b { 0 } else { c.k * c.n };
+    let b_op = if c.b_trans { Operand::new(&bbuf, c.k, bs) } else { Operand::new(&bbuf, c.n, bs) };
+    let mut g = Gemm::new(c.batch, c.m, c.n, c.k, Operand::new(&abuf, c.k, c.m * c.k), b_op, Operand::new(&cout, c.n, c.m * c.n));
+    g.b_trans = c.b_trans;
+    g.gelu = c.gelu;
+    g.residual = c.residual;
+    // A weight texture (and an activation mirror when the row length allows) for the texture kernel.
+    let b_tex = if c.b_trans && c.shared_b { gpu.matrix_texture("b", &b[..c.n * c.k], c.n, c.k) } else { None };
+    g.b_tex = b_tex.as_ref();
+    let a_tex = ActTexture::new(gpu, "a", c.batch * c.m, c.k);
+    let mut oplist = Vec::new();
+    if let (GemmVariant::Texture, Some(t)) = (gpu.gemm, &a_tex) {
+        oplist.push(Op::copy_to_texture(&abuf, t).unwrap());
+        g = g.a_texture(Some(t));
+    }
     if let Some(axis) = c.bias {
         g = g.bias(&biasbuf, axis);
     }
     if let Some(axis) = c.scale {
         g = g.scale(&scalebuf, axis);
     }
-    gpu.run_ops(&[g.build(gpu).unwrap()]).unwrap();
+    oplist.push(g.build(gpu).unwrap());
+    gpu.run_ops(&oplist).unwrap();
     let got = pollster::block_on(gpu.read_buffer(&cout, c.batch * c.m * c.n)).unwrap();
     let want = cpu_gemm(&c, &a, &b, &bias, &scale, &c0);
     let diff = max_abs_diff(&got, &want);
@@ -111,7 +128,10 @@ fn run_case(gpu: &Gpu, c: Case, seed: u64) {
 
 #[test]
 fn gemm_matches_cpu_reference() {
-    let shapes = [(1, 1, 1, 1), (1, 7, 13, 1), (2, 33, 65, 17), (1, 64, 64, 64), (2, 100, 37, 49), (1, 5, 300, 8), (3, 9, 8, 196), (1, 70, 129, 3)];
+    let shapes = [
+        (1, 1, 1, 1), (1, 7, 13, 1), (2, 33, 65, 17), (1, 64, 64, 64), (2, 100, 37, 49), (1, 5, 300, 8), (3, 9, 8, 196),
+        (1, 70, 129, 3), (2, 45, 70, 128),
+    ];
     for gpu in all_variants() {
         let mut seed = 1;
         for &(batch, m, n, k) in &shapes {
@@ -124,10 +144,53 @@ fn gemm_matches_cpu_reference() {
                     (None, Some(Axis::M), true, false),
                 ];
                 for (bias, scale, gelu, residual) in epilogues {
-                    seed += 10;
-                    run_case(&gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual }, seed);
+                    for shared_b in [false, true] {
+                        seed += 10;
+                        run_case(&gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual, shared_b }, seed);
+                    }
                 }
             }
+        }
+    }
+}
+
+/// Token mixing as the models record it: `C[b][t, d] (+)= gelu(W[t, s] · X[b][s, d] + bias[t])`,
+/// which the texture kernel computes transposed (and with X mirrored in a texture when
+/// channels % 64 == 0).
+#[test]
+fn across_tokens_matches_cpu_reference() {
+    for gpu in all_variants() {
+        for (i, &(batch, tout, tin, d)) in [(2, 13, 49, 20), (3, 40, 16, 64), (2, 7, 9, 128)].iter().enumerate() {
+            let seed = 500 + 10 * i as u64;
+            let w = random(tout * tin, seed);
+            let x = random(batch * tin * d, seed + 1);
+            let bias = random(tout, seed + 2);
+            let c0 = random(batch * tout * d, seed + 3);
+            let wm = Matrix { buf: gpu.storage_init("w", &w).unwrap(), tex: if gpu.gemm == GemmVariant::Texture { gpu.matrix_texture("w", &w, tout, tin) } else { None }, rows: tout, cols: tin };
+            let xb = gpu.storage_init("x", &x).unwrap();
+            let bb = gpu.storage_init("bias", &bias).unwrap();
+            let cb = gpu.storage_init("c", &c0).unwrap();
+            let xt = ActTexture::new(&gpu, "x", batch * tin, d);
+            let mut oplist = Vec::new();
+            if let Some(t) = &xt {
+                oplist.push(Op::copy_to_texture(&xb, t).unwrap());
+            }
+            let g = Gemm::across_tokens(batch, &wm, Operand::new(&xb, d, tin * d), d, Operand::new(&cb, d, tout * d)).a_texture(xt.as_ref());
+            let axis = g.token_axis();
+            oplist.push(g.bias(&bb, axis).gelu().residual().build(&gpu).unwrap());
+            gpu.run_ops(&oplist).unwrap();
+            let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
+            let mut want = c0.clone();
+            for b in 0..batch {
+                for t in 0..tout {
+                    for ch in 0..d {
+                        let acc: f64 = (0..tin).map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + ch] as f64).sum::<f64>() + bias[t] as f64;
+                        want[(b * tout + t) * d + ch] += gelu(acc) as f32;
+                    }
+                }
+            }
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} across_tokens case {i}: diff {diff}", gpu.gemm.name());
         }
     }
 }
@@ -180,9 +243,10 @@ fn convolution_matches_cpu_reference() {
             let x = random(images * cin * ih * iw, 100 + i as u64);
             let w = random(cout * cin * k * k, 200 + i as u64);
             let bias = random(cout, 300 + i as u64);
-            let (xb, wb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("w", &w).unwrap(), gpu.storage_init("b", &bias).unwrap());
+            let wm = Matrix::upload(&gpu, "w", &w, cout, cin * k * k).unwrap();
+            let (xb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("b", &bias).unwrap());
             let out = gpu.storage("out", images * oh * ow * cout).unwrap();
-            let op = Gemm::conv(images, g, cout, &xb, &wb, &out).unwrap().bias(&bb, Axis::N).build(&gpu).unwrap();
+            let op = Gemm::conv(images, g, &xb, &wm, &out).unwrap().bias(&bb, Axis::N).build(&gpu).unwrap();
             gpu.run_ops(&[op]).unwrap();
             let got = pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
             let want = cpu_conv(&x, &w, &bias, images, &g, cout);
@@ -260,10 +324,10 @@ fn mean_and_softmax_match_cpu_reference() {
 fn gemm_rejects_out_of_range_operands() {
     let gpu = gpu();
     let small = gpu.storage("small", 10).unwrap();
-    let w = gpu.storage("w", 100).unwrap();
+    let w = Matrix::upload(&gpu, "w", &[0.5; 100], 10, 10).unwrap();
     let out = gpu.storage("out", 100).unwrap();
-    let err = Gemm::linear(4, 10, 10, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
+    let err = Gemm::linear(4, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
     assert!(err.is_err(), "A has 10 floats, the GEMM needs 40");
-    let err = Gemm::linear(0, 10, 10, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
+    let err = Gemm::linear(0, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
     assert!(err.is_err(), "an empty dimension is an error");
 }

@@ -35,6 +35,10 @@ CONFIGS = {
     # Odd sizes everywhere (dim 20, 3x3 grid, 11 classes), BF16 storage.
     "mixer_p5_bf16": (dict(img_size=15, patch_size=5, in_chans=3, embed_dim=20, num_blocks=2,
                            mlp_ratio=(1.5, 2.5), num_classes=11), 2, torch.bfloat16, 1.0, None),
+    # dim, hidden sizes multiples of 64: the texture GEMM also gathers activations from
+    # texture mirrors on this one (xn, both hidden layers), batch 3.
+    "mixer_p4_d64": (dict(img_size=16, patch_size=4, in_chans=3, embed_dim=64, num_blocks=2,
+                          mlp_ratio=(1.0, 4.0), num_classes=6), 3, torch.float32, 1.0, None),
 }
 
 

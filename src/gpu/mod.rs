@@ -19,6 +19,15 @@ pub enum Binding {
     Uniform,
     Read,
     ReadWrite,
+    /// A `texture_2d<f32>` read with textureLoad (unfilterable, e.g. rgba32float).
+    Texture,
+}
+
+/// One bound resource, in binding order.
+#[derive(Clone, Copy)]
+pub enum Resource<'a> {
+    Buffer(&'a wgpu::Buffer),
+    Texture(&'a wgpu::TextureView),
 }
 
 /// A WGSL source specialised by defines, plus the bindings its entry point uses.
@@ -70,6 +79,10 @@ pub enum GemmVariant {
     /// As `Register`, but rows of A are loaded one per lane and shared with subgroupShuffle,
     /// so each (costly) load on a CPU rasteriser feeds every lane. Needs 8-lane subgroups.
     Subgroup,
+    /// As `Subgroup`, with the weight operand read from an rgba32float texture: llvmpipe
+    /// fetches texels with vector gathers, four k values at a time, far cheaper than its
+    /// per-lane storage loads. Token mixing is computed transposed so the weight is always B.
+    Texture,
     /// Classic shared-memory tiling with a register block per invocation. Fast on real GPUs.
     Tiled,
 }
@@ -80,6 +93,7 @@ impl GemmVariant {
             "register" => Some(GemmVariant::Register),
             "tiled" => Some(GemmVariant::Tiled),
             "subgroup" => Some(GemmVariant::Subgroup),
+            "texture" => Some(GemmVariant::Texture),
             _ => None,
         }
     }
@@ -88,6 +102,7 @@ impl GemmVariant {
             GemmVariant::Register => "register",
             GemmVariant::Tiled => "tiled",
             GemmVariant::Subgroup => "subgroup",
+            GemmVariant::Texture => "texture",
         }
     }
 }
@@ -157,6 +172,7 @@ impl Gpu {
         let mut v = vec![GemmVariant::Register, GemmVariant::Tiled];
         if self.device.features().contains(wgpu::Features::SUBGROUP) && self.info.subgroup_max_size == crate::ops::gemm::SUBGROUP_LANES && self.info.subgroup_min_size == crate::ops::gemm::SUBGROUP_LANES {
             v.insert(0, GemmVariant::Subgroup);
+            v.insert(0, GemmVariant::Texture);
         }
         v
     }
@@ -211,6 +227,11 @@ impl Gpu {
                         ty: wgpu::BufferBindingType::Storage { read_only: *b == Binding::Read },
                         has_dynamic_offset: false,
                         min_binding_size: None,
+                    },
+                    Binding::Texture => wgpu::BindingType::Texture {
+                        sample_type: wgpu::TextureSampleType::Float { filterable: false },
+                        view_dimension: wgpu::TextureViewDimension::D2,
+                        multisampled: false,
                     },
                 },
                 count: None,
@@ -270,6 +291,39 @@ impl Gpu {
         }))
     }
 
+    /// Uploads a [rows, cols] f32 matrix as an rgba32float texture of `rows` texel rows, four
+    /// consecutive columns per texel (the last texel zero-padded). None when it exceeds the
+    /// adapter's texture size: callers then read the matrix from its buffer instead.
+    pub fn matrix_texture(&self, label: &str, data: &[f32], rows: usize, cols: usize) -> Option<wgpu::TextureView> {
+        let texels = cols.div_ceil(4);
+        let max = self.limits.max_texture_dimension_2d as usize;
+        if rows == 0 || texels == 0 || rows > max || texels > max || data.len() != rows * cols {
+            return None;
+        }
+        let mut padded = vec![0f32; rows * texels * 4];
+        for r in 0..rows {
+            padded[r * texels * 4..r * texels * 4 + cols].copy_from_slice(&data[r * cols..(r + 1) * cols]);
+        }
+        let size = wgpu::Extent3d { width: texels as u32, height: rows as u32, depth_or_array_layers: 1 };
+        let texture = self.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some(label),
+            size,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba32Float,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        self.queue.write_texture(
+            texture.as_image_copy(),
+            bytemuck::cast_slice(&padded),
+            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels as u32 * 16), rows_per_image: Some(rows as u32) },
+            size,
+        );
+        Some(texture.create_view(&Default::default()))
+    }
+
     pub fn uniform_init(&self, label: &str, words: &[u32]) -> wgpu::Buffer {
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
@@ -290,11 +344,17 @@ impl Gpu {
         Ok(bytes)
     }
 
-    pub fn bind_group(&self, pipeline: &Pipeline, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
+    pub fn bind_group(&self, pipeline: &Pipeline, resources: &[Resource]) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry> = resources
             .iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .map(|(i, r)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: match r {
+                    Resource::Buffer(b) => b.as_entire_binding(),
+                    Resource::Texture(t) => wgpu::BindingResource::TextureView(t),
+                },
+            })
             .collect();
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(&pipeline.name),
@@ -369,7 +429,7 @@ fn default_gemm(info: &wgpu::AdapterInfo, features: wgpu::Features) -> GemmVaria
         && info.subgroup_min_size == crate::ops::gemm::SUBGROUP_LANES
         && info.subgroup_max_size == crate::ops::gemm::SUBGROUP_LANES
     {
-        GemmVariant::Subgroup
+        GemmVariant::Texture
     } else {
         GemmVariant::Register
     }

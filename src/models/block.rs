@@ -10,7 +10,7 @@
 
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::ops::{self, Axis, Gemm, Op, Operand};
+use crate::ops::{self, ActTexture, Axis, Gemm, Matrix, Op, Operand};
 use crate::weights::Weights;
 
 use super::token_mlp::TokenMlp;
@@ -25,6 +25,17 @@ pub struct Stream<'a> {
     pub x: &'a wgpu::Buffer,
     pub xn: &'a wgpu::Buffer,
     pub hidden: &'a wgpu::Buffer,
+    /// Texture mirrors for the texture GEMM (see [`ActTexture`]); None where unused.
+    pub tex: &'a Mirrors,
+}
+
+/// Texture mirrors of the GEMM inputs: `xn` [rows, dim], the token-MLP hidden
+/// [batch * tokens_hidden, dim] and the channel-MLP hidden [rows, channels_hidden].
+#[derive(Default)]
+pub struct Mirrors {
+    pub xn: Option<ActTexture>,
+    pub tokens_hidden: Option<ActTexture>,
+    pub channels_hidden: Option<ActTexture>,
 }
 
 impl Stream<'_> {
@@ -33,10 +44,26 @@ impl Stream<'_> {
     }
 }
 
+/// Copies `buf` into its texture mirror, when there is one, so the next GEMM can gather it.
+pub fn mirror<'t>(buf: &wgpu::Buffer, tex: &'t Option<ActTexture>, ops: &mut Vec<Op>) -> Result<Option<&'t ActTexture>> {
+    if let Some(t) = tex {
+        ops.push(Op::copy_to_texture(buf, t)?);
+    }
+    Ok(tex.as_ref())
+}
+
 /// Uploads a named tensor after checking its shape.
 pub fn upload(gpu: &Gpu, w: &mut Weights, name: &str, shape: &[usize]) -> Result<wgpu::Buffer> {
     let data = w.take(name, shape)?;
     gpu.storage_init(name, &data)
+}
+
+/// Uploads a weight tensor as a matrix [shape[0], product of the rest] (a conv weight
+/// flattens to [out, in * kh * kw]) after checking its shape.
+pub fn upload_matrix(gpu: &Gpu, w: &mut Weights, name: &str, shape: &[usize]) -> Result<Matrix> {
+    let data = w.take(name, shape)?;
+    let rows = shape[0];
+    Matrix::upload(gpu, name, &data, rows, data.len() / rows.max(1))
 }
 
 pub struct LayerNorm {
@@ -62,9 +89,9 @@ impl LayerNorm {
 
 /// timm `Mlp`: fc1 → GELU → fc2, applied to every token's channels.
 pub struct ChannelMlp {
-    pub fc1_w: wgpu::Buffer,
+    pub fc1_w: Matrix,
     pub fc1_b: wgpu::Buffer,
-    pub fc2_w: wgpu::Buffer,
+    pub fc2_w: Matrix,
     pub fc2_b: wgpu::Buffer,
     pub dim: usize,
     pub hidden: usize,
@@ -73,9 +100,9 @@ pub struct ChannelMlp {
 impl ChannelMlp {
     pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, dim: usize, hidden: usize) -> Result<Self> {
         Ok(ChannelMlp {
-            fc1_w: upload(gpu, w, &format!("{prefix}.fc1.weight"), &[hidden, dim])?,
+            fc1_w: upload_matrix(gpu, w, &format!("{prefix}.fc1.weight"), &[hidden, dim])?,
             fc1_b: upload(gpu, w, &format!("{prefix}.fc1.bias"), &[hidden])?,
-            fc2_w: upload(gpu, w, &format!("{prefix}.fc2.weight"), &[dim, hidden])?,
+            fc2_w: upload_matrix(gpu, w, &format!("{prefix}.fc2.weight"), &[dim, hidden])?,
             fc2_b: upload(gpu, w, &format!("{prefix}.fc2.bias"), &[dim])?,
             dim,
             hidden,
@@ -86,11 +113,15 @@ impl ChannelMlp {
     pub fn record(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
         let rows = s.rows();
         let (d, h) = (self.dim, self.hidden);
-        ops.push(Gemm::linear(rows, h, d, Operand::new(s.xn, d, 0), &self.fc1_w, Operand::new(s.hidden, h, 0))
+        let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
+        ops.push(Gemm::linear(rows, Operand::new(s.xn, d, 0), &self.fc1_w, Operand::new(s.hidden, h, 0))
+            .a_texture(xn_tex)
             .bias(&self.fc1_b, Axis::N)
             .gelu()
             .build(gpu)?);
-        ops.push(Gemm::linear(rows, d, h, Operand::new(s.hidden, h, 0), &self.fc2_w, Operand::new(s.x, d, 0))
+        let hidden_tex = mirror(s.hidden, &s.tex.channels_hidden, ops)?;
+        ops.push(Gemm::linear(rows, Operand::new(s.hidden, h, 0), &self.fc2_w, Operand::new(s.x, d, 0))
+            .a_texture(hidden_tex)
             .bias(&self.fc2_b, Axis::N)
             .residual()
             .build(gpu)?);

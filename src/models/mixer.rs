@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::ops::{self, Axis, ConvGeometry, Gemm, Op, Operand};
+use crate::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use crate::weights::Weights;
 
-use super::block::{upload, Block, ChannelMlp, LayerNorm, Stream, TokenMixer};
+use super::block::{upload, upload_matrix, Block, ChannelMlp, LayerNorm, Mirrors, Stream, TokenMixer};
 use super::token_mlp::TokenMlp;
 use super::Buffers;
 
@@ -137,11 +137,11 @@ impl MixerConfig {
 
 pub struct Mixer {
     pub cfg: MixerConfig,
-    stem_w: wgpu::Buffer,
+    stem_w: Matrix,
     stem_b: wgpu::Buffer,
     pub blocks: Vec<Block>,
     norm: LayerNorm,
-    head_w: wgpu::Buffer,
+    head_w: Matrix,
     head_b: wgpu::Buffer,
 }
 
@@ -149,7 +149,7 @@ impl Mixer {
     pub fn load(gpu: &Gpu, w: &mut Weights, cfg: MixerConfig) -> Result<Self> {
         let MixerConfig { patch, in_chans, dim, num_classes, .. } = cfg;
         let tokens = cfg.tokens();
-        let stem_w = upload(gpu, w, "stem.proj.weight", &[dim, in_chans, patch, patch])?;
+        let stem_w = upload_matrix(gpu, w, "stem.proj.weight", &[dim, in_chans, patch, patch])?;
         let stem_b = upload(gpu, w, "stem.proj.bias", &[dim])?;
         let blocks = (0..cfg.depth)
             .map(|i| {
@@ -163,7 +163,7 @@ impl Mixer {
             })
             .collect::<Result<Vec<_>>>()?;
         let norm = LayerNorm::load(gpu, w, "norm", dim, LN_EPS)?;
-        let head_w = upload(gpu, w, "head.weight", &[num_classes, dim])?;
+        let head_w = upload_matrix(gpu, w, "head.weight", &[num_classes, dim])?;
         let head_b = upload(gpu, w, "head.bias", &[num_classes])?;
         Ok(Mixer { cfg, stem_w, stem_b, blocks, norm, head_w, head_b })
     }
@@ -175,21 +175,34 @@ impl Mixer {
         (batch * t * d, batch * hidden, batch * d)
     }
 
+    /// Texture mirrors of the GEMM inputs, for adapters whose GEMM gathers from textures.
+    pub fn mirrors(&self, gpu: &Gpu, batch: usize) -> Mirrors {
+        if gpu.gemm != crate::gpu::GemmVariant::Texture {
+            return Mirrors::default();
+        }
+        let (t, d) = (self.cfg.tokens(), self.cfg.dim);
+        Mirrors {
+            xn: ActTexture::new(gpu, "xn", batch * t, d),
+            tokens_hidden: ActTexture::new(gpu, "tokens_hidden", batch * self.cfg.tokens_hidden, d),
+            channels_hidden: ActTexture::new(gpu, "channels_hidden", batch * t, self.cfg.channels_hidden),
+        }
+    }
+
     pub fn record(&self, gpu: &Gpu, batch: usize, buf: &Buffers, ops: &mut Vec<Op>) -> Result<()> {
         let c = &self.cfg;
         let (t, d) = (c.tokens(), c.dim);
         // Patch embedding: a stride-`patch` convolution as an implicit-im2col GEMM, written
         // straight into token-major [batch * tokens, dim] order.
         let g = ConvGeometry { cin: c.in_chans, ih: c.img_size[0], iw: c.img_size[1], kh: c.patch, kw: c.patch, stride: c.patch, pad: 0 };
-        ops.push(Gemm::conv(batch, g, d, &buf.input, &self.stem_w, &buf.x)?.bias(&self.stem_b, Axis::N).build(gpu)?);
+        ops.push(Gemm::conv(batch, g, &buf.input, &self.stem_w, &buf.x)?.bias(&self.stem_b, Axis::N).build(gpu)?);
 
-        let stream = Stream { batch, tokens: t, dim: d, x: &buf.x, xn: &buf.xn, hidden: &buf.hidden };
+        let stream = Stream { batch, tokens: t, dim: d, x: &buf.x, xn: &buf.xn, hidden: &buf.hidden, tex: &buf.mirrors };
         for block in &self.blocks {
             block.record(gpu, &stream, ops)?;
         }
         ops.push(self.norm.record(gpu, batch * t, &buf.x, &buf.xn)?);
         ops.push(ops::reduce::mean_tokens(gpu, batch, t, d, &buf.xn, &buf.pooled)?);
-        ops.push(Gemm::linear(batch, c.num_classes, d, Operand::new(&buf.pooled, d, 0), &self.head_w, Operand::new(&buf.logits, c.num_classes, 0))
+        ops.push(Gemm::linear(batch, Operand::new(&buf.pooled, d, 0), &self.head_w, Operand::new(&buf.logits, c.num_classes, 0))
             .bias(&self.head_b, Axis::N)
             .build(gpu)?);
         Ok(())

@@ -92,6 +92,7 @@ pub struct Buffers {
     pub pooled: wgpu::Buffer,
     pub logits: wgpu::Buffer,
     pub probs: wgpu::Buffer,
+    pub mirrors: block::Mirrors,
 }
 
 struct Plan {
@@ -192,6 +193,9 @@ impl Model {
             pooled: gpu.storage("pooled", pooled)?,
             logits: gpu.storage("logits", batch * classes)?,
             probs: gpu.storage("probs", batch * classes)?,
+            mirrors: match &self.net {
+                Net::Mixer(m) => m.mirrors(gpu, batch),
+            },
         };
         let mut ops = Vec::new();
         match &self.net {

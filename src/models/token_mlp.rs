@@ -4,15 +4,15 @@
 
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::ops::{Axis, Gemm, Op, Operand};
+use crate::ops::{Gemm, Matrix, Op, Operand};
 use crate::weights::Weights;
 
-use super::block::{upload, Stream};
+use super::block::{mirror, upload, upload_matrix, Stream};
 
 pub struct TokenMlp {
-    pub fc1_w: wgpu::Buffer, // [hidden, tokens]
+    pub fc1_w: Matrix, // [hidden, tokens]
     pub fc1_b: wgpu::Buffer, // [hidden]
-    pub fc2_w: wgpu::Buffer, // [tokens, hidden]
+    pub fc2_w: Matrix, // [tokens, hidden]
     pub fc2_b: wgpu::Buffer, // [tokens]
     pub tokens: usize,
     pub hidden: usize,
@@ -21,9 +21,9 @@ pub struct TokenMlp {
 impl TokenMlp {
     pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, tokens: usize, hidden: usize) -> Result<Self> {
         Ok(TokenMlp {
-            fc1_w: upload(gpu, w, &format!("{prefix}.fc1.weight"), &[hidden, tokens])?,
+            fc1_w: upload_matrix(gpu, w, &format!("{prefix}.fc1.weight"), &[hidden, tokens])?,
             fc1_b: upload(gpu, w, &format!("{prefix}.fc1.bias"), &[hidden])?,
-            fc2_w: upload(gpu, w, &format!("{prefix}.fc2.weight"), &[tokens, hidden])?,
+            fc2_w: upload_matrix(gpu, w, &format!("{prefix}.fc2.weight"), &[tokens, hidden])?,
             fc2_b: upload(gpu, w, &format!("{prefix}.fc2.bias"), &[tokens])?,
             tokens,
             hidden,
@@ -33,14 +33,14 @@ impl TokenMlp {
     /// `x += (W2 · gelu(W1 · xn + b1) + b2)` per image, biases along the token axis.
     pub fn record(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
         let (t, h, d) = (self.tokens, self.hidden, s.dim);
-        ops.push(Gemm::across_rows(s.batch, h, d, t, &self.fc1_w, Operand::new(s.xn, d, t * d), Operand::new(s.hidden, d, h * d))
-            .bias(&self.fc1_b, Axis::M)
-            .gelu()
-            .build(gpu)?);
-        ops.push(Gemm::across_rows(s.batch, t, d, h, &self.fc2_w, Operand::new(s.hidden, d, h * d), Operand::new(s.x, d, t * d))
-            .bias(&self.fc2_b, Axis::M)
-            .residual()
-            .build(gpu)?);
+        let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
+        let fc1 = Gemm::across_tokens(s.batch, &self.fc1_w, Operand::new(s.xn, d, t * d), d, Operand::new(s.hidden, d, h * d)).a_texture(xn_tex);
+        let axis = fc1.token_axis();
+        ops.push(fc1.bias(&self.fc1_b, axis).gelu().build(gpu)?);
+        let hidden_tex = mirror(s.hidden, &s.tex.tokens_hidden, ops)?;
+        let fc2 = Gemm::across_tokens(s.batch, &self.fc2_w, Operand::new(s.hidden, d, h * d), d, Operand::new(s.x, d, t * d)).a_texture(hidden_tex);
+        let axis = fc2.token_axis();
+        ops.push(fc2.bias(&self.fc2_b, axis).residual().build(gpu)?);
         Ok(())
     }
 }

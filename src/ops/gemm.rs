@@ -4,12 +4,18 @@
 //! [`GemmVariant`]): `gemm_register.wgsl` for CPU rasterisers, `gemm_tiled.wgsl` for GPUs.
 
 use crate::error::{Error, Result};
-use crate::gpu::{Binding, Gpu, GemmVariant, Kernel};
+use crate::gpu::{Binding, Gpu, GemmVariant, Kernel, Resource};
 
-use super::{check_extent, groups, Op};
+use super::{check_extent, groups, ActTexture, Op};
 
 const REGISTER: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_register.wgsl"));
 const SUBGROUP: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_subgroup.wgsl"));
+const TEXTURE: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_texture.wgsl"));
+const TEXTURE_BINDINGS: &[Binding] =
+    &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Texture];
+const TEXTURE_A_BINDINGS: &[Binding] = &[
+    Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Texture, Binding::Texture,
+];
 const TILED: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_tiled.wgsl"));
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 
@@ -35,6 +41,23 @@ impl<'a> Operand<'a> {
     /// A dense row-major matrix with `ld` columns, batch stride `bs` (0 = shared weights).
     pub fn new(buf: &'a wgpu::Buffer, ld: usize, bs: usize) -> Self {
         Operand { buf, off: 0, ld: ld as u32, bs: bs as u32 }
+    }
+}
+
+/// A weight matrix [rows, cols] (PyTorch's [out, in]) on the GPU: always a storage buffer, and
+/// also an rgba32float texture when the adapter's GEMM variant reads weights from textures.
+pub struct Matrix {
+    pub buf: wgpu::Buffer,
+    pub tex: Option<wgpu::TextureView>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Matrix {
+    pub fn upload(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize) -> Result<Matrix> {
+        let buf = gpu.storage_init(label, data)?;
+        let tex = if gpu.gemm == GemmVariant::Texture { gpu.matrix_texture(label, data, rows, cols) } else { None };
+        Ok(Matrix { buf, tex, rows, cols })
     }
 }
 
@@ -71,7 +94,15 @@ pub struct Gemm<'a> {
     pub a: Operand<'a>,
     pub b: Operand<'a>,
     pub b_trans: bool,
+    /// The weight B as a texture (only with `b_trans`); used by the texture kernel.
+    pub b_tex: Option<&'a wgpu::TextureView>,
+    /// A stored as [K, M] (token mixing computed transposed).
+    pub a_trans: bool,
+    /// A mirrored in a texture (texture kernel only): rows stacked over the batch.
+    pub a_tex: Option<&'a ActTexture>,
     pub c: Operand<'a>,
+    /// C stored as [N, M].
+    pub c_trans: bool,
     pub bias: Option<(&'a wgpu::Buffer, Axis)>,
     pub scale: Option<(&'a wgpu::Buffer, Axis)>,
     pub gelu: bool,
@@ -80,25 +111,61 @@ pub struct Gemm<'a> {
 }
 
 impl<'a> Gemm<'a> {
-    /// `C[m, n] = A[m, k] · W[n, k]^T`: a Linear layer on row-major activations.
-    pub fn linear(m: usize, n: usize, k: usize, a: Operand<'a>, w: &'a wgpu::Buffer, c: Operand<'a>) -> Self {
-        Gemm { m, n, k, batch: 1, a, b: Operand::new(w, k, 0), b_trans: true, c, bias: None, scale: None, gelu: false, residual: false, conv: None }
+    /// The plain form: `C[b][m, n] = A[b][m, k] · B[b][k, n]`, B row-major [K, N].
+    pub fn new(batch: usize, m: usize, n: usize, k: usize, a: Operand<'a>, b: Operand<'a>, c: Operand<'a>) -> Self {
+        Gemm {
+            m, n, k, batch, a, b, b_trans: false, b_tex: None, a_trans: false, a_tex: None, c, c_trans: false,
+            bias: None, scale: None, gelu: false, residual: false, conv: None,
+        }
     }
-    /// `C[b][m, n] = W[m, k] · X[b][k, n]`: a Linear layer applied across the rows of X
-    /// (tokens), reading X in its natural [tokens, channels] layout.
-    pub fn across_rows(batch: usize, m: usize, n: usize, k: usize, w: &'a wgpu::Buffer, x: Operand<'a>, c: Operand<'a>) -> Self {
-        Gemm { m, n, k, batch, a: Operand::new(w, k, 0), b: x, b_trans: false, c, bias: None, scale: None, gelu: false, residual: false, conv: None }
+
+    /// `C[m, n] = A[m, k] · W[n, k]^T`: a Linear layer on row-major activations.
+    pub fn linear(m: usize, a: Operand<'a>, w: &'a Matrix, c: Operand<'a>) -> Self {
+        let mut g = Gemm::new(1, m, w.rows, w.cols, a, Operand::new(&w.buf, w.cols, 0), c);
+        g.b_trans = true;
+        g.b_tex = w.tex.as_ref();
+        g
+    }
+
+    /// `C[b][t, d] = W[t, s] · X[b][s, d]`: a Linear layer applied across the rows (tokens) of
+    /// each image's [tokens, channels] matrix X, reading X in its own layout. With a weight
+    /// texture it is computed as `C^T = X^T · W^T`, so the weight is the texture operand.
+    /// Per-output-token vectors (bias, scale) then run along N instead of M: use [`Self::token_axis`].
+    pub fn across_tokens(batch: usize, w: &'a Matrix, x: Operand<'a>, channels: usize, c: Operand<'a>) -> Self {
+        match &w.tex {
+            Some(tex) => {
+                let mut g = Gemm::new(batch, channels, w.rows, w.cols, x, Operand::new(&w.buf, w.cols, 0), c);
+                g.a_trans = true;
+                g.c_trans = true;
+                g.b_trans = true;
+                g.b_tex = Some(tex);
+                g
+            }
+            None => Gemm::new(batch, w.rows, channels, w.cols, Operand::new(&w.buf, w.cols, 0), x, c),
+        }
+    }
+
+    /// The axis that indexes output tokens in an [`Self::across_tokens`] GEMM.
+    pub fn token_axis(&self) -> Axis {
+        if self.c_trans { Axis::N } else { Axis::M }
     }
     /// A convolution over `images` NCHW images as an implicit-im2col GEMM: C[(img, oy, ox), co]
     /// = sum over (ci, ky, kx) of input · W[co, ci, ky, kx]. Output is channels-last.
-    pub fn conv(images: usize, g: ConvGeometry, cout: usize, input: &'a wgpu::Buffer, w: &'a wgpu::Buffer, c: &'a wgpu::Buffer) -> Result<Self> {
+    /// The weight is [cout, cin * kh * kw], PyTorch's conv weight flattened.
+    pub fn conv(images: usize, g: ConvGeometry, input: &'a wgpu::Buffer, w: &'a Matrix, c: &'a wgpu::Buffer) -> Result<Self> {
         let (oh, ow) = g.out_hw()?;
-        let k = g.cin * g.kh * g.kw;
-        Ok(Gemm {
-            m: images * oh * ow, n: cout, k, batch: 1,
-            a: Operand::new(input, k, 0), b: Operand::new(w, k, 0), b_trans: true, c: Operand::new(c, cout, 0),
-            bias: None, scale: None, gelu: false, residual: false, conv: Some(g),
-        })
+        if w.cols != g.cin * g.kh * g.kw {
+            return Err(Error::Input(format!("conv weight has {} columns, the geometry needs {}", w.cols, g.cin * g.kh * g.kw)));
+        }
+        let mut gemm = Gemm::linear(images * oh * ow, Operand::new(input, w.cols, 0), w, Operand::new(c, w.rows, 0));
+        gemm.conv = Some(g);
+        Ok(gemm)
+    }
+    /// Lets the texture kernel gather A from `t`, which must mirror A's buffer (copied there
+    /// by [`Op::copy_to_texture`] earlier in the same forward pass).
+    pub fn a_texture(mut self, t: Option<&'a ActTexture>) -> Self {
+        self.a_tex = t;
+        self
     }
     pub fn bias(mut self, buf: &'a wgpu::Buffer, axis: Axis) -> Self {
         self.bias = Some((buf, axis));
@@ -122,12 +189,23 @@ impl<'a> Gemm<'a> {
         let (name, source) = match variant {
             GemmVariant::Register => ("gemm_register", REGISTER),
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
+            GemmVariant::Texture => ("gemm_texture", TEXTURE),
             GemmVariant::Tiled => ("gemm_tiled", TILED),
         };
         // Trusted: `check` validates every extent, and the kernels clamp or guard all indices.
-        let mut kernel = Kernel::new(name, source, BINDINGS)
+        let a_tex = variant == GemmVariant::Texture && self.a_tex_usable();
+        let bindings = match (variant, a_tex) {
+            (GemmVariant::Texture, true) => TEXTURE_A_BINDINGS,
+            (GemmVariant::Texture, false) => TEXTURE_BINDINGS,
+            _ => BINDINGS,
+        };
+        let mut kernel = Kernel::new(name, source, bindings)
             .trusted()
             .flag("B_TRANS", self.b_trans)
+            .flag("A_TRANS", self.a_trans)
+            .flag("C_TRANS", self.c_trans)
+            .flag("A_TEX", a_tex)
+            .flag("A_TRANS_TEX", a_tex && self.a_trans)
             .flag("A_CONV", self.conv.is_some())
             .flag("BIAS_N", matches!(self.bias, Some((_, Axis::N))))
             .flag("BIAS_M", matches!(self.bias, Some((_, Axis::M))))
@@ -139,11 +217,23 @@ impl<'a> Gemm<'a> {
             let (rows, cols) = register_tile();
             kernel = kernel.define("ROWS", rows).define("COLS", cols);
         }
-        if variant == GemmVariant::Subgroup {
+        if matches!(variant, GemmVariant::Subgroup | GemmVariant::Texture) {
             let (rows, cols) = subgroup_tile();
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", SUBGROUP_LANES);
         }
         kernel
+    }
+
+    /// The A texture covers exactly A: dense, unit-offset rows stacked over the batch.
+    fn a_tex_usable(&self) -> bool {
+        let Some(t) = self.a_tex else { return false };
+        let (rows, cols) = if self.a_trans { (self.k, self.m) } else { (self.m, self.k) };
+        self.conv.is_none()
+            && self.a.off == 0
+            && self.a.ld as usize == cols
+            && t.cols == cols
+            && (self.batch == 1 || self.a.bs as usize == rows * cols)
+            && t.rows >= rows * self.batch
     }
 
     fn check(&self) -> Result<()> {
@@ -152,17 +242,19 @@ impl<'a> Gemm<'a> {
             return Err(Error::Input(format!("GEMM with an empty dimension: m={m} n={n} k={k} batch={batch}")));
         }
         let last = |o: &Operand, rows: u64, cols: u64| o.off as u64 + (batch - 1) * o.bs as u64 + (rows - 1) * o.ld as u64 + cols;
+        let (a_rows, a_cols) = if self.a_trans { (k, m) } else { (m, k) };
+        let (c_rows, c_cols) = if self.c_trans { (n, m) } else { (m, n) };
         match &self.conv {
             Some(g) => {
                 let (oh, ow) = g.out_hw()?;
                 let images = m / (oh * ow) as u64;
                 check_extent("gemm A (conv input)", self.a.buf, 0, images * (g.cin * g.ih * g.iw) as u64)?
             }
-            None => check_extent("gemm A", self.a.buf, 0, last(&self.a, m, k))?,
+            None => check_extent("gemm A", self.a.buf, 0, last(&self.a, a_rows, a_cols))?,
         }
         let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
         check_extent("gemm B", self.b.buf, 0, b_end)?;
-        check_extent("gemm C", self.c.buf, 0, last(&self.c, m, n))?;
+        check_extent("gemm C", self.c.buf, 0, last(&self.c, c_rows, c_cols))?;
         for (what, v) in [("bias", self.bias), ("scale", self.scale)] {
             if let Some((buf, axis)) = v {
                 check_extent(what, buf, 0, if axis == Axis::N { n } else { m })?;
@@ -179,6 +271,13 @@ impl<'a> Gemm<'a> {
     }
 
     pub fn build_with(self, gpu: &Gpu, variant: GemmVariant) -> Result<Op> {
+        // The texture kernel needs the weight as a texture; any other operand pair falls back
+        // to the buffer-only kernel of the same family.
+        let variant = match (variant, self.b_tex) {
+            (GemmVariant::Texture, Some(_)) if self.b_trans && self.b.bs == 0 => GemmVariant::Texture,
+            (GemmVariant::Texture, _) => GemmVariant::Subgroup,
+            (v, _) => v,
+        };
         // For a convolution the images are folded into M (the output is [images * oh * ow, cout]).
         let mut conv_words = [0u32; 12];
         if let Some(g) = self.conv {
@@ -198,6 +297,10 @@ impl<'a> Gemm<'a> {
         let bias = self.bias.map_or(self.a.buf, |(b, _)| b);
         let scale = self.scale.map_or(self.a.buf, |(s, _)| s);
         let workgroups = match variant {
+            GemmVariant::Texture => {
+                let (rows, cols) = subgroup_tile();
+                [groups(self.n as u32, SUBGROUP_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
+            }
             GemmVariant::Register => {
                 let (rows, cols) = register_tile();
                 [groups(self.n as u32, 8 * cols), groups(self.m as u32, rows), self.batch as u32]
@@ -208,7 +311,14 @@ impl<'a> Gemm<'a> {
             }
             GemmVariant::Tiled => [groups(self.n as u32, 64), groups(self.m as u32, 64), self.batch as u32],
         };
-        Op::new(gpu, pipeline, &params, &[self.a.buf, self.b.buf, bias, scale, self.c.buf], workgroups)
+        let mut resources = vec![self.a.buf, self.b.buf, bias, scale, self.c.buf].into_iter().map(Resource::Buffer).collect::<Vec<_>>();
+        if let (GemmVariant::Texture, Some(tex)) = (variant, self.b_tex) {
+            resources.push(Resource::Texture(tex));
+            if let (true, Some(at)) = (self.a_tex_usable(), self.a_tex) {
+                resources.push(Resource::Texture(&at.view));
+            }
+        }
+        Op::with_resources(gpu, pipeline, &params, &resources, workgroups)
     }
 }
 

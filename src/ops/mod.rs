@@ -10,20 +10,29 @@ pub mod reduce;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, Pipeline};
+use crate::gpu::{Gpu, Pipeline, Resource};
 
-pub use gemm::{Axis, ConvGeometry, Gemm, Operand};
+pub use gemm::{Axis, ConvGeometry, Gemm, Matrix, Operand};
 
-/// A recorded dispatch. Owns its uniform buffer so that the parameters live as long as the op.
+/// One recorded step of a forward pass: a dispatch, or a copy of an activation buffer into
+/// the texture a later GEMM reads it from. Owns its uniform buffer so the parameters live as
+/// long as the op.
 pub struct Op {
-    pub pipeline: Arc<Pipeline>,
-    pub bind_group: wgpu::BindGroup,
-    pub workgroups: [u32; 3],
-    _params: wgpu::Buffer,
+    work: Work,
+}
+
+enum Work {
+    Dispatch { pipeline: Arc<Pipeline>, bind_group: wgpu::BindGroup, workgroups: [u32; 3], _params: wgpu::Buffer },
+    Copy { buffer: wgpu::Buffer, texture: wgpu::Texture, texels: u32, rows: u32 },
 }
 
 impl Op {
     pub fn new(gpu: &Gpu, pipeline: Arc<Pipeline>, params: &[u32], buffers: &[&wgpu::Buffer], workgroups: [u32; 3]) -> Result<Op> {
+        let resources: Vec<Resource> = buffers.iter().map(|b| Resource::Buffer(b)).collect();
+        Self::with_resources(gpu, pipeline, params, &resources, workgroups)
+    }
+
+    pub fn with_resources(gpu: &Gpu, pipeline: Arc<Pipeline>, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Op> {
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         if workgroups.iter().any(|&w| w > max) {
             return Err(Error::Gpu(format!(
@@ -32,28 +41,86 @@ impl Op {
             )));
         }
         let uniform = gpu.uniform_init(&pipeline.name, params);
-        let mut all: Vec<&wgpu::Buffer> = vec![&uniform];
-        all.extend_from_slice(buffers);
+        let mut all = vec![Resource::Buffer(&uniform)];
+        all.extend_from_slice(resources);
         let bind_group = gpu.bind_group(&pipeline, &all);
-        Ok(Op { pipeline, bind_group, workgroups, _params: uniform })
+        Ok(Op { work: Work::Dispatch { pipeline, bind_group, workgroups, _params: uniform } })
     }
 
-    pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
-        pass.set_pipeline(&self.pipeline.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        let [x, y, z] = self.workgroups;
-        if x > 0 && y > 0 && z > 0 {
-            pass.dispatch_workgroups(x, y, z);
+    /// Copies the first `t.rows x t.cols` floats of `buffer` (row-major) into `t`.
+    pub fn copy_to_texture(buffer: &wgpu::Buffer, t: &ActTexture) -> Result<Op> {
+        check_extent("copy to texture", buffer, 0, (t.rows * t.cols) as u64)?;
+        Ok(Op { work: Work::Copy { buffer: buffer.clone(), texture: t.texture.clone(), texels: (t.cols / 4) as u32, rows: t.rows as u32 } })
+    }
+
+    /// The kernel this op runs (None for a copy).
+    pub fn kernel_name(&self) -> Option<&str> {
+        match &self.work {
+            Work::Dispatch { pipeline, .. } => Some(&pipeline.name),
+            Work::Copy { .. } => None,
         }
     }
 }
 
-/// Records ops into one compute pass. wgpu inserts the barriers between dispatches that
-/// write and then read the same buffer.
+/// An activation matrix [rows, cols] mirrored in an rgba32float texture (4 columns per texel),
+/// so the texture GEMM can gather it. Only made when a row is a whole number of 256-byte copy
+/// rows (cols % 64 == 0) and the texture fits the adapter's limits.
+pub struct ActTexture {
+    pub texture: wgpu::Texture,
+    pub view: wgpu::TextureView,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl ActTexture {
+    pub fn new(gpu: &Gpu, label: &str, rows: usize, cols: usize) -> Option<ActTexture> {
+        let max = gpu.limits.max_texture_dimension_2d as usize;
+        if rows == 0 || cols == 0 || cols % 64 != 0 || rows > max || cols / 4 > max {
+            return None;
+        }
+        let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some(label),
+            size: wgpu::Extent3d { width: (cols / 4) as u32, height: rows as u32, depth_or_array_layers: 1 },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba32Float,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        let view = texture.create_view(&Default::default());
+        Some(ActTexture { texture, view, rows, cols })
+    }
+}
+
+/// Records ops into one command encoder: dispatches share compute passes (wgpu inserts the
+/// barriers between dispatches that write and then read the same buffer); a copy closes the
+/// pass, copies, and the next dispatch opens a new one.
 pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
-    for op in ops {
-        op.encode(&mut pass);
+    let mut i = 0;
+    while i < ops.len() {
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
+            while let Some(Work::Dispatch { pipeline, bind_group, workgroups: [x, y, z], .. }) = ops.get(i).map(|o| &o.work) {
+                pass.set_pipeline(&pipeline.pipeline);
+                pass.set_bind_group(0, bind_group, &[]);
+                if *x > 0 && *y > 0 && *z > 0 {
+                    pass.dispatch_workgroups(*x, *y, *z);
+                }
+                i += 1;
+            }
+        }
+        while let Some(Work::Copy { buffer, texture, texels, rows }) = ops.get(i).map(|o| &o.work) {
+            encoder.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer,
+                    layout: wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels * 16), rows_per_image: Some(*rows) },
+                },
+                texture.as_image_copy(),
+                wgpu::Extent3d { width: *texels, height: *rows, depth_or_array_layers: 1 },
+            );
+            i += 1;
+        }
     }
 }
 
