@@ -18,7 +18,7 @@ build: setup
 # Until the browser page lands, the demo classifies the bundled Fashion-MNIST samples natively
 # with the embedded default model.
 demo: build
-	$(BIN) info --weights weights/mixer_fmnist.safetensors
+	$(BIN) info
 	$(BIN) classify --top-k 3 www/samples/fmnist-*.png
 
 # --nocapture so the log shows the adapter each test ran on and the golden error margins.
@@ -27,7 +27,7 @@ test: setup
 
 bench: build
 	$(BIN) bench --gemm 1568x512x2048 --iters 5
-	$(BIN) bench --weights weights/mixer_fmnist.safetensors --batch 1,8,64
+	$(BIN) bench --batch 1,8,64
 
 clean:
 	$(CARGO) clean

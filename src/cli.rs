@@ -31,6 +31,7 @@ enum Command {
     },
     /// Classify PNG/JPEG images with timm's eval preprocessing
     Classify {
+        /// Model file; the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         #[arg(required = true)]
@@ -43,14 +44,16 @@ enum Command {
     },
     /// Inferred architecture, timm preset, parameters and GMACs
     Info {
+        /// Model file; the embedded default model when omitted
         #[arg(long)]
-        weights: PathBuf,
+        weights: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
     /// Forward latency, throughput and GFLOP/s; or a GEMM micro-benchmark with --gemm MxKxN
     Bench {
-        #[arg(long, required_unless_present = "gemm")]
+        /// Model file; the embedded default model when omitted
+        #[arg(long)]
         weights: Option<PathBuf>,
         /// Comma-separated batch sizes
         #[arg(long, default_value = "1,8", value_delimiter = ',')]
@@ -86,10 +89,10 @@ fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Logits { weights, input, out } => logits(&weights, &input, &out),
         Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &images, top_k, json),
-        Command::Info { weights, json } => info(&weights, json),
+        Command::Info { weights, json } => info(weights.as_deref(), json),
         Command::Bench { weights, batch, iters, gemm, json } => match gemm {
             Some(shape) => bench_gemm(&shape, iters, json),
-            None => bench_model(weights.as_deref().ok_or_else(|| Error::Input("--weights is required".into()))?, &batch, iters, json),
+            None => bench_model(weights.as_deref(), &batch, iters, json),
         },
     }
 }
@@ -108,6 +111,18 @@ fn load(gpu: Arc<Gpu>, path: &Path, img_size: Option<[usize; 2]>) -> Result<Mode
         Error::Io { .. } => e,
         other => Error::Input(format!("{}: {other}", path.display())),
     })
+}
+
+/// The given model file, or the embedded default model.
+fn load_or_default(gpu: Arc<Gpu>, path: Option<&Path>) -> Result<Model> {
+    match path {
+        Some(p) => load(gpu, p, None),
+        None => Model::load(gpu, tokenmix::DEFAULT_MODEL, None),
+    }
+}
+
+fn model_name(path: Option<&Path>) -> String {
+    path.map_or_else(|| tokenmix::DEFAULT_MODEL_NAME.to_string(), |p| p.display().to_string())
 }
 
 fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
@@ -141,8 +156,7 @@ fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
 }
 
 fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool) -> Result<()> {
-    let weights = weights.ok_or_else(|| Error::Input("no --weights given, and this build embeds no default model yet".into()))?;
-    let model = load(gpu()?, weights, None)?;
+    let model = load_or_default(gpu()?, weights)?;
     let pp = &model.info.preprocess;
     let mut inputs = Vec::with_capacity(images.len() * model.input_len());
     for path in images {
@@ -173,10 +187,10 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
     Ok(())
 }
 
-fn info(weights: &Path, json: bool) -> Result<()> {
+fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     let gpu = gpu()?;
     let adapter = gpu.describe();
-    let model = load(gpu, weights, None)?;
+    let model = load_or_default(gpu, weights)?;
     let i = &model.info;
     if json {
         let mut v = serde_json::to_value(i).map_err(|e| Error::Input(e.to_string()))?;
@@ -184,6 +198,7 @@ fn info(weights: &Path, json: bool) -> Result<()> {
         println!("{v}");
         return Ok(());
     }
+    println!("model:       {}", model_name(weights));
     println!("family:      {}", i.family);
     println!("preset:      {}", i.preset.unwrap_or("(none: no timm preset has these shapes)"));
     match &i.arch {
@@ -215,10 +230,10 @@ fn progress(len: usize, what: &str) -> ProgressBar {
     bar
 }
 
-fn bench_model(weights: &Path, batches: &[usize], iters: usize, json: bool) -> Result<()> {
+fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bool) -> Result<()> {
     let start = Instant::now();
     let gpu = gpu()?;
-    let model = load(gpu.clone(), weights, None)?;
+    let model = load_or_default(gpu.clone(), weights)?;
     let per = model.input_len();
     let first_input: Vec<f32> = (0..per).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     model.forward_blocking(&first_input)?;
@@ -227,7 +242,7 @@ fn bench_model(weights: &Path, batches: &[usize], iters: usize, json: bool) -> R
     let mut rows = Vec::new();
     if !json {
         println!("adapter: {}   gemm: {}", gpu.describe(), gpu.gemm.name());
-        println!("model:   {} ({})", model.info.preset.unwrap_or(model.info.family), weights.display());
+        println!("model:   {} ({})", model.info.preset.unwrap_or(model.info.family), model_name(weights));
         println!("time to first result (load + pipelines + first forward, batch 1): {:.1} ms", first.as_secs_f64() * 1e3);
     }
     for &batch in batches {

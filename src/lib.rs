@@ -12,3 +12,8 @@ pub mod weights;
 pub use error::{Error, Result};
 pub use gpu::Gpu;
 pub use models::{Model, ModelInfo, Output};
+
+/// The default model, embedded so everything works offline: an MLP-Mixer trained on
+/// Fashion-MNIST by `tools/train.py` (timm names, F16, metadata with preprocessing and labels).
+pub const DEFAULT_MODEL: &[u8] = include_bytes!("../weights/mixer_fmnist.safetensors");
+pub const DEFAULT_MODEL_NAME: &str = "mixer_fmnist (embedded)";

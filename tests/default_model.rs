@@ -1,0 +1,56 @@
+//! The embedded default model predicts what PyTorch predicted for the same weights
+//! (`tools/train.py` saved PyTorch's predictions for the first 256 Fashion-MNIST test images),
+//! and the bundled sample PNGs, classified through the CLI's image path, agree with them too.
+
+mod common;
+
+use std::process::Command;
+
+use common::{fixtures, gpu};
+use tokenmix::Model;
+
+fn slice() -> (Vec<f32>, Vec<i32>, Vec<i32>) {
+    let bytes = std::fs::read(fixtures().join("mixer_fmnist.preds.safetensors")).expect("fixture");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
+    let f32s = |n: &str| st.tensor(n).unwrap().data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>();
+    let i32s = |n: &str| st.tensor(n).unwrap().data().chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<i32>>();
+    (f32s("input"), i32s("preds"), i32s("labels"))
+}
+
+fn argmax(row: &[f32]) -> i32 {
+    row.iter().enumerate().fold((0, f32::MIN), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }).0 as i32
+}
+
+#[test]
+fn default_model_agrees_with_pytorch() {
+    let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).expect("embedded model loads");
+    assert_eq!(model.info.labels.len(), 10);
+    let (input, torch_preds, labels) = slice();
+    let out = model.forward_blocking(&input).expect("forward");
+    let ours: Vec<i32> = out.logits.chunks(out.classes).map(argmax).collect();
+    let disagree = ours.iter().zip(&torch_preds).filter(|(a, b)| a != b).count();
+    let correct = ours.iter().zip(&labels).filter(|(a, b)| a == b).count();
+    eprintln!("default model on {} test images: {disagree} disagreements with PyTorch, {correct} correct", ours.len());
+    assert_eq!(disagree, 0, "tokenmix and PyTorch predict differently on {disagree} images");
+}
+
+#[test]
+fn sample_pngs_classify_as_pytorch_predicted() {
+    let (_, torch_preds, _) = slice();
+    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("www").join("samples");
+    let mut paths: Vec<_> = std::fs::read_dir(&samples).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "png")).collect();
+    paths.sort();
+    assert!(paths.len() >= 5);
+    let mut args = vec!["classify".to_string(), "--json".into(), "--top-k".into(), "1".into()];
+    args.extend(paths.iter().map(|p| p.display().to_string()));
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(&args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (entry, path) in v.as_array().unwrap().iter().zip(&paths) {
+        // fmnist-IIII-name.png is test image IIII, saved losslessly from the IDX file.
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let index: usize = name[7..11].parse().unwrap();
+        let predicted = entry["predictions"][0]["index"].as_i64().unwrap() as i32;
+        assert_eq!(predicted, torch_preds[index], "{name}");
+    }
+}
