@@ -22,7 +22,9 @@ demo: build
 	$(BIN) classify --top-k 3 www/samples/fmnist-*.png
 
 # --nocapture so the log shows the adapter each test ran on and the golden error margins.
+# The wasm32 check keeps the library building for the browser.
 test: setup
+	$(CARGO) check --release --lib --target wasm32-unknown-unknown
 	$(CARGO) test --release -- --nocapture
 
 bench: build

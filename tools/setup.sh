@@ -25,3 +25,9 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found; install Rust from https://rustup.rs" >&2
   exit 1
 fi
+
+# The library must keep building for the browser: `make test` checks it for wasm32.
+if command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown; then
+  echo "setup: adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown >/dev/null
+fi
