@@ -291,35 +291,43 @@ impl Gpu {
         }))
     }
 
-    /// Uploads a [rows, cols] f32 matrix as an rgba32float texture of `rows` texel rows, four
-    /// consecutive columns per texel (the last texel zero-padded). None when it exceeds the
-    /// adapter's texture size: callers then read the matrix from its buffer instead.
-    pub fn matrix_texture(&self, label: &str, data: &[f32], rows: usize, cols: usize) -> Option<wgpu::TextureView> {
-        let texels = cols.div_ceil(4);
+    /// An rgba32float texture of `rows` rows of `texels` texels (4 matrix columns per texel),
+    /// sampled with textureLoad and filled by copies. None when it exceeds the adapter's limits:
+    /// callers then read the matrix from its buffer instead.
+    pub fn rgba32f_texture(&self, label: &str, rows: usize, texels: usize) -> Option<wgpu::Texture> {
         let max = self.limits.max_texture_dimension_2d as usize;
-        if rows == 0 || texels == 0 || rows > max || texels > max || data.len() != rows * cols {
+        if rows == 0 || texels == 0 || rows > max || texels > max {
             return None;
         }
-        let mut padded = vec![0f32; rows * texels * 4];
-        for r in 0..rows {
-            padded[r * texels * 4..r * texels * 4 + cols].copy_from_slice(&data[r * cols..(r + 1) * cols]);
-        }
-        let size = wgpu::Extent3d { width: texels as u32, height: rows as u32, depth_or_array_layers: 1 };
-        let texture = self.device.create_texture(&wgpu::TextureDescriptor {
+        Some(self.device.create_texture(&wgpu::TextureDescriptor {
             label: Some(label),
-            size,
+            size: wgpu::Extent3d { width: texels as u32, height: rows as u32, depth_or_array_layers: 1 },
             mip_level_count: 1,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
             format: wgpu::TextureFormat::Rgba32Float,
             usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
             view_formats: &[],
-        });
+        }))
+    }
+
+    /// Uploads a [rows, cols] f32 matrix as an rgba32float texture, the last texel of each row
+    /// zero-padded (see [`Self::rgba32f_texture`]).
+    pub fn matrix_texture(&self, label: &str, data: &[f32], rows: usize, cols: usize) -> Option<wgpu::TextureView> {
+        let texels = cols.div_ceil(4);
+        if data.len() != rows * cols {
+            return None;
+        }
+        let texture = self.rgba32f_texture(label, rows, texels)?;
+        let mut padded = vec![0f32; rows * texels * 4];
+        for r in 0..rows {
+            padded[r * texels * 4..r * texels * 4 + cols].copy_from_slice(&data[r * cols..(r + 1) * cols]);
+        }
         self.queue.write_texture(
             texture.as_image_copy(),
             bytemuck::cast_slice(&padded),
             wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels as u32 * 16), rows_per_image: Some(rows as u32) },
-            size,
+            texture.size(),
         );
         Some(texture.create_view(&Default::default()))
     }

@@ -87,42 +87,49 @@ impl LayerNorm {
     }
 }
 
-/// timm `Mlp`: fc1 → GELU → fc2, applied to every token's channels.
-pub struct ChannelMlp {
+/// timm `Mlp` weights: fc1 [hidden, features] → GELU → fc2 [features, hidden]. The channel MLP
+/// applies it to each token's channels; MLP-Mixer's token mixer applies the same layer across
+/// tokens (`token_mlp.rs`).
+pub struct Mlp {
     pub fc1_w: Matrix,
     pub fc1_b: wgpu::Buffer,
     pub fc2_w: Matrix,
     pub fc2_b: wgpu::Buffer,
-    pub dim: usize,
+    pub features: usize,
     pub hidden: usize,
 }
 
-impl ChannelMlp {
-    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, dim: usize, hidden: usize) -> Result<Self> {
-        Ok(ChannelMlp {
-            fc1_w: upload_matrix(gpu, w, &format!("{prefix}.fc1.weight"), &[hidden, dim])?,
+impl Mlp {
+    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, features: usize, hidden: usize) -> Result<Self> {
+        Ok(Mlp {
+            fc1_w: upload_matrix(gpu, w, &format!("{prefix}.fc1.weight"), &[hidden, features])?,
             fc1_b: upload(gpu, w, &format!("{prefix}.fc1.bias"), &[hidden])?,
-            fc2_w: upload_matrix(gpu, w, &format!("{prefix}.fc2.weight"), &[dim, hidden])?,
-            fc2_b: upload(gpu, w, &format!("{prefix}.fc2.bias"), &[dim])?,
-            dim,
+            fc2_w: upload_matrix(gpu, w, &format!("{prefix}.fc2.weight"), &[features, hidden])?,
+            fc2_b: upload(gpu, w, &format!("{prefix}.fc2.bias"), &[features])?,
+            features,
             hidden,
         })
     }
+}
 
+/// The channel MLP: an [`Mlp`] over every token's channels.
+pub struct ChannelMlp(pub Mlp);
+
+impl ChannelMlp {
     /// `x += fc2(gelu(fc1(xn)))`
     pub fn record(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
-        let rows = s.rows();
-        let (d, h) = (self.dim, self.hidden);
+        let (rows, m) = (s.rows(), &self.0);
+        let (d, h) = (m.features, m.hidden);
         let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
-        ops.push(Gemm::linear(rows, Operand::new(s.xn, d, 0), &self.fc1_w, Operand::new(s.hidden, h, 0))
+        ops.push(Gemm::linear(rows, Operand::new(s.xn, d, 0), &m.fc1_w, Operand::new(s.hidden, h, 0))
             .a_texture(xn_tex)
-            .bias(&self.fc1_b, Axis::N)
+            .bias(&m.fc1_b, Axis::N)
             .gelu()
             .build(gpu)?);
         let hidden_tex = mirror(s.hidden, &s.tex.channels_hidden, ops)?;
-        ops.push(Gemm::linear(rows, Operand::new(s.hidden, h, 0), &self.fc2_w, Operand::new(s.x, d, 0))
+        ops.push(Gemm::linear(rows, Operand::new(s.hidden, h, 0), &m.fc2_w, Operand::new(s.x, d, 0))
             .a_texture(hidden_tex)
-            .bias(&self.fc2_b, Axis::N)
+            .bias(&m.fc2_b, Axis::N)
             .residual()
             .build(gpu)?);
         Ok(())
@@ -139,7 +146,7 @@ impl TokenMixer {
     /// Floats of scratch the mixer needs per image.
     pub fn hidden_per_image(&self, dim: usize) -> usize {
         match self {
-            TokenMixer::Mlp(m) => m.hidden * dim,
+            TokenMixer::Mlp(m) => m.0.hidden * dim,
         }
     }
     /// `x += mix(xn)`
@@ -166,6 +173,6 @@ impl Block {
     }
 
     pub fn hidden_per_image(&self, tokens: usize, dim: usize) -> usize {
-        self.mixer.hidden_per_image(dim).max(tokens * self.mlp.hidden)
+        self.mixer.hidden_per_image(dim).max(tokens * self.mlp.0.hidden)
     }
 }

@@ -15,7 +15,7 @@ use crate::gpu::Gpu;
 use crate::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use crate::weights::Weights;
 
-use super::block::{upload, upload_matrix, Block, ChannelMlp, LayerNorm, Mirrors, Stream, TokenMixer};
+use super::block::{upload, upload_matrix, Block, ChannelMlp, LayerNorm, Mirrors, Mlp, Stream, TokenMixer};
 use super::token_mlp::TokenMlp;
 use super::Buffers;
 
@@ -158,7 +158,7 @@ impl Mixer {
                     norm1: LayerNorm::load(gpu, w, &format!("{p}.norm1"), dim, LN_EPS)?,
                     mixer: TokenMixer::Mlp(TokenMlp::load(gpu, w, &format!("{p}.mlp_tokens"), tokens, cfg.tokens_hidden)?),
                     norm2: LayerNorm::load(gpu, w, &format!("{p}.norm2"), dim, LN_EPS)?,
-                    mlp: ChannelMlp::load(gpu, w, &format!("{p}.mlp_channels"), dim, cfg.channels_hidden)?,
+                    mlp: ChannelMlp(Mlp::load(gpu, w, &format!("{p}.mlp_channels"), dim, cfg.channels_hidden)?),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

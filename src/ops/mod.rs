@@ -74,20 +74,10 @@ pub struct ActTexture {
 
 impl ActTexture {
     pub fn new(gpu: &Gpu, label: &str, rows: usize, cols: usize) -> Option<ActTexture> {
-        let max = gpu.limits.max_texture_dimension_2d as usize;
-        if rows == 0 || cols == 0 || cols % 64 != 0 || rows > max || cols / 4 > max {
+        if cols % 64 != 0 {
             return None;
         }
-        let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
-            label: Some(label),
-            size: wgpu::Extent3d { width: (cols / 4) as u32, height: rows as u32, depth_or_array_layers: 1 },
-            mip_level_count: 1,
-            sample_count: 1,
-            dimension: wgpu::TextureDimension::D2,
-            format: wgpu::TextureFormat::Rgba32Float,
-            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-            view_formats: &[],
-        });
+        let texture = gpu.rgba32f_texture(label, rows, cols / 4)?;
         let view = texture.create_view(&Default::default());
         Some(ActTexture { texture, view, rows, cols })
     }
