@@ -40,7 +40,7 @@ pub fn gpu() -> Arc<Gpu> {
 
 /// Every GEMM variant the adapter supports, each on its own device.
 pub fn all_variants() -> Vec<Arc<Gpu>> {
-    gpu().gemm_variants().into_iter().filter(|v| std::env::var("ONLY").map_or(true, |o| o == v.name())).map(|v| gpu_with(Some(v))).collect()
+    gpu().gemm_variants().into_iter().filter(|v| std::env::var("TOKENMIX_TEST_GEMM").map_or(true, |o| o == v.name())).map(|v| gpu_with(Some(v))).collect()
 }
 
 /// Reads named F32 tensors from a safetensors file: (shape, data).
