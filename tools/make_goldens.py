@@ -39,6 +39,10 @@ CONFIGS = {
     # texture mirrors on this one (xn, both hidden layers), batch 3.
     "mixer_p4_d64": (dict(img_size=16, patch_size=4, in_chans=3, embed_dim=64, num_blocks=2,
                           mlp_ratio=(1.0, 4.0), num_classes=6), 3, torch.float32, 1.0, None),
+    # Channel-MLP hidden units pushed into |x| ~ 1-3, where GELU's tanh approximation differs
+    # most from the exact erf form: makes a wrong GELU fail by a wide margin.
+    "mixer_p4_gelu_range": (dict(img_size=8, patch_size=4, in_chans=3, embed_dim=16, num_blocks=3,
+                                 mlp_ratio=(2.0, 8.0), num_classes=4), 2, torch.float32, 1.0, None),
 }
 
 
@@ -64,6 +68,11 @@ def main() -> None:
         gen = torch.Generator().manual_seed(1000 + i)
         model = MlpMixer(**kwargs).eval()
         rerandomise(model, gen, stem_scale)
+        if name == "mixer_p4_gelu_range":
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    if "fc1" in n:
+                        p.mul_(2.5)
         # Round the weights to the storage dtype first, so timm's logits are those of the
         # exact weights tokenmix reads.
         state = {k: v.to(dtype).contiguous() for k, v in model.state_dict().items()}
