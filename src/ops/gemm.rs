@@ -297,15 +297,11 @@ impl<'a> Gemm<'a> {
         let bias = self.bias.map_or(self.a.buf, |(b, _)| b);
         let scale = self.scale.map_or(self.a.buf, |(s, _)| s);
         let workgroups = match variant {
-            GemmVariant::Texture => {
-                let (rows, cols) = subgroup_tile(variant, self.a_trans);
-                [groups(self.n as u32, SUBGROUP_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
-            }
             GemmVariant::Register => {
                 let (rows, cols) = register_tile();
                 [groups(self.n as u32, 8 * cols), groups(self.m as u32, rows), self.batch as u32]
             }
-            GemmVariant::Subgroup => {
+            GemmVariant::Subgroup | GemmVariant::Texture => {
                 let (rows, cols) = subgroup_tile(variant, self.a_trans);
                 [groups(self.n as u32, SUBGROUP_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
             }
@@ -325,12 +321,7 @@ impl<'a> Gemm<'a> {
 /// Rows x columns-per-lane of the register kernel. 8 x 4 keeps 32 accumulators in vector
 /// registers; `TOKENMIX_GEMM_TILE=RxC` overrides it for tuning.
 fn register_tile() -> (u32, u32) {
-    std::env::var("TOKENMIX_GEMM_TILE")
-        .ok()
-        .and_then(|s| {
-            let (r, c) = s.split_once('x')?;
-            Some((r.parse().ok()?, c.parse().ok()?))
-        })
+    tile_override("TOKENMIX_GEMM_TILE")
         .filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c))
         .unwrap_or((8, 4))
 }
@@ -344,16 +335,18 @@ pub const SUBGROUP_LANES: u32 = 8;
 /// mixing (10 GFLOP/s; 64x4 8, 24x8 7). LLVM's register allocation makes this bumpy, hence
 /// measured values rather than a formula. `TOKENMIX_SUBGROUP_TILE=RxC` overrides.
 fn subgroup_tile(variant: GemmVariant, a_trans: bool) -> (u32, u32) {
-    std::env::var("TOKENMIX_SUBGROUP_TILE")
-        .ok()
-        .and_then(|s| {
-            let (r, c) = s.split_once('x')?;
-            Some((r.parse().ok()?, c.parse().ok()?))
-        })
+    tile_override("TOKENMIX_SUBGROUP_TILE")
         .filter(|&(r, c): &(u32, u32)| (1..=8).contains(&(r / SUBGROUP_LANES)) && r % SUBGROUP_LANES == 0 && (1..=16).contains(&c))
         .unwrap_or(match (variant, a_trans) {
             (GemmVariant::Texture, false) => (24, 8),
             (GemmVariant::Texture, true) => (16, 4),
             _ => (32, 4),
         })
+}
+
+/// A tile `RxC` from an environment variable, for tuning; each caller checks the range.
+fn tile_override(var: &str) -> Option<(u32, u32)> {
+    let s = std::env::var(var).ok()?;
+    let (r, c) = s.split_once('x')?;
+    Some((r.parse().ok()?, c.parse().ok()?))
 }
