@@ -6,8 +6,12 @@
 // convolution is a GEMM with no im2col pass). B is either row-major [K, N] or, with B_TRANS,
 // a PyTorch Linear weight [N, K] read transposed in place. Token mixing uses A = weight and
 // B = activations [tokens, channels], so no transpose pass is ever needed.
+// A_CONV with A_NHWC reads a channels-last image [batch, ih, iw, cin] instead (PoolFormer's
+// downsampling convolutions read the previous stage's tokens in place).
 // Epilogue, in order: + bias (per n with BIAS_N, per m with BIAS_M), GELU (exact erf),
-// * layer scale (SCALE_N / SCALE_M), + the previous C (RESIDUAL). C_TRANS stores C as [N, M].
+// * layer scale (SCALE_N / SCALE_M), or * a gate matrix laid out like C (GATE: gMLP's
+// u ⊙ v, the gate read from `scale` at g_off/g_ld/g_bs), + the previous C (RESIDUAL).
+// C_TRANS stores C as [N, M].
 
 struct Params {
     m: u32, n: u32, k: u32, batch: u32,
@@ -17,7 +21,7 @@ struct Params {
     // A_CONV: input image [batch, cin, ih, iw], kernel kh x kw, output grid oh x ow.
     cin: u32, ih: u32, iw: u32, kh: u32,
     kw: u32, stride: u32, pad: u32, ow: u32,
-    oh: u32, _p3: u32, _p4: u32, _p5: u32,
+    oh: u32, g_off: u32, g_ld: u32, g_bs: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -42,7 +46,11 @@ fn load_a(bt: u32, m: u32, k: u32) -> f32 {
     if (iy < 0 || ix < 0 || iy >= i32(p.ih) || ix >= i32(p.iw)) {
         return 0.0;
     }
+#if A_NHWC
+    return a[p.a_off + ((img * p.ih + u32(iy)) * p.iw + u32(ix)) * p.cin + ci];
+#else
     return a[p.a_off + ((img * p.cin + ci) * p.ih + u32(iy)) * p.iw + u32(ix)];
+#endif
 #else
 #if A_TRANS
     return a[p.a_off + bt * p.a_bs + k * p.a_ld + m];
@@ -92,8 +100,14 @@ fn store_c(bt: u32, m: u32, n: u32, acc: f32) {
 #endif
 #if C_TRANS
     let idx = p.c_off + bt * p.c_bs + n * p.c_ld + m;
+#if GATE
+    v *= scale[p.g_off + bt * p.g_bs + n * p.g_ld + m];
+#endif
 #else
     let idx = p.c_off + bt * p.c_bs + m * p.c_ld + n;
+#if GATE
+    v *= scale[p.g_off + bt * p.g_bs + m * p.g_ld + n];
+#endif
 #endif
 #if RESIDUAL
     v += c[idx];

@@ -1,13 +1,19 @@
-// LayerNorm over the last dimension of a [rows, d] tensor: y = (x - mean) / sqrt(var + eps)
-// * gamma + beta, with the biased variance, as torch. Two passes over the row (mean, then
-// centred variance) rather than E[x^2] - E[x]^2, which cancels badly in fp32.
+// LayerNorm over the last dimension: y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta,
+// with the biased variance, as torch. Two passes over the row (mean, then centred variance)
+// rather than E[x^2] - E[x]^2, which cancels badly in fp32.
+// x rows may be strided views (x_off + r * x_ld): gMLP normalises the second half of each
+// hidden row in place of a split. y is dense [rows, d].
 // One invocation per row: rows are many (batch x tokens) and d is at most a few thousand.
 
 struct Params {
     rows: u32,
     d: u32,
     eps: f32,
-    _pad: u32,
+    x_ld: u32,
+    x_off: u32,
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -17,12 +23,12 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let row = gid.x;
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = gid.x + gid.y * nwg.x * 64u;
     if (row >= p.rows) {
         return;
     }
-    let base = row * p.d;
+    let base = p.x_off + row * p.x_ld;
     var sum = 0.0;
     for (var i = 0u; i < p.d; i++) {
         sum += x[base + i];
@@ -34,7 +40,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         sq += t * t;
     }
     let rstd = inverseSqrt(sq / f32(p.d) + p.eps);
+    let out = row * p.d;
     for (var i = 0u; i < p.d; i++) {
-        y[base + i] = (x[base + i] - mean) * rstd * gamma[i] + beta[i];
+        y[out + i] = (x[base + i] - mean) * rstd * gamma[i] + beta[i];
     }
 }

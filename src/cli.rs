@@ -202,9 +202,14 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("family:      {}", i.family);
     println!("preset:      {}", i.preset.unwrap_or("(none: no timm preset has these shapes)"));
     match &i.arch {
-        tokenmix::models::Arch::Mixer(c) => println!(
-            "config:      image {}x{}, patch {}, in_chans {}, dim {}, depth {}, tokens_hidden {}, channels_hidden {}, classes {}",
-            c.img_size[0], c.img_size[1], c.patch, c.in_chans, c.dim, c.depth, c.tokens_hidden, c.channels_hidden, c.num_classes
+        tokenmix::models::Arch::MlpMixer(c) => println!(
+            "config:      image {}x{}, patch {}, in_chans {}, dim {}, depth {}, {}channels_hidden {}, classes {}",
+            c.img_size[0], c.img_size[1], c.patch, c.in_chans, c.dim, c.depth,
+            c.tokens_hidden.map_or(String::new(), |t| format!("tokens_hidden {t}, ")), c.channels_hidden, c.num_classes
+        ),
+        tokenmix::models::Arch::MetaFormer(c) => println!(
+            "config:      image {}x{}, in_chans {}, depths {:?}, dims {:?}, mlp_hidden {:?}, classes {}",
+            c.img_size[0], c.img_size[1], c.in_chans, c.depths, c.dims, c.mlp_hidden, c.num_classes
         ),
     }
     println!("parameters:  {} ({:.2} M)", i.params, i.params as f64 / 1e6);

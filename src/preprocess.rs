@@ -27,6 +27,16 @@ impl Preprocess {
         Preprocess { size, crop_pct: 0.875, mean: vec![0.5; channels], std: vec![0.5; channels], channels }
     }
 
+    /// ResMLP/PoolFormer defaults in timm: ImageNet mean/std (their average for one channel).
+    pub fn imagenet(channels: usize, size: [usize; 2], crop_pct: f32) -> Self {
+        let (mean, std) = if channels == 3 {
+            (IMAGENET_MEAN.to_vec(), IMAGENET_STD.to_vec())
+        } else {
+            (vec![IMAGENET_MEAN.iter().sum::<f32>() / 3.0; channels], vec![IMAGENET_STD.iter().sum::<f32>() / 3.0; channels])
+        };
+        Preprocess { size, crop_pct, mean, std, channels }
+    }
+
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(format!("preprocess: {m}")));
         if self.channels != 1 && self.channels != 3 {

@@ -1,15 +1,31 @@
-//! Golden parity with timm: logits of timm's own MlpMixer (every parameter re-randomised, see
-//! tools/make_goldens.py) against tokenmix on the real adapter, for every GEMM variant.
+//! Golden parity with timm: logits of timm's own MlpMixer (MLP-Mixer, gMLP, ResMLP blocks) and
+//! MetaFormer (PoolFormer), every parameter re-randomised (see tools/make_goldens.py), against
+//! tokenmix on the real adapter, for every GEMM variant.
 
 mod common;
 
 use common::{all_variants, fixtures, max_abs, max_abs_diff, read_tensors, tol};
 use tokenmix::Model;
 
-const FIXTURES: &[&str] = &["mixer_p4_rgb", "mixer_p8_grey_nonsquare", "mixer_p2_small_stem_f16", "mixer_p5_bf16", "mixer_p4_d64", "mixer_p4_gelu_range"];
+const FIXTURES: &[&str] = &[
+    "mixer_p4_rgb",
+    "mixer_p8_grey_nonsquare",
+    "mixer_p2_small_stem_f16",
+    "mixer_p5_bf16",
+    "mixer_p4_d64",
+    "mixer_p4_gelu_range",
+    "gmlp_p4_rgb",
+    "gmlp_grey_nonsquare_f16",
+    "gmlp_d64_small_gate",
+    "resmlp_p4_bf16",
+    "resmlp_grey_nonsquare",
+    "poolformer_rgb",
+    "poolformer_grey_nonsquare_f16",
+    "poolformer_d64",
+];
 
 #[test]
-fn mixer_logits_match_timm() {
+fn logits_match_timm() {
     // Every fixture and variant is checked and reported before the test fails.
     let mut failures = Vec::new();
     for gpu in all_variants() {

@@ -9,6 +9,11 @@ EVERY parameter is re-randomised: timm zero-initialises the head (and small laye
 which would let a broken head or norm pass. Some configs shrink the stem so the token
 variance is ~1e-5, which makes LayerNorm's eps (1e-6 vs 1e-5) visible in the logits.
 
+gMLP and ResMLP are timm's MlpMixer with another block_layer (as timm's gmlp_*/resmlp_*
+presets build them); PoolFormer is timm's MetaFormer with the Pooling mixer and GroupNorm1 (as
+poolformer_s12). Layer scales are re-randomised too (0.5 * N(0,1), far from timm's 1e-5 init),
+so the branches they scale matter.
+
 Run: python tools/make_goldens.py   (needs tools/requirements.txt; CI never runs it)
 """
 import json
@@ -16,7 +21,9 @@ import pathlib
 
 import torch
 from safetensors.torch import save_file
-from timm.models.mlp_mixer import MlpMixer
+from timm.layers import GroupNorm1
+from timm.models.metaformer import MetaFormer, Pooling
+from timm.models.mlp_mixer import Affine, GatedMlp, MlpMixer, ResBlock, SpatialGatingBlock
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
@@ -45,6 +52,49 @@ CONFIGS = {
                                  mlp_ratio=(2.0, 8.0), num_classes=4), 2, torch.float32, 1.0, None),
 }
 
+GMLP = dict(block_layer=SpatialGatingBlock, mlp_layer=GatedMlp)
+RESMLP = dict(block_layer=ResBlock, norm_layer=Affine)
+POOLFORMER = dict(token_mixers=Pooling, norm_layers=GroupNorm1, mlp_act=torch.nn.GELU, mlp_bias=True,
+                  layer_scale_init_values=1e-5, res_scale_init_values=None, downsample_norm=None,
+                  use_mlp_head=False)
+
+CONFIGS.update({
+    # gMLP: 4x4 grid, RGB, hidden 96 (gate halves of 48), batch 3.
+    "gmlp_p4_rgb": (dict(img_size=16, patch_size=4, in_chans=3, embed_dim=32, num_blocks=2, mlp_ratio=3,
+                         num_classes=10, **GMLP), 3, torch.float32, 1.0, None),
+    # gMLP, non-square 5x7 grid (35 tokens), greyscale, F16, image size in metadata.
+    "gmlp_grey_nonsquare_f16": (dict(img_size=(20, 28), patch_size=4, in_chans=1, embed_dim=24, num_blocks=3,
+                                     mlp_ratio=4, num_classes=7, **GMLP), 2, torch.float16, 1.0,
+                                {"config": json.dumps({"img_size": [20, 28]})}),
+    # gMLP with dim 64 (texture mirrors) and fc1 scaled down so the gate half v has a variance
+    # near 1e-5: the SGU LayerNorm's eps (1e-5, not the block norm's 1e-6) shows in the logits.
+    "gmlp_d64_small_gate": (dict(img_size=12, patch_size=3, in_chans=3, embed_dim=64, num_blocks=2,
+                                 mlp_ratio=2, num_classes=5, **GMLP), 2, torch.float32, 1.0, None),
+    # ResMLP: 4x4 grid, RGB, Affine norms, layer scales, BF16.
+    "resmlp_p4_bf16": (dict(img_size=16, patch_size=4, in_chans=3, embed_dim=32, num_blocks=3, mlp_ratio=4,
+                            num_classes=10, **RESMLP), 2, torch.bfloat16, 1.0, None),
+    # ResMLP, non-square 3x5 grid, greyscale, dim 64 (texture mirrors), batch 3.
+    "resmlp_grey_nonsquare": (dict(img_size=(12, 20), patch_size=4, in_chans=1, embed_dim=64, num_blocks=2,
+                                   mlp_ratio=2, num_classes=6, **RESMLP), 3, torch.float32, 1.0,
+                              {"config": json.dumps({"img_size": [12, 20]})}),
+    # PoolFormer, four stages on 64x64: grids 16, 8, 4, 2.
+    "poolformer_rgb": (dict(in_chans=3, num_classes=10, depths=(2, 1, 2, 1), dims=(16, 24, 32, 40), **POOLFORMER),
+                       2, torch.float32, 1.0, None, (64, 64)),
+    # PoolFormer on a non-square 36x52 greyscale image: grids 9x13, 5x7, 3x4, 2x2 (odd sizes
+    # exercise pooling at every border and the convolutions' padding), F16, small stem so the
+    # GroupNorm eps (1e-5) shows.
+    "poolformer_grey_nonsquare_f16": (dict(in_chans=1, num_classes=7, depths=(1, 1, 2, 1), dims=(8, 16, 24, 32),
+                                           **POOLFORMER), 2, torch.float16, 3e-3,
+                                      {"config": json.dumps({"img_size": [36, 52]})}, (36, 52)),
+    # PoolFormer with widths multiple of 64 (texture mirrors) and two stages, batch 3.
+    "poolformer_d64": (dict(in_chans=3, num_classes=6, depths=(1, 2), dims=(64, 128), **POOLFORMER),
+                       3, torch.float32, 1.0, None, (32, 32)),
+})
+
+
+def build(kwargs: dict) -> torch.nn.Module:
+    return (MetaFormer if "depths" in kwargs else MlpMixer)(**kwargs).eval()
+
 
 def rerandomise(model: torch.nn.Module, gen: torch.Generator, stem_scale: float) -> None:
     with torch.no_grad():
@@ -64,26 +114,46 @@ def rerandomise(model: torch.nn.Module, gen: torch.Generator, stem_scale: float)
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    for i, (name, (kwargs, batch, dtype, stem_scale, meta)) in enumerate(CONFIGS.items()):
+    for i, (name, (kwargs, batch, dtype, stem_scale, meta, *size)) in enumerate(CONFIGS.items()):
         gen = torch.Generator().manual_seed(1000 + i)
-        model = MlpMixer(**kwargs).eval()
+        model = build(kwargs)
         rerandomise(model, gen, stem_scale)
-        if name == "mixer_p4_gelu_range":
+        fc1_scale = {"mixer_p4_gelu_range": 2.5, "gmlp_d64_small_gate": 3e-3}.get(name)
+        if fc1_scale:
             with torch.no_grad():
                 for n, p in model.named_parameters():
                     if "fc1" in n:
-                        p.mul_(2.5)
+                        p.mul_(fc1_scale)
         # Round the weights to the storage dtype first, so timm's logits are those of the
         # exact weights tokenmix reads.
         state = {k: v.to(dtype).contiguous() for k, v in model.state_dict().items()}
         model.load_state_dict({k: v.float() for k, v in state.items()})
-        h, w = kwargs["img_size"] if isinstance(kwargs["img_size"], tuple) else (kwargs["img_size"],) * 2
+        img = size[0] if size else kwargs["img_size"]
+        h, w = img if isinstance(img, tuple) else (img,) * 2
         x = torch.randn((batch, kwargs["in_chans"], h, w), generator=gen)
         with torch.no_grad():
             logits = model(x)
         save_file(state, OUT / f"{name}.safetensors", metadata=meta)
         save_file({"input": x.contiguous(), "logits": logits.contiguous()}, OUT / f"{name}.io.safetensors")
-        print(f"{name}: logits {tuple(logits.shape)}, max |logit| {logits.abs().max():.3f}")
+        print(f"{name}: logits {tuple(logits.shape)}, max |logit| {logits.abs().max():.3f}"
+              f"{eps_sensitivity(model, x, logits)}")
+
+
+def eps_sensitivity(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor) -> str:
+    """How far the logits move when every norm's eps is 10x off: the margin a wrong eps fails by."""
+    norms = [m for m in model.modules() if isinstance(m, (torch.nn.LayerNorm, torch.nn.GroupNorm))]
+    if not norms:
+        return ""
+    saved = [m.eps for m in norms]
+    moved = []
+    for factor in (10.0, 0.1):
+        for m, e in zip(norms, saved):
+            m.eps = e * factor
+        with torch.no_grad():
+            moved.append((model(x) - logits).abs().max().item())
+    for m, e in zip(norms, saved):
+        m.eps = e
+    return f", eps x10 moves logits {moved[0]:.2e}, eps /10 {moved[1]:.2e}"
 
 
 if __name__ == "__main__":

@@ -1,11 +1,18 @@
 //! Models: configuration inferred from a timm checkpoint, weights uploaded once, and per-batch
 //! plans (activation buffers + the recorded list of ops) built once and reused.
 //!
-//! Layout: `block.rs` is the shared MetaFormer block; each token mixer has its own small file
-//! (`token_mlp.rs` for MLP-Mixer); each family's model is one file (`mixer.rs`).
+//! Layout: `block.rs` is the shared MetaFormer block and `norm.rs` its norms; each token mixer
+//! has its own small file (`token_mlp.rs` MLP-Mixer, `spatial_gating.rs` gMLP,
+//! `linear_tokens.rs` ResMLP, `pooling.rs` PoolFormer); each timm model class is one file
+//! (`mlp_mixer.rs`: Mixer, gMLP, ResMLP; `metaformer.rs`: PoolFormer), with its presets.
 
 pub mod block;
-pub mod mixer;
+pub mod linear_tokens;
+pub mod metaformer;
+pub mod mlp_mixer;
+pub mod norm;
+pub mod pooling;
+pub mod spatial_gating;
 pub mod token_mlp;
 
 use std::collections::HashMap;
@@ -19,7 +26,8 @@ use crate::ops::{self, Op};
 use crate::preprocess::Preprocess;
 use crate::weights::Weights;
 
-pub use mixer::{Mixer, MixerConfig};
+pub use metaformer::{MetaFormer, MetaFormerConfig};
+pub use mlp_mixer::{BlockKind, MlpMixer, MlpMixerConfig};
 
 /// The largest batch one plan is built for; longer inputs run in chunks.
 pub const MAX_BATCH: usize = 64;
@@ -28,41 +36,51 @@ const MAX_METADATA_BYTES: usize = 1 << 20;
 
 /// One of the supported architectures, with its inferred configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "family", rename_all = "lowercase")]
+#[serde(tag = "class", rename_all = "snake_case")]
 pub enum Arch {
-    Mixer(MixerConfig),
+    /// timm `MlpMixer`: MLP-Mixer, gMLP or ResMLP, by block kind.
+    MlpMixer(MlpMixerConfig),
+    /// timm `MetaFormer` with the pooling mixer: PoolFormer.
+    MetaFormer(MetaFormerConfig),
 }
 
 impl Arch {
     pub fn family(&self) -> &'static str {
         match self {
-            Arch::Mixer(_) => "MLP-Mixer",
+            Arch::MlpMixer(c) => c.block.family(),
+            Arch::MetaFormer(_) => "PoolFormer",
         }
     }
     pub fn preset(&self) -> Option<&'static str> {
         match self {
-            Arch::Mixer(c) => c.preset(),
+            Arch::MlpMixer(c) => c.preset(),
+            Arch::MetaFormer(c) => c.preset(),
         }
     }
     pub fn macs(&self) -> u64 {
         match self {
-            Arch::Mixer(c) => c.macs(),
+            Arch::MlpMixer(c) => c.macs(),
+            Arch::MetaFormer(c) => c.macs(),
         }
     }
     pub fn input_shape(&self) -> [usize; 3] {
-        match self {
-            Arch::Mixer(c) => [c.in_chans, c.img_size[0], c.img_size[1]],
-        }
+        let (c, [h, w]) = match self {
+            Arch::MlpMixer(c) => (c.in_chans, c.img_size),
+            Arch::MetaFormer(c) => (c.in_chans, c.img_size),
+        };
+        [c, h, w]
     }
     pub fn num_classes(&self) -> usize {
         match self {
-            Arch::Mixer(c) => c.num_classes,
+            Arch::MlpMixer(c) => c.num_classes,
+            Arch::MetaFormer(c) => c.num_classes,
         }
     }
     /// timm's pretrained-config preprocessing for the family.
     fn default_preprocess(&self) -> Preprocess {
         match self {
-            Arch::Mixer(c) => Preprocess::half_normalised(c.in_chans, c.img_size),
+            Arch::MlpMixer(c) => c.default_preprocess(),
+            Arch::MetaFormer(c) => c.default_preprocess(),
         }
     }
 }
@@ -80,7 +98,8 @@ pub struct ModelInfo {
 }
 
 enum Net {
-    Mixer(Mixer),
+    MlpMixer(MlpMixer),
+    MetaFormer(MetaFormer),
 }
 
 /// Activation buffers for one batch size.
@@ -89,10 +108,12 @@ pub struct Buffers {
     pub x: wgpu::Buffer,
     pub xn: wgpu::Buffer,
     pub hidden: wgpu::Buffer,
+    pub aux: wgpu::Buffer,
     pub pooled: wgpu::Buffer,
     pub logits: wgpu::Buffer,
     pub probs: wgpu::Buffer,
-    pub mirrors: block::Mirrors,
+    /// Texture mirrors per stage (one for the isotropic models).
+    pub mirrors: Vec<block::Mirrors>,
 }
 
 struct Plan {
@@ -124,14 +145,19 @@ impl Model {
         let mut w = Weights::parse(bytes)?;
         let meta = Metadata::parse(&w)?;
         let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
-        let (arch, net) = if w.contains("stem.proj.weight") && w.contains("blocks.0.mlp_tokens.fc1.weight") {
-            let cfg = MixerConfig::infer(&w, img_size)?;
-            let net = Mixer::load(&gpu, &mut w, cfg.clone())?;
-            (Arch::Mixer(cfg), Net::Mixer(net))
+        let (arch, net) = if let Some(kind) = MlpMixerConfig::detect(&w) {
+            let cfg = MlpMixerConfig::infer(&w, kind, img_size)?;
+            let net = MlpMixer::load(&gpu, &mut w, cfg.clone())?;
+            (Arch::MlpMixer(cfg), Net::MlpMixer(net))
+        } else if MetaFormerConfig::detect(&w) {
+            let cfg = MetaFormerConfig::infer(&w, img_size)?;
+            let net = MetaFormer::load(&gpu, &mut w, cfg.clone())?;
+            (Arch::MetaFormer(cfg), Net::MetaFormer(net))
         } else {
             let some: Vec<&str> = w.names().take(4).collect();
             return Err(Error::Config(format!(
-                "not a recognised timm checkpoint (MLP-Mixer needs stem.proj.weight and blocks.N.mlp_tokens.*); first tensors: [{}]",
+                "not a recognised timm checkpoint (MLP-Mixer, gMLP, ResMLP: stem.proj.weight and blocks.N.*; \
+                 PoolFormer: stem.conv.weight and stages.N.*); first tensors: [{}]",
                 some.join(", ")
             )));
         };
@@ -175,6 +201,25 @@ impl Model {
         self.info.arch.input_shape().iter().product()
     }
 
+    /// Floats per image of the activation buffers: (x, scratch, pooled).
+    fn per_image(&self) -> (usize, block::Scratch, usize) {
+        match &self.net {
+            Net::MlpMixer(m) => m.per_image(),
+            Net::MetaFormer(m) => m.per_image(),
+        }
+    }
+
+    /// The largest batch one plan runs: [`MAX_BATCH`], or fewer when a batch's activations
+    /// would pass the adapter's storage-binding limit. Longer inputs are split into chunks of
+    /// this size, each bound and dispatched on its own, so a large batch on a small adapter
+    /// runs rather than fails.
+    pub fn max_batch(&self) -> usize {
+        let (x, s, _) = self.per_image();
+        let widest = [x, s.xn, s.hidden, s.aux, self.input_len()].into_iter().max().unwrap_or(1).max(1) as u64 * 4;
+        let limit = self.gpu.limits.max_storage_buffer_binding_size as u64;
+        ((limit / widest) as usize).clamp(1, MAX_BATCH)
+    }
+
     fn plan(&self, batch: usize) -> Result<Arc<Plan>> {
         let mut plans = self.plans.lock().map_err(|_| Error::Gpu("plan cache poisoned".into()))?;
         if let Some(p) = plans.get(&batch) {
@@ -182,24 +227,25 @@ impl Model {
         }
         let gpu = &self.gpu;
         let classes = self.info.arch.num_classes();
-        let (stream, hidden, pooled) = match &self.net {
-            Net::Mixer(m) => m.buffer_sizes(batch),
-        };
+        let (x, scratch, pooled) = self.per_image();
         let buffers = Buffers {
             input: gpu.storage("input", batch * self.input_len())?,
-            x: gpu.storage("x", stream)?,
-            xn: gpu.storage("xn", stream)?,
-            hidden: gpu.storage("hidden", hidden)?,
-            pooled: gpu.storage("pooled", pooled)?,
+            x: gpu.storage("x", batch * x)?,
+            xn: gpu.storage("xn", batch * scratch.xn)?,
+            hidden: gpu.storage("hidden", batch * scratch.hidden.max(1))?,
+            aux: gpu.storage("aux", batch * scratch.aux.max(1))?,
+            pooled: gpu.storage("pooled", batch * pooled)?,
             logits: gpu.storage("logits", batch * classes)?,
             probs: gpu.storage("probs", batch * classes)?,
             mirrors: match &self.net {
-                Net::Mixer(m) => m.mirrors(gpu, batch),
+                Net::MlpMixer(m) => m.mirrors(gpu, batch),
+                Net::MetaFormer(m) => m.mirrors(gpu, batch),
             },
         };
         let mut ops = Vec::new();
         match &self.net {
-            Net::Mixer(m) => m.record(gpu, batch, &buffers, &mut ops)?,
+            Net::MlpMixer(m) => m.record(gpu, batch, &buffers, &mut ops)?,
+            Net::MetaFormer(m) => m.record(gpu, batch, &buffers, &mut ops)?,
         }
         ops.push(ops::reduce::softmax(gpu, batch, classes, &buffers.logits, &buffers.probs)?);
         gpu.check()?;
@@ -219,7 +265,7 @@ impl Model {
         let classes = self.info.arch.num_classes();
         let total = input.len() / per;
         let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
-        for chunk in input.chunks(MAX_BATCH * per) {
+        for chunk in input.chunks(self.max_batch() * per) {
             let plan = self.plan(chunk.len() / per)?;
             let (logits, probs) = self.run(&plan, chunk).await?;
             out.logits.extend(logits);

@@ -107,7 +107,11 @@ pub struct Gemm<'a> {
     pub scale: Option<(&'a wgpu::Buffer, Axis)>,
     pub gelu: bool,
     pub residual: bool,
+    /// Multiplies the result by a matrix laid out like C (gMLP's spatial gate u ⊙ v).
+    pub gate: Option<Operand<'a>>,
     pub conv: Option<ConvGeometry>,
+    /// The convolution input is channels-last [images, ih, iw, cin] rather than NCHW.
+    pub conv_nhwc: bool,
 }
 
 impl<'a> Gemm<'a> {
@@ -115,7 +119,7 @@ impl<'a> Gemm<'a> {
     pub fn new(batch: usize, m: usize, n: usize, k: usize, a: Operand<'a>, b: Operand<'a>, c: Operand<'a>) -> Self {
         Gemm {
             m, n, k, batch, a, b, b_trans: false, b_tex: None, a_trans: false, a_tex: None, c, c_trans: false,
-            bias: None, scale: None, gelu: false, residual: false, conv: None,
+            bias: None, scale: None, gelu: false, residual: false, gate: None, conv: None, conv_nhwc: false,
         }
     }
 
@@ -149,6 +153,25 @@ impl<'a> Gemm<'a> {
     pub fn token_axis(&self) -> Axis {
         if self.c_trans { Axis::N } else { Axis::M }
     }
+    /// The axis that indexes channels in an [`Self::across_tokens`] GEMM (for a layer scale).
+    pub fn channel_axis(&self) -> Axis {
+        if self.c_trans { Axis::M } else { Axis::N }
+    }
+    /// A bias per output token of an [`Self::across_tokens`] GEMM.
+    pub fn token_bias(self, buf: &'a wgpu::Buffer) -> Self {
+        let axis = self.token_axis();
+        self.bias(buf, axis)
+    }
+    /// A layer scale per channel of an [`Self::across_tokens`] GEMM, when there is one.
+    pub fn channel_scale(self, buf: Option<&'a wgpu::Buffer>) -> Self {
+        match buf {
+            Some(b) => {
+                let axis = self.channel_axis();
+                self.scale(b, axis)
+            }
+            None => self,
+        }
+    }
     /// A convolution over `images` NCHW images as an implicit-im2col GEMM: C[(img, oy, ox), co]
     /// = sum over (ci, ky, kx) of input · W[co, ci, ky, kx]. Output is channels-last.
     /// The weight is [cout, cin * kh * kw], PyTorch's conv weight flattened.
@@ -159,6 +182,14 @@ impl<'a> Gemm<'a> {
         }
         let mut gemm = Gemm::linear(images * oh * ow, Operand::new(input, w.cols, 0), w, Operand::new(c, w.rows, 0));
         gemm.conv = Some(g);
+        Ok(gemm)
+    }
+
+    /// [`Self::conv`] over a channels-last input [images, ih, iw, cin] — the token layout of a
+    /// hierarchical model's stage, so a downsampling convolution reads the tokens in place.
+    pub fn conv_nhwc(images: usize, g: ConvGeometry, input: &'a wgpu::Buffer, w: &'a Matrix, c: &'a wgpu::Buffer) -> Result<Self> {
+        let mut gemm = Self::conv(images, g, input, w, c)?;
+        gemm.conv_nhwc = true;
         Ok(gemm)
     }
     /// Lets the texture kernel gather A from `t`, which must mirror A's buffer (copied there
@@ -177,6 +208,12 @@ impl<'a> Gemm<'a> {
     }
     pub fn gelu(mut self) -> Self {
         self.gelu = true;
+        self
+    }
+    /// Multiplies each result element by the element at the same (m, n) of `g` (same
+    /// transposition as C). Excludes [`Self::scale`], whose binding it uses.
+    pub fn gate(mut self, g: Operand<'a>) -> Self {
+        self.gate = Some(g);
         self
     }
     /// Adds to what C holds (a residual connection) instead of overwriting it.
@@ -207,6 +244,8 @@ impl<'a> Gemm<'a> {
             .flag("A_TEX", a_tex)
             .flag("A_TRANS_TEX", a_tex && self.a_trans)
             .flag("A_CONV", self.conv.is_some())
+            .flag("A_NHWC", self.conv_nhwc)
+            .flag("GATE", self.gate.is_some())
             .flag("BIAS_N", matches!(self.bias, Some((_, Axis::N))))
             .flag("BIAS_M", matches!(self.bias, Some((_, Axis::M))))
             .flag("SCALE_N", matches!(self.scale, Some((_, Axis::N))))
@@ -255,6 +294,12 @@ impl<'a> Gemm<'a> {
         let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
         check_extent("gemm B", self.b.buf, 0, b_end)?;
         check_extent("gemm C", self.c.buf, 0, last(&self.c, c_rows, c_cols))?;
+        if let Some(g) = &self.gate {
+            if self.scale.is_some() {
+                return Err(Error::Input("GEMM with both a gate and a layer scale".into()));
+            }
+            check_extent("gemm gate", g.buf, 0, last(g, c_rows, c_cols))?;
+        }
         for (what, v) in [("bias", self.bias), ("scale", self.scale)] {
             if let Some((buf, axis)) = v {
                 check_extent(what, buf, 0, if axis == Axis::N { n } else { m })?;
@@ -284,6 +329,9 @@ impl<'a> Gemm<'a> {
             let (oh, ow) = g.out_hw()?;
             conv_words = [g.cin, g.ih, g.iw, g.kh, g.kw, g.stride, g.pad, ow, oh, 0, 0, 0].map(|v| v as u32);
         }
+        if let Some(g) = &self.gate {
+            conv_words[9..].copy_from_slice(&[g.off, g.ld, g.bs]);
+        }
         self.check()?;
         let pipeline = gpu.pipeline(&self.kernel(variant))?;
         let mut params = vec![
@@ -295,7 +343,7 @@ impl<'a> Gemm<'a> {
         params.extend_from_slice(&conv_words);
         // Unused bias/scale slots are bound to A (also read-only); that variant never reads them.
         let bias = self.bias.map_or(self.a.buf, |(b, _)| b);
-        let scale = self.scale.map_or(self.a.buf, |(s, _)| s);
+        let scale = self.gate.map(|g| g.buf).or(self.scale.map(|(s, _)| s)).unwrap_or(self.a.buf);
         let workgroups = match variant {
             GemmVariant::Register => {
                 let (rows, cols) = register_tile();

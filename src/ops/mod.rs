@@ -5,6 +5,7 @@
 
 pub mod gemm;
 pub mod norm;
+pub mod pool;
 pub mod reduce;
 
 use std::sync::Arc;
@@ -125,4 +126,17 @@ pub(crate) fn check_extent(what: &str, buffer: &wgpu::Buffer, offset: u64, float
 
 pub(crate) fn groups(n: u32, per: u32) -> u32 {
     n.div_ceil(per)
+}
+
+/// Workgroups of 64 for `n` independent items, folded into two dimensions when one would pass
+/// the adapter's per-dimension limit; the kernels index `gid.x + gid.y * num_workgroups.x * 64`.
+pub(crate) fn grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {
+    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
+    let wg = n.div_ceil(64).max(1);
+    let x = wg.min(max);
+    let y = wg.div_ceil(x);
+    if y > max || n > u32::MAX as usize {
+        return Err(Error::Input(format!("{n} items is more than one dispatch can cover")));
+    }
+    Ok([x as u32, y as u32, 1])
 }
