@@ -50,6 +50,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Top-1 accuracy on the Fashion-MNIST test set (IDX files, gzip or raw), computed on the GPU
+    Eval {
+        /// Model file; the embedded default model when omitted
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        /// Folder holding t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]
+        #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
+        data: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        /// Print one JSON line: {"top1", "correct", "total", "images_per_s"}
+        #[arg(long)]
+        json: bool,
+    },
     /// Forward latency, throughput and GFLOP/s; or a GEMM micro-benchmark with --gemm MxKxN
     Bench {
         /// Model file; the embedded default model when omitted
@@ -90,6 +104,7 @@ fn run(cmd: Command) -> Result<()> {
         Command::Logits { weights, input, out } => logits(&weights, &input, &out),
         Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &images, top_k, json),
         Command::Info { weights, json } => info(weights.as_deref(), json),
+        Command::Eval { weights, data, batch, json } => eval(weights.as_deref(), &data, batch, json),
         Command::Bench { weights, batch, iters, gemm, json } => match gemm {
             Some(shape) => bench_gemm(&shape, iters, json),
             None => bench_model(weights.as_deref(), &batch, iters, json),
@@ -221,6 +236,57 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     Ok(())
 }
 
+fn check_batch(batch: usize) -> Result<()> {
+    if batch == 0 || batch > tokenmix::models::MAX_BATCH {
+        return Err(Error::Input(format!("batch {batch} is outside 1..={}", tokenmix::models::MAX_BATCH)));
+    }
+    Ok(())
+}
+
+/// Top-1 over the Fashion-MNIST test set. The model must take 1x28x28 inputs; pixels are
+/// scaled to [0, 1] and normalised with the model's mean/std, exactly as `tools/train.py`.
+fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result<()> {
+    check_batch(batch)?;
+    let set = tokenmix::dataset::fashion_mnist_test(data)?;
+    let model = load_or_default(gpu()?, weights)?;
+    let [c, h, w] = model.info.arch.input_shape();
+    if [c, h, w] != [1, set.height, set.width] {
+        return Err(Error::Input(format!(
+            "{}: the model takes {c}x{h}x{w} inputs, the test images are 1x{}x{}",
+            model_name(weights), set.height, set.width
+        )));
+    }
+    if model.info.arch.num_classes() < 10 {
+        return Err(Error::Input(format!("{}: {} classes, Fashion-MNIST has 10", model_name(weights), model.info.arch.num_classes())));
+    }
+    let (mean, std) = (model.info.preprocess.mean[0], model.info.preprocess.std[0]);
+    let per = h * w;
+    let bar = progress(set.count, "eval");
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let start = Instant::now();
+    let mut correct = 0usize;
+    for (pixels, labels) in set.pixels.chunks(batch * per).zip(set.labels.chunks(batch)) {
+        let input: Vec<f32> = pixels.iter().map(|&p| (p as f32 / 255.0 - mean) / std).collect();
+        let out = model.forward_blocking(&input)?;
+        for (row, &label) in out.logits.chunks(out.classes).zip(labels) {
+            let pred = (0..out.classes).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap_or(0);
+            correct += (pred == label as usize) as usize;
+        }
+        bar.inc(labels.len() as u64);
+    }
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let (total, top1) = (set.count, correct as f64 / set.count.max(1) as f64);
+    if json {
+        println!("{}", serde_json::json!({"top1": top1, "correct": correct, "total": total, "images_per_s": total as f64 / secs}));
+    } else {
+        println!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top1 * 100.0, total as f64 / secs);
+    }
+    Ok(())
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -251,9 +317,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
         println!("time to first result (load + pipelines + first forward, batch 1): {:.1} ms", first.as_secs_f64() * 1e3);
     }
     for &batch in batches {
-        if batch == 0 || batch > tokenmix::models::MAX_BATCH {
-            return Err(Error::Input(format!("batch {batch} is outside 1..={}", tokenmix::models::MAX_BATCH)));
-        }
+        check_batch(batch)?;
         let input: Vec<f32> = first_input.iter().cycle().take(batch * per).copied().collect();
         model.forward_blocking(&input)?; // build the plan, warm up
         let bar = progress(iters, &format!("batch {batch}"));

@@ -1,6 +1,8 @@
 //! tokenmix: MLP-Mixer (and friends) with every layer a WGSL compute shader, scheduled on
 //! wgpu. See ARCHITECTURE.md for the module map.
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod dataset;
 pub mod error;
 pub mod gpu;
 pub mod labels;

@@ -54,3 +54,43 @@ fn sample_pngs_classify_as_pytorch_predicted() {
         assert_eq!(predicted, torch_preds[index], "{name}");
     }
 }
+
+/// `tokenmix eval` on IDX files made from the fixture slice (images gzipped, labels raw, as
+/// both occur): its correct count must be PyTorch's on the same images and weights.
+#[test]
+fn eval_command_counts_what_pytorch_counts() {
+    use std::io::Write;
+    let (input, torch_preds, labels) = slice();
+    let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).expect("embedded model loads");
+    let (mean, std) = (model.info.preprocess.mean[0] as f64, model.info.preprocess.std[0] as f64);
+    let n = labels.len();
+    let mut images = vec![0, 0, 8, 3];
+    for d in [n as u32, 28, 28] {
+        images.extend(d.to_be_bytes());
+    }
+    images.extend(input.iter().map(|&x| ((x as f64 * std + mean) * 255.0).round() as u8));
+    let mut label_file = vec![0, 0, 8, 1];
+    label_file.extend((n as u32).to_be_bytes());
+    label_file.extend(labels.iter().map(|&l| l as u8));
+    let dir = std::env::temp_dir().join(format!("tokenmix-eval-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&images).unwrap();
+    std::fs::write(dir.join("t10k-images-idx3-ubyte.gz"), gz.finish().unwrap()).unwrap();
+    std::fs::write(dir.join("t10k-labels-idx1-ubyte"), &label_file).unwrap();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["eval", "--data", dir.to_str().unwrap(), "--batch", "50", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    let torch_correct = torch_preds.iter().zip(&labels).filter(|(p, l)| p == l).count();
+    assert_eq!(v["total"], n);
+    assert_eq!(v["correct"], torch_correct, "PyTorch got {torch_correct}/{n}");
+    assert!((v["top1"].as_f64().unwrap() - torch_correct as f64 / n as f64).abs() < 1e-12);
+    assert!(v["images_per_s"].as_f64().unwrap() > 0.0);
+
+    // A truncated image file is one clear error.
+    std::fs::write(dir.join("t10k-images-idx3-ubyte.gz"), &images[..100]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["eval", "--data", dir.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.starts_with("error: ") && err.contains("t10k-images"), "{err}");
+}

@@ -76,3 +76,33 @@ fn batch_rows_are_independent() {
         assert!(max_abs_diff(row, &one.logits) < 1e-6);
     }
 }
+
+#[test]
+fn binding_limit_splits_batches_instead_of_failing() {
+    // An adapter whose storage bindings hold one image's widest activation and a half (and
+    // every weight of these fixtures): a batch of 2 cannot be bound at once, so the model runs
+    // it in chunks of 1 — with the same logits as timm. A weight over the limit is refused
+    // with its name and the bound.
+    for name in ["mixer_p2_small_stem_f16", "gmlp_grey_nonsquare_f16", "poolformer_rgb"] {
+        let dir = fixtures();
+        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let (ishape, input) = &io[0];
+        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+        let img = Some([ishape[2], ishape[3]]);
+        let widest = Model::load(common::gpu(), &bytes, img).expect("loads").widest_activation_bytes();
+        let mut small = pollster::block_on(tokenmix::Gpu::new()).expect("adapter");
+        small.limits.max_storage_buffer_binding_size = widest * 3 / 2;
+        let model = Model::load(std::sync::Arc::new(small), &bytes, img).expect("loads under the lowered limit");
+        assert_eq!(model.max_batch(), 1, "{name}");
+        assert!(ishape[0] >= 2, "{name}: the fixture has a batch");
+        let out = model.forward_blocking(input).expect("a batch of 3 runs in chunks");
+        let diff = max_abs_diff(&out.logits, &io[1].1);
+        eprintln!("{name} under a {}-byte binding limit: max|Δlogit| = {diff:.2e}", widest * 3 / 2);
+        assert!(diff <= tol::GOLDEN * max_abs(&io[1].1).max(1.0), "{name}: {diff}");
+
+        let mut tiny = pollster::block_on(tokenmix::Gpu::new()).expect("adapter");
+        tiny.limits.max_storage_buffer_binding_size = 1024;
+        let err = Model::load(std::sync::Arc::new(tiny), &bytes, img).err().expect("a weight over 1 KiB is refused").to_string();
+        assert!(err.contains("weight") && err.contains("1024"), "{name}: {err}");
+    }
+}

@@ -195,7 +195,8 @@ fn across_tokens_matches_cpu_reference() {
     }
 }
 
-fn cpu_conv(x: &[f32], w: &[f32], bias: &[f32], images: usize, g: &ConvGeometry, cout: usize) -> Vec<f32> {
+/// Reference convolution; the input is NCHW, or channels-last NHWC with `nhwc`.
+fn cpu_conv(x: &[f32], w: &[f32], bias: &[f32], images: usize, g: &ConvGeometry, cout: usize, nhwc: bool) -> Vec<f32> {
     let (oh, ow) = g.out_hw().unwrap();
     let mut out = vec![0f32; images * oh * ow * cout];
     for img in 0..images {
@@ -211,7 +212,9 @@ fn cpu_conv(x: &[f32], w: &[f32], bias: &[f32], images: usize, g: &ConvGeometry,
                                 if iy < 0 || ix < 0 || iy >= g.ih as isize || ix >= g.iw as isize {
                                     continue;
                                 }
-                                let xv = x[((img * g.cin + ci) * g.ih + iy as usize) * g.iw + ix as usize] as f64;
+                                let (iy, ix) = (iy as usize, ix as usize);
+                                let at = if nhwc { ((img * g.ih + iy) * g.iw + ix) * g.cin + ci } else { ((img * g.cin + ci) * g.ih + iy) * g.iw + ix };
+                                let xv = x[at] as f64;
                                 let wv = w[((co * g.cin + ci) * g.kh + ky) * g.kw + kx] as f64;
                                 acc += xv * wv;
                             }
@@ -238,20 +241,23 @@ fn convolution_matches_cpu_reference() {
     ];
     for gpu in all_variants() {
         for (i, &(images, cin, ih, iw, k, stride, pad, cout)) in cases.iter().enumerate() {
-            let g = ConvGeometry { cin, ih, iw, kh: k, kw: k, stride, pad };
-            let (oh, ow) = g.out_hw().unwrap();
-            let x = random(images * cin * ih * iw, 100 + i as u64);
-            let w = random(cout * cin * k * k, 200 + i as u64);
-            let bias = random(cout, 300 + i as u64);
-            let wm = Matrix::upload(&gpu, "w", &w, cout, cin * k * k).unwrap();
-            let (xb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("b", &bias).unwrap());
-            let out = gpu.storage("out", images * oh * ow * cout).unwrap();
-            let op = Gemm::conv(images, g, &xb, &wm, &out).unwrap().bias(&bb, Axis::N).build(&gpu).unwrap();
-            gpu.run_ops(&[op]).unwrap();
-            let got = pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
-            let want = cpu_conv(&x, &w, &bias, images, &g, cout);
-            let diff = max_abs_diff(&got, &want);
-            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} conv case {i}: diff {diff}", gpu.gemm.name());
+            // NCHW (stems) and channels-last NHWC (PoolFormer's downsampling reads its tokens).
+            for nhwc in [false, true] {
+                let g = ConvGeometry { cin, ih, iw, kh: k, kw: k, stride, pad };
+                let (oh, ow) = g.out_hw().unwrap();
+                let x = random(images * cin * ih * iw, 100 + i as u64);
+                let w = random(cout * cin * k * k, 200 + i as u64);
+                let bias = random(cout, 300 + i as u64);
+                let wm = Matrix::upload(&gpu, "w", &w, cout, cin * k * k).unwrap();
+                let (xb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("b", &bias).unwrap());
+                let out = gpu.storage("out", images * oh * ow * cout).unwrap();
+                let conv = if nhwc { Gemm::conv_nhwc(images, g, &xb, &wm, &out) } else { Gemm::conv(images, g, &xb, &wm, &out) };
+                gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()]).unwrap();
+                let got = pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
+                let want = cpu_conv(&x, &w, &bias, images, &g, cout, nhwc);
+                let diff = max_abs_diff(&got, &want);
+                assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} conv case {i} (nhwc {nhwc}): diff {diff}", gpu.gemm.name());
+            }
         }
     }
 }
@@ -330,4 +336,130 @@ fn gemm_rejects_out_of_range_operands() {
     assert!(err.is_err(), "A has 10 floats, the GEMM needs 40");
     let err = Gemm::linear(0, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
     assert!(err.is_err(), "an empty dimension is an error");
+}
+
+fn upload(gpu: &Gpu, v: &[f32]) -> wgpu::Buffer {
+    gpu.storage_init("t", v).unwrap()
+}
+
+fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
+    pollster::block_on(gpu.read_buffer(b, n)).unwrap()
+}
+
+#[test]
+fn pooling_matches_cpu_reference_at_every_border() {
+    let gpu = gpu();
+    // (batch, h, w, d): 1x1 (the mean of one value), a 1-pixel row, odd non-square, wide d.
+    for (i, &(batch, h, w, d)) in [(2, 1, 1, 3), (1, 1, 5, 2), (2, 5, 7, 3), (1, 4, 4, 64)].iter().enumerate() {
+        let n = batch * h * w * d;
+        let (xn, x0, ls) = (random(n, 40 + i as u64), random(n, 50 + i as u64), random(d, 60 + i as u64));
+        let (xnb, xb, lsb) = (upload(&gpu, &xn), upload(&gpu, &x0), upload(&gpu, &ls));
+        gpu.run_ops(&[ops::pool::pool_mix(&gpu, batch, h, w, d, &xnb, &lsb, &xb).unwrap()]).unwrap();
+        let got = read(&gpu, &xb, n);
+        let mut want = x0.clone();
+        for b in 0..batch {
+            for y in 0..h {
+                for xx in 0..w {
+                    for c in 0..d {
+                        // count_include_pad=False: average over the neighbours inside the image.
+                        let (mut sum, mut count) = (0f64, 0f64);
+                        for ny in y.saturating_sub(1)..(y + 2).min(h) {
+                            for nx in xx.saturating_sub(1)..(xx + 2).min(w) {
+                                sum += xn[((b * h + ny) * w + nx) * d + c] as f64;
+                                count += 1.0;
+                            }
+                        }
+                        let at = ((b * h + y) * w + xx) * d + c;
+                        want[at] = (x0[at] as f64 + ls[c] as f64 * (sum / count - xn[at] as f64)) as f32;
+                    }
+                }
+            }
+        }
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::NORM, "pool case {i} ({batch}x{h}x{w}x{d}): diff {diff}");
+    }
+}
+
+#[test]
+fn group_norm_and_affine_match_cpu_reference() {
+    let gpu = gpu();
+    // GroupNorm(1 group) over each image's [tokens, d]: fewer elements than the workgroup,
+    // an odd count, a count over 256 with a large offset (two-pass variance).
+    for (i, &(batch, tokens, d, offset)) in [(2, 1, 5, 0.0f32), (3, 49, 24, 2.0), (2, 16, 64, 300.0)].iter().enumerate() {
+        let n = batch * tokens * d;
+        let x: Vec<f32> = random(n, 70 + i as u64).iter().map(|v| v * 0.1 + offset).collect();
+        let (gamma, beta) = (random(d, 80 + i as u64), random(d, 90 + i as u64));
+        let (xb, gb, bb, y) = (upload(&gpu, &x), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", n).unwrap());
+        let eps = 1e-5;
+        gpu.run_ops(&[ops::norm::group_norm(&gpu, batch, tokens, d, eps, &xb, &gb, &bb, &y).unwrap()]).unwrap();
+        let got = read(&gpu, &y, n);
+        let mut want = vec![0f32; n];
+        for b in 0..batch {
+            let img: Vec<f64> = x[b * tokens * d..(b + 1) * tokens * d].iter().map(|&v| v as f64).collect();
+            let mean = img.iter().sum::<f64>() / img.len() as f64;
+            let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / img.len() as f64;
+            for (j, v) in img.iter().enumerate() {
+                let c = j % d;
+                want[b * tokens * d + j] = ((v - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
+            }
+        }
+        let diff = max_abs_diff(&got, &want);
+        let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * offset / 0.058 * ((tokens * d) as f32).sqrt();
+        assert!(diff <= bound, "group_norm case {i}: diff {diff} > {bound}");
+
+        // Affine (ResMLP): alpha * x + beta per channel, over the same rows.
+        let a = gpu.storage("a", n).unwrap();
+        gpu.run_ops(&[ops::norm::affine(&gpu, batch * tokens, d, &xb, &gb, &bb, &a).unwrap()]).unwrap();
+        let got = read(&gpu, &a, n);
+        let want: Vec<f32> = x.iter().enumerate().map(|(j, &v)| (gamma[j % d] as f64 * v as f64 + beta[j % d] as f64) as f32).collect();
+        assert!(max_abs_diff(&got, &want) <= tol::NORM * max_abs(&want).max(1.0), "affine case {i}");
+    }
+}
+
+/// gMLP's spatial gating unit as the model records it: LayerNorm of the second half of each
+/// hidden row (a strided view), the token projection with its bias, gated by the first half.
+#[test]
+fn spatial_gating_matches_cpu_reference() {
+    let (batch, tokens, half) = (2, 35, 24);
+    let h = 2 * half;
+    let z = random(batch * tokens * h, 11);
+    let (gamma, beta) = (random(half, 12), random(half, 13));
+    let (wp, bp) = (random(tokens * tokens, 14), random(tokens, 15));
+    // CPU: s[b, t, c] = u[b, t, c] * (sum_s W[t, s] * LN(v)[b, s, c] + bias[t])
+    let mut vn = vec![0f64; batch * tokens * half];
+    for r in 0..batch * tokens {
+        let v: Vec<f64> = z[r * h + half..(r + 1) * h].iter().map(|&x| x as f64).collect();
+        let mean = v.iter().sum::<f64>() / half as f64;
+        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / half as f64;
+        for c in 0..half {
+            vn[r * half + c] = (v[c] - mean) / (var + 1e-5).sqrt() * gamma[c] as f64 + beta[c] as f64;
+        }
+    }
+    let mut want = vec![0f32; batch * tokens * half];
+    for b in 0..batch {
+        for t in 0..tokens {
+            for c in 0..half {
+                let mut acc = bp[t] as f64;
+                for s in 0..tokens {
+                    acc += wp[t * tokens + s] as f64 * vn[(b * tokens + s) * half + c];
+                }
+                want[(b * tokens + t) * half + c] = (z[(b * tokens + t) * h + c] as f64 * acc) as f32;
+            }
+        }
+    }
+    for gpu in all_variants() {
+        let (zb, gb, bb, pb) = (upload(&gpu, &z), upload(&gpu, &gamma), upload(&gpu, &beta), upload(&gpu, &bp));
+        let w = Matrix::upload(&gpu, "proj", &wp, tokens, tokens).unwrap();
+        let (aux, out) = (gpu.storage("aux", batch * tokens * half).unwrap(), gpu.storage("out", batch * tokens * half).unwrap());
+        let norm = ops::norm::layer_norm_rows(&gpu, batch * tokens, half, 1e-5, ops::norm::Rows { buf: &zb, off: half, ld: h }, &gb, &bb, &aux).unwrap();
+        let proj = Gemm::across_tokens(batch, &w, Operand::new(&aux, half, tokens * half), half, Operand::new(&out, half, tokens * half))
+            .token_bias(&pb)
+            .gate(Operand::new(&zb, h, tokens * h))
+            .build(&gpu)
+            .unwrap();
+        gpu.run_ops(&[norm, proj]).unwrap();
+        let got = read(&gpu, &out, batch * tokens * half);
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} SGU: diff {diff}", gpu.gemm.name());
+    }
 }

@@ -214,10 +214,14 @@ impl Model {
     /// this size, each bound and dispatched on its own, so a large batch on a small adapter
     /// runs rather than fails.
     pub fn max_batch(&self) -> usize {
-        let (x, s, _) = self.per_image();
-        let widest = [x, s.xn, s.hidden, s.aux, self.input_len()].into_iter().max().unwrap_or(1).max(1) as u64 * 4;
         let limit = self.gpu.limits.max_storage_buffer_binding_size as u64;
-        ((limit / widest) as usize).clamp(1, MAX_BATCH)
+        ((limit / self.widest_activation_bytes()) as usize).clamp(1, MAX_BATCH)
+    }
+
+    /// Bytes of the widest activation buffer for one image.
+    pub fn widest_activation_bytes(&self) -> u64 {
+        let (x, s, _) = self.per_image();
+        [x, s.xn, s.hidden, s.aux, self.input_len()].into_iter().max().unwrap_or(1).max(1) as u64 * 4
     }
 
     fn plan(&self, batch: usize) -> Result<Arc<Plan>> {

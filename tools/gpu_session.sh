@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One prepared run on a lent GPU machine (NVIDIA, PyTorch + timm installed, no network):
+#   1. trains the four Fashion-MNIST default models in parallel (tools/train.py, CUDA),
+#   2. checks them with `tokenmix eval` (Vulkan on the GPU) against PyTorch's own counts,
+#   3. checks full-size timm logits parity on the GPU and benches tokenmix (Vulkan) beside
+#      PyTorch CUDA on mixer_s16_224, gmlp_s16_224, resmlp_12_224 and poolformer_s12.
+# Expects: .bin/tokenmix (release build), .data/ (Fashion-MNIST IDX files), .gl/*.deb (Vulkan
+# loader). Writes results under $OUT. Never run by CI.
+set -u
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export PYTHONUNBUFFERED=1 WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
+mkdir -p -m 700 /tmp/xdg /tmp/train
+TM=.bin/tokenmix
+MINUTES=${MINUTES:-4}
+nvidia-smi -L
+python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)"
+if ! $TM info >/dev/null 2>&1; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+$TM info | grep adapter
+
+echo "== training (${MINUTES} min each, 4 in parallel)"
+for m in mixer gmlp resmlp poolformer; do
+  python3 tools/train.py "$m" --minutes "$MINUTES" --data .data --out /tmp/train > "/tmp/train/$m.log" 2>&1 &
+done
+wait
+for m in mixer gmlp resmlp poolformer; do tail -n 2 "/tmp/train/$m.log"; done
+tar czf "$OUT/trained.tar.gz" -C /tmp/train .
+
+echo "== tokenmix eval on the GPU"
+for m in mixer gmlp resmlp poolformer; do
+  w=/tmp/train/${m}_fmnist.safetensors
+  [ -f "$w" ] && echo "$m $($TM eval --weights "$w" --data .data --json)"
+done 2>&1 | tee "$OUT/eval.txt"
+
+echo "== full-size timm checkpoints: logits parity and bench"
+for m in mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 gmlp_ti16_224; do
+  (cd tools && python3 timm_checkpoint.py "$m" "/tmp/$m.safetensors") >/dev/null
+  $TM info --weights "/tmp/$m.safetensors" | grep -E "preset|GMACs"
+  python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM
+done 2>&1 | tee "$OUT/parity.txt"
+for m in mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12; do
+  python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device cuda --batch 1,8,64 --iters 30
+done 2>&1 | tee "$OUT/bench.txt"
