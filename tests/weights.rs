@@ -10,13 +10,23 @@ use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use tokenmix::{Error, Model};
 
-fn fixture() -> Vec<u8> {
-    std::fs::read(fixtures().join("mixer_p4_rgb.safetensors")).expect("fixture")
+fn fixture_named(name: &str) -> Vec<u8> {
+    std::fs::read(fixtures().join(format!("{name}.safetensors"))).expect("fixture")
 }
 
-/// Rewrites the fixture through `edit`, which gets (name, dtype, shape, bytes) per tensor.
-fn rewrite(edit: impl Fn(&mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>), metadata: Option<HashMap<String, String>>) -> Vec<u8> {
-    let bytes = fixture();
+fn fixture() -> Vec<u8> {
+    fixture_named("mixer_p4_rgb")
+}
+
+type Tensors = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
+
+/// Rewrites the Mixer fixture through `edit`, which gets (name, dtype, shape, bytes) per tensor.
+fn rewrite(edit: impl Fn(&mut Tensors), metadata: Option<HashMap<String, String>>) -> Vec<u8> {
+    rewrite_named("mixer_p4_rgb", edit, metadata)
+}
+
+fn rewrite_named(name: &str, edit: impl Fn(&mut Tensors), metadata: Option<HashMap<String, String>>) -> Vec<u8> {
+    let bytes = fixture_named(name);
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> =
         st.iter().map(|(n, v)| (n.to_string(), v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
@@ -128,4 +138,26 @@ fn metadata_labels_and_preprocess_are_used() {
     assert_eq!(model.info.labels, labels);
     assert_eq!(model.info.preprocess.crop_pct, 0.9);
     assert_eq!(model.info.preprocess.mean, vec![0.1, 0.2, 0.3]);
+}
+
+#[test]
+fn other_families_name_what_is_wrong() {
+    // gMLP without its gate's LayerNorm bias.
+    let bytes = rewrite_named("gmlp_p4_rgb", |t| t.retain(|e| e.0 != "blocks.1.mlp_channels.gate.norm.bias"), None);
+    expect_err(&bytes, "blocks.1.mlp_channels.gate.norm.bias");
+    // ResMLP with a layer scale of the wrong width.
+    let bytes = rewrite_named("resmlp_p4_bf16", |t| {
+        let e = t.iter_mut().find(|e| e.0 == "blocks.0.ls1").unwrap();
+        e.2 = vec![e.2[0] - 1];
+        e.3.truncate(e.3.len() - 2);
+    }, None);
+    expect_err(&bytes, "blocks.0.ls1");
+    // A MetaFormer whose token mixer has weights (ConvFormer-like) is not PoolFormer.
+    let bytes = rewrite_named("poolformer_rgb", |t| t.push(("stages.0.blocks.0.token_mixer.pwconv1.weight".into(), Dtype::F32, vec![2], vec![0; 8])), None);
+    expect_err(&bytes, "token mixer has weights");
+    // An image smaller than the 7x7 stem (with its padding) is an input error, not a panic.
+    assert!(Model::load(gpu(), &fixture_named("poolformer_rgb"), Some([2, 2])).is_err());
+    // And the GPU still runs a good model afterwards.
+    let model = Model::load(gpu(), &fixture_named("poolformer_rgb"), Some([64, 64])).expect("loads");
+    assert!(model.forward_blocking(&vec![0.1; model.input_len()]).is_ok());
 }
