@@ -6,8 +6,12 @@ export XDG_RUNTIME_DIR := $(shell d=$${TMPDIR:-/tmp}/tokenmix-xdg-$$(id -u); mkd
 
 CARGO ?= cargo
 BIN := target/release/tokenmix
+TOOLS ?= $(or $(TOKENMIX_CACHE),$(HOME)/.cache/tokenmix-tools)
+WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
+WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
+PORT ?= 8080
 
-.PHONY: demo test setup build bench clean
+.PHONY: demo test test-native test-browser setup build web serve bench clean
 
 setup:
 	@bash tools/setup.sh
@@ -15,17 +19,26 @@ setup:
 build: setup
 	$(CARGO) build --release
 
-# Until the browser page lands, the demo classifies the bundled Fashion-MNIST samples natively
-# with the embedded default model.
-demo: build
+# The wasm module and its JS glue for the page: www/pkg/tokenmix.js + tokenmix_bg.wasm.
+web: setup
+	$(CARGO) build --release --lib --target wasm32-unknown-unknown
+	$(WASM_BINDGEN) --target web --out-dir www/pkg --out-name tokenmix $(WASM)
+
+# The demo: the page (index.html) served on localhost with the embedded default model.
+demo: build web
 	$(BIN) info
-	$(BIN) classify --top-k 3 www/samples/fmnist-*.png
+	@echo "tokenmix demo: open http://127.0.0.1:$(PORT)/ in a browser with WebGPU (Ctrl-C stops)"
+	node tests/browser/server.mjs $(PORT)
 
 # --nocapture so the log shows the adapter each test ran on and the golden error margins.
-# The wasm32 check keeps the library building for the browser.
-test: setup
-	$(CARGO) check --release --lib --target wasm32-unknown-unknown
+test: setup test-native test-browser
+
+test-native:
 	$(CARGO) test --release -- --nocapture
+
+# The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core.
+test-browser: build web
+	TOKENMIX_BIN=$(BIN) node --test tests/browser/e2e.mjs
 
 bench: build
 	$(BIN) bench --gemm 1568x512x2048 --iters 5

@@ -10,6 +10,8 @@ pub mod models;
 pub mod ops;
 pub mod preprocess;
 pub mod weights;
+#[cfg(target_arch = "wasm32")]
+pub mod web;
 
 pub use error::{Error, Result};
 pub use gpu::Gpu;

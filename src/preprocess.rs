@@ -75,6 +75,33 @@ impl Preprocess {
     }
 }
 
+/// Where the model's input comes from in a source image: the resized size and the crop's
+/// top-left corner in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub resized: (usize, usize),
+    pub left: usize,
+    pub top: usize,
+}
+
+impl Preprocess {
+    /// The resize and centre crop (torchvision's CenterCrop: offsets rounded to nearest) for a
+    /// `width` x `height` image; an error when the resized image is smaller than the crop.
+    pub fn geometry(&self, width: usize, height: usize) -> Result<Geometry> {
+        if width == 0 || height == 0 {
+            return Err(Error::Input("image has zero size".into()));
+        }
+        let (rw, rh) = self.resize_to(width, height);
+        let [ch, cw] = self.size;
+        if rw < cw || rh < ch {
+            return Err(Error::Input(format!("{width}x{height} image: resized to {rw}x{rh}, smaller than the {cw}x{ch} crop")));
+        }
+        let top = ((rh - ch) as f64 / 2.0).round() as usize;
+        let left = ((rw - cw) as f64 / 2.0).round() as usize;
+        Ok(Geometry { resized: (rw, rh), left, top })
+    }
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::*;
 
@@ -106,21 +133,12 @@ mod native {
     /// timm eval transform of an RGB image to a CHW float tensor of the model's input size.
     pub fn transform(img: &image::RgbImage, pp: &Preprocess) -> Result<Vec<f32>> {
         pp.validate()?;
-        let (w, h) = (img.width() as usize, img.height() as usize);
-        if w == 0 || h == 0 {
-            return Err(Error::Input("image has zero size".into()));
-        }
-        let (rw, rh) = pp.resize_to(w, h);
-        let [ch, cw] = pp.size;
-        if rw < cw || rh < ch {
-            return Err(Error::Input(format!("resized image {rw}x{rh} is smaller than the {cw}x{ch} crop")));
-        }
+        let g = pp.geometry(img.width() as usize, img.height() as usize)?;
+        let ((rw, rh), [ch, cw]) = (g.resized, pp.size);
         // PIL's bicubic is Catmull-Rom (a = -0.5) with the support widened when downscaling,
         // which is what `image`'s CatmullRom filter does.
         let resized = imageops::resize(img, rw as u32, rh as u32, FilterType::CatmullRom);
-        // torchvision CenterCrop: offsets rounded to nearest.
-        let top = ((rh - ch) as f64 / 2.0).round() as usize;
-        let left = ((rw - cw) as f64 / 2.0).round() as usize;
+        let (top, left) = (g.top, g.left);
         let mut out = vec![0f32; pp.channels * ch * cw];
         for y in 0..ch {
             for x in 0..cw {

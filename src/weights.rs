@@ -57,6 +57,12 @@ impl<'a> Weights<'a> {
         Ok(data)
     }
 
+    /// The named tensor as f32, without marking it used (for CPU copies, e.g. the visualiser).
+    pub fn read(&self, name: &str) -> Result<Vec<f32>> {
+        let view = self.file.tensor(name).map_err(|_| Error::tensor(name, "missing"))?;
+        to_f32(name, view.dtype(), view.data())
+    }
+
     /// Errors if the file holds tensors no layer used: a checkpoint of another
     /// architecture, or a config inferred wrongly, must not load silently.
     pub fn finish(&self) -> Result<()> {

@@ -11,6 +11,13 @@ need_apt=()
 if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 && ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
   need_apt+=(mesa-vulkan-drivers libvulkan1)
 fi
+# The browser page and its tests: headless Chromium (WebGPU on SwiftShader), chromedriver for
+# wasm-bindgen-test, node/npm for playwright-core.
+if [ "${TOKENMIX_NO_BROWSER:-0}" != 1 ]; then
+  command -v chromium >/dev/null || need_apt+=(chromium)
+  command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
+  command -v npm >/dev/null || need_apt+=(nodejs npm)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "setup: no Vulkan driver found and no apt-get; install a Vulkan driver (e.g. Mesa lavapipe)" >&2
@@ -30,4 +37,21 @@ fi
 if command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown; then
   echo "setup: adding the wasm32-unknown-unknown target"
   rustup target add wasm32-unknown-unknown >/dev/null
+fi
+
+[ "${TOKENMIX_NO_BROWSER:-0}" = 1 ] && exit 0
+
+# wasm-bindgen-cli must match the wasm-bindgen crate in Cargo.lock. It takes minutes to build,
+# so it lives in a cache outside the clone and is only built when that version is missing.
+WBG_VERSION=$(awk '/^name = "wasm-bindgen"$/ {getline; gsub(/"/, "", $3); print $3; exit}' Cargo.lock)
+TOOLS=${TOKENMIX_CACHE:-$HOME/.cache/tokenmix-tools}
+if ! "$TOOLS/bin/wasm-bindgen" --version 2>/dev/null | grep -q " $WBG_VERSION\b"; then
+  echo "setup: building wasm-bindgen-cli $WBG_VERSION into $TOOLS (once)"
+  cargo install -q wasm-bindgen-cli --version "$WBG_VERSION" --root "$TOOLS" --force
+fi
+
+# playwright-core for the end-to-end page tests (no browser download: it drives Debian's chromium).
+if [ ! -d node_modules/playwright-core ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: npm ci (playwright-core)"
+  npm ci --no-audit --no-fund --silent
 fi

@@ -291,6 +291,16 @@ impl Gpu {
         }))
     }
 
+    /// A read-only storage buffer holding `words` (e.g. RGBA8 pixels, one per u32).
+    pub fn storage_words(&self, label: &str, words: &[u32]) -> Result<wgpu::Buffer> {
+        self.checked_size(label, words.len())?;
+        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(if words.is_empty() { &[0u32][..] } else { words }),
+            usage: wgpu::BufferUsages::STORAGE,
+        }))
+    }
+
     /// An rgba32float texture of `rows` rows of `texels` texels (4 matrix columns per texel),
     /// sampled with textureLoad and filled by copies. None when it exceeds the adapter's limits:
     /// callers then read the matrix from its buffer instead.
@@ -374,6 +384,12 @@ impl Gpu {
     /// Maps a MAP_READ buffer and copies out its f32 contents. On native we poll the device
     /// until the map completes; on the web the browser drives the callback and we just await.
     pub async fn read_back(&self, staging: &wgpu::Buffer) -> Result<Vec<f32>> {
+        self.map_read(staging).await?;
+        self.copy_mapped(staging)
+    }
+
+    /// Waits until the GPU has finished the work that writes `staging` and it is mapped.
+    pub async fn map_read(&self, staging: &wgpu::Buffer) -> Result<()> {
         let slice = staging.slice(..);
         let (tx, rx) = futures_channel::oneshot::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -384,7 +400,12 @@ impl Gpu {
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
         let mapped = rx.await.map_err(|_| Error::Gpu("read-back cancelled".into()))?;
-        mapped.map_err(|e| Error::Gpu(format!("mapping the result buffer: {e}")))?;
+        mapped.map_err(|e| Error::Gpu(format!("mapping the result buffer: {e}")))
+    }
+
+    /// Copies the f32 contents out of a buffer mapped by [`Self::map_read`] and unmaps it.
+    pub fn copy_mapped(&self, staging: &wgpu::Buffer) -> Result<Vec<f32>> {
+        let slice = staging.slice(..);
         let out = {
             let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading the result buffer: {e}")))?;
             // Copy byte-wise: the mapped range carries no f32 alignment guarantee.

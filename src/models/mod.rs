@@ -122,6 +122,22 @@ struct Plan {
     ops: Vec<Op>,
 }
 
+/// The largest image [`Model::classify_rgba`] takes, in pixels and per side.
+pub const MAX_IMAGE_PIXELS: usize = 1 << 26;
+pub const MAX_IMAGE_SIDE: usize = 1 << 15;
+
+/// One image through [`Model::classify_rgba`]: the output, the model input the GPU made from
+/// the pixels (CHW, normalised), and wall-clock milliseconds for preprocessing (CPU work and
+/// upload), the forward pass (submit until the results are mapped: the GPU's preprocessing
+/// and forward) and the read-back copy.
+pub struct ImageRun {
+    pub output: Output,
+    pub input: Vec<f32>,
+    pub preprocess_ms: f64,
+    pub forward_ms: f64,
+    pub readback_ms: f64,
+}
+
 /// The result of a forward pass, both [batch, classes] row-major.
 #[derive(Clone, Debug)]
 pub struct Output {
@@ -130,9 +146,25 @@ pub struct Output {
     pub probs: Vec<f32>,
 }
 
+/// One layer's learned token mixing, for the visualiser: a row-major `rows` x `cols` matrix
+/// whose columns are the tokens of a `grid` (Mixer: token-MLP fc1, one row per hidden unit;
+/// gMLP: the SGU projection; ResMLP: linear_tokens — both tokens x tokens). PoolFormer learns
+/// no token mixing: its entry is the fixed 3x3 pooling-minus-identity kernel (grid 3x3).
+#[derive(Clone, Debug, Serialize)]
+pub struct TokenMixing {
+    pub kind: &'static str,
+    pub rows: usize,
+    pub cols: usize,
+    pub grid: (usize, usize),
+    pub data: Vec<f32>,
+    pub note: &'static str,
+}
+
 pub struct Model {
     pub gpu: Arc<Gpu>,
     pub info: ModelInfo,
+    /// Token-mixing weights per layer (CPU copies, read at load).
+    mixing: Vec<TokenMixing>,
     net: Net,
     plans: Mutex<HashMap<usize, Arc<Plan>>>,
 }
@@ -145,6 +177,7 @@ impl Model {
         let mut w = Weights::parse(bytes)?;
         let meta = Metadata::parse(&w)?;
         let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
+        let mixing = token_mixing(&w, MlpMixerConfig::detect(&w), img_size)?;
         let (arch, net) = if let Some(kind) = MlpMixerConfig::detect(&w) {
             let cfg = MlpMixerConfig::infer(&w, kind, img_size)?;
             let net = MlpMixer::load(&gpu, &mut w, cfg.clone())?;
@@ -192,9 +225,18 @@ impl Model {
             preprocess,
             arch,
         };
-        let model = Model { gpu, info, net, plans: Mutex::default() };
+        let model = Model { gpu, info, mixing, net, plans: Mutex::default() };
         model.plan(1)?;
         Ok(model)
+    }
+
+    /// Number of layers [`Self::token_mixing`] can show.
+    pub fn mixing_layers(&self) -> usize {
+        self.mixing.len()
+    }
+
+    pub fn token_mixing(&self, layer: usize) -> Option<&TokenMixing> {
+        self.mixing.get(layer)
     }
 
     pub fn input_len(&self) -> usize {
@@ -279,26 +321,81 @@ impl Model {
     }
 
     async fn run(&self, plan: &Plan, input: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
+        let staging = self.submit(plan, Some(input), None)?;
+        let mut data = self.gpu.read_back(&staging).await?;
+        let probs = data.split_off(data.len() / 2);
+        Ok((data, probs))
+    }
+
+    /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the
+    /// forward pass, and copies logits, probabilities and — with a prologue — the input into a
+    /// fresh staging buffer, returned for mapping. A fresh staging buffer per call keeps
+    /// concurrent calls (the web's async classify) independent: queue writes and submissions
+    /// are ordered, mappings are not shared.
+    fn submit(&self, plan: &Plan, input: Option<&[f32]>, prologue: Option<&Op>) -> Result<wgpu::Buffer> {
         let gpu = &self.gpu;
         let n = (plan.batch * self.info.arch.num_classes()) as u64 * 4;
-        // A fresh staging buffer per call keeps concurrent calls (the web's async classify)
-        // independent: queue writes and submissions are ordered, mappings are not shared.
+        let input_bytes = if prologue.is_some() { (plan.batch * self.input_len()) as u64 * 4 } else { 0 };
         let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("staging"),
-            size: 2 * n,
+            size: 2 * n + input_bytes,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let b = &plan.buffers;
-        gpu.queue.write_buffer(&b.input, 0, bytemuck::cast_slice(input));
+        if let Some(input) = input {
+            gpu.queue.write_buffer(&b.input, 0, bytemuck::cast_slice(input));
+        }
         let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
+        if let Some(op) = prologue {
+            ops::encode_all(&mut encoder, std::slice::from_ref(op));
+        }
         ops::encode_all(&mut encoder, &plan.ops);
         encoder.copy_buffer_to_buffer(&b.logits, 0, &staging, 0, n);
         encoder.copy_buffer_to_buffer(&b.probs, 0, &staging, n, n);
+        if input_bytes > 0 {
+            encoder.copy_buffer_to_buffer(&b.input, 0, &staging, 2 * n, input_bytes);
+        }
         gpu.queue.submit([encoder.finish()]);
-        let mut data = gpu.read_back(&staging).await?;
-        let probs = data.split_off(data.len() / 2);
-        Ok((data, probs))
+        Ok(staging)
+    }
+
+    /// Classifies one RGBA8 image (a browser ImageData) of any size: the model's preprocessing
+    /// (`preprocess.wgsl`) runs on the GPU in the same submission as the forward pass. Images
+    /// more than 4x larger than the resize target are first box-shrunk on the CPU by an integer
+    /// factor, which keeps the GPU filter's footprint (and its run time) bounded. `now` is a
+    /// millisecond clock (performance.now on the web).
+    pub async fn classify_rgba(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64) -> Result<ImageRun> {
+        let t0 = now();
+        if width == 0 || height == 0 {
+            return Err(Error::Input(format!("image is {width}x{height}: it has no pixels")));
+        }
+        if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width.saturating_mul(height) > MAX_IMAGE_PIXELS {
+            return Err(Error::Input(format!(
+                "image is {width}x{height}; tokenmix takes at most {MAX_IMAGE_SIDE} px a side and {MAX_IMAGE_PIXELS} pixels"
+            )));
+        }
+        if rgba.len() != width * height * 4 {
+            return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
+        }
+        let pp = &self.info.preprocess;
+        let g = pp.geometry(width, height)?;
+        let scale = (width as f64 / g.resized.0 as f64).min(height as f64 / g.resized.1 as f64);
+        let k = if scale > 4.0 { (scale / 2.0).floor() as usize } else { 1 };
+        let (pixels, sw, sh) = shrink_rgba(rgba, width, height, k);
+        let buf = self.gpu.storage_words("image", &pixels)?;
+        let plan = self.plan(1)?;
+        let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.buffers.input)?;
+        let staging = self.submit(&plan, None, Some(&op))?;
+        let t1 = now();
+        self.gpu.map_read(&staging).await?;
+        let t2 = now();
+        let mut data = self.gpu.copy_mapped(&staging)?;
+        let classes = self.info.arch.num_classes();
+        let input = data.split_off(2 * classes);
+        let probs = data.split_off(classes);
+        let t3 = now();
+        Ok(ImageRun { output: Output { classes, logits: data, probs }, input, preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: t3 - t2 })
     }
 
     /// Synchronous forward for native callers.
@@ -306,6 +403,72 @@ impl Model {
     pub fn forward_blocking(&self, input: &[f32]) -> Result<Output> {
         pollster::block_on(self.forward(input))
     }
+}
+
+/// CPU copies of each layer's token-mixing weights (see [`TokenMixing`]).
+fn token_mixing(w: &Weights, kind: Option<BlockKind>, img_size: Option<[usize; 2]>) -> Result<Vec<TokenMixing>> {
+    let Some(kind) = kind else {
+        // PoolFormer (or not a model at all: loading reports that): the fixed pooling kernel.
+        let mut data = vec![1.0 / 9.0; 9];
+        data[4] -= 1.0;
+        return Ok(vec![TokenMixing {
+            kind: "poolformer",
+            rows: 3,
+            cols: 3,
+            grid: (3, 3),
+            data,
+            note: "PoolFormer learns no token mixing: every block averages each token's 3x3 neighbourhood and subtracts the token (interior weights shown; at borders only in-image neighbours count)",
+        }]);
+    };
+    let (name, kind_name, note) = match kind {
+        BlockKind::Mixer => ("mlp_tokens.fc1.weight", "mixer", "token-MLP fc1: one row per hidden unit, its weights over the token grid"),
+        BlockKind::Gmlp => ("mlp_channels.gate.proj.weight", "gmlp", "spatial gating projection: row t mixes output token t from every token"),
+        BlockKind::Resmlp => ("linear_tokens.weight", "resmlp", "linear token map: row t mixes output token t from every token"),
+    };
+    let mut out = Vec::new();
+    for i in 0..count_indexed(w, "blocks.", &format!(".{name}")) {
+        let full = format!("blocks.{i}.{name}");
+        let &[rows, cols] = w.require_shape(&full)? else {
+            return Err(Error::tensor(&full, "expected a matrix"));
+        };
+        let patch = w.shape("stem.proj.weight").and_then(|s| s.get(2).copied()).unwrap_or(1).max(1);
+        let grid = match img_size {
+            Some([h, wd]) if (h / patch) * (wd / patch) == cols => (h / patch, wd / patch),
+            _ => {
+                let side = (cols as f64).sqrt().round() as usize;
+                if side * side == cols { (side, side) } else { (1, cols) }
+            }
+        };
+        out.push(TokenMixing { kind: kind_name, rows, cols, grid, data: w.read(&full)?, note });
+    }
+    Ok(out)
+}
+
+/// RGBA8 bytes as one u32 per pixel, box-averaged over k x k blocks first when k > 1
+/// (a partial block at the right or bottom edge is dropped).
+fn shrink_rgba(rgba: &[u8], width: usize, height: usize, k: usize) -> (Vec<u32>, usize, usize) {
+    let word = |p: [u8; 4]| u32::from_le_bytes(p);
+    if k <= 1 {
+        return (rgba.chunks_exact(4).map(|p| word([p[0], p[1], p[2], p[3]])).collect(), width, height);
+    }
+    let (sw, sh) = (width / k, height / k);
+    let mut out = Vec::with_capacity(sw * sh);
+    for y in 0..sh {
+        for x in 0..sw {
+            let mut acc = [0u32; 4];
+            for dy in 0..k {
+                let row = ((y * k + dy) * width + x * k) * 4;
+                for px in rgba[row..row + 4 * k].chunks_exact(4) {
+                    for c in 0..4 {
+                        acc[c] += px[c] as u32;
+                    }
+                }
+            }
+            let n = (k * k) as u32;
+            out.push(word(acc.map(|v| ((v + n / 2) / n) as u8)));
+        }
+    }
+    (out, sw, sh)
 }
 
 /// tokenmix's own `__metadata__` entries (all optional): `config` (JSON, may give `img_size`),

@@ -6,6 +6,7 @@
 pub mod gemm;
 pub mod norm;
 pub mod pool;
+pub mod preprocess;
 pub mod reduce;
 
 use std::sync::Arc;

@@ -1,0 +1,216 @@
+//! The browser API (wasm32 only), exported by wasm-bindgen as an ES module (`make web` →
+//! `www/pkg/tokenmix.js`):
+//!
+//! - `adapterInfo()` → `{name, backend, deviceType, gemm}`
+//! - `loadModel(source, {onProgress})` → description; `source` is a URL, ArrayBuffer or
+//!   Uint8Array. On failure it rejects with an `Error` naming the problem and the previous
+//!   model stays loaded.
+//! - `modelInfo()` → description of the current model (the embedded default until one loads)
+//! - `classify(imageData, topK = 5)` → `{predictions, timings, input}`; preprocessing runs in
+//!   `preprocess.wgsl` in the same GPU submission as the forward pass.
+//! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
+//!
+//! Every export returns a Promise or value; errors become rejected `Error`s with a message.
+//! Nothing here unwraps or indexes user data unchecked, so no Rust panic reaches JavaScript.
+//! wasm is single-threaded: the state lives in a thread-local, and each call clones the `Rc`
+//! of the model it started with, so concurrent `classify` calls and a `loadModel` in between
+//! are safe (GPU submissions are ordered, each call maps its own staging buffer).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use js_sys::{Array, Float32Array, Object, Reflect, Uint8Array};
+use wasm_bindgen::prelude::*;
+
+use crate::error::Error;
+use crate::gpu::Gpu;
+use crate::models::Model;
+
+#[wasm_bindgen(inline_js = r#"
+export async function fetch_bytes(url, onProgress) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${response.statusText}`);
+  const total = Number(response.headers.get('Content-Length')) || null;
+  if (!response.body) return new Uint8Array(await response.arrayBuffer());
+  const reader = response.body.getReader();
+  const chunks = [];
+  let loaded = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    loaded += value.length;
+    if (onProgress) onProgress(loaded, total);
+  }
+  const out = new Uint8Array(loaded);
+  let at = 0;
+  for (const c of chunks) { out.set(c, at); at += c.length; }
+  return out;
+}
+export function now() { return performance.now(); }
+"#)]
+extern "C" {
+    #[wasm_bindgen(catch)]
+    async fn fetch_bytes(url: &str, on_progress: &JsValue) -> Result<JsValue, JsValue>;
+    fn now() -> f64;
+}
+
+struct State {
+    gpu: Arc<Gpu>,
+    model: Rc<Model>,
+    name: String,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<Rc<RefCell<State>>>> = const { RefCell::new(None) };
+}
+
+fn js_err(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+/// The state, created on first use: the WebGPU device and the embedded default model.
+async fn state() -> Result<Rc<RefCell<State>>, JsError> {
+    if let Some(s) = STATE.with(|s| s.borrow().clone()) {
+        return Ok(s);
+    }
+    let gpu = Arc::new(Gpu::new().await.map_err(|e| js_err(format!("WebGPU is not available: {e}")))?);
+    let model = Model::load(gpu.clone(), crate::DEFAULT_MODEL, None).map_err(js_err)?;
+    let fresh = Rc::new(RefCell::new(State { gpu, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into() }));
+    // Two first calls may race through the awaits above; keep whichever finished first.
+    Ok(STATE.with(|s| s.borrow_mut().get_or_insert(fresh).clone()))
+}
+
+fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
+    // Reflect::set only fails on frozen objects or proxies; ours are fresh plain objects.
+    let _ = Reflect::set(obj, &key.into(), &value.into());
+}
+
+fn json(value: &impl serde::Serialize) -> Result<JsValue, JsError> {
+    let s = serde_json::to_string(value).map_err(js_err)?;
+    js_sys::JSON::parse(&s).map_err(|_| js_err("internal: could not build a JSON value"))
+}
+
+fn describe(model: &Model, name: &str) -> Result<JsValue, JsError> {
+    let i = &model.info;
+    let [c, h, w] = i.arch.input_shape();
+    json(&serde_json::json!({
+        "name": name,
+        "family": i.family,
+        "preset": i.preset,
+        "params": i.params,
+        "macs": i.macs,
+        "classes": i.arch.num_classes(),
+        "inputSize": [c, h, w],
+        "labels": i.labels,
+        "preprocess": i.preprocess,
+        "arch": i.arch,
+        "mixingLayers": model.mixing_layers(),
+    }))
+}
+
+#[wasm_bindgen(js_name = adapterInfo)]
+pub async fn adapter_info() -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let gpu = s.borrow().gpu.clone();
+    json(&serde_json::json!({
+        "name": gpu.info.name,
+        "backend": format!("{:?}", gpu.info.backend),
+        "deviceType": format!("{:?}", gpu.info.device_type),
+        "gemm": gpu.gemm.name(),
+    }))
+}
+
+#[wasm_bindgen(js_name = modelInfo)]
+pub async fn model_info() -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let s = s.borrow();
+    describe(&s.model, &s.name)
+}
+
+/// Loads a timm-named safetensors file from a URL, ArrayBuffer or Uint8Array; `null` (or
+/// undefined) goes back to the embedded default model. `options.name` labels the model.
+#[wasm_bindgen(js_name = loadModel)]
+pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let option = |key: &str| if options.is_object() { Reflect::get(&options, &key.into()).unwrap_or(JsValue::UNDEFINED) } else { JsValue::UNDEFINED };
+    let on_progress = option("onProgress");
+    let (bytes, name) = if source.is_null() || source.is_undefined() {
+        (crate::DEFAULT_MODEL.to_vec(), crate::DEFAULT_MODEL_NAME.to_string())
+    } else if let Some(url) = source.as_string() {
+        let data = fetch_bytes(&url, &on_progress).await.map_err(|e| {
+            let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
+            js_err(format!("download failed: {msg}"))
+        })?;
+        (Uint8Array::new(&data).to_vec(), url)
+    } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
+        (Uint8Array::new(&source).to_vec(), "(bytes)".to_string())
+    } else {
+        return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
+    };
+    let name = option("name").as_string().unwrap_or(name);
+    let gpu = s.borrow().gpu.clone();
+    let model = Model::load(gpu, &bytes, None).map_err(|e| js_err(format!("{name}: {e}")))?;
+    let desc = describe(&model, &name)?;
+    let mut st = s.borrow_mut();
+    st.model = Rc::new(model);
+    st.name = name;
+    Ok(desc)
+}
+
+/// Classifies a DOM ImageData of any size with the current model.
+#[wasm_bindgen]
+pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let model = s.borrow().model.clone();
+    let (w, h) = (image.width() as usize, image.height() as usize);
+    let pixels = image.data();
+    let run = model.classify_rgba(&pixels, w, h, now).await.map_err(js_err)?;
+    let probs = &run.output.probs;
+    let mut order: Vec<usize> = (0..run.output.classes).collect();
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+    let predictions = Array::new();
+    for &k in order.iter().take(top_k.unwrap_or(5).max(1)) {
+        let p = Object::new();
+        set(&p, "index", k as u32);
+        set(&p, "label", crate::labels::label(&model.info.labels, k));
+        set(&p, "probability", probs[k] as f64);
+        predictions.push(&p);
+    }
+    let timings = Object::new();
+    set(&timings, "preprocessMs", run.preprocess_ms);
+    set(&timings, "forwardMs", run.forward_ms);
+    set(&timings, "readbackMs", run.readback_ms);
+    let [c, ih, iw] = model.info.arch.input_shape();
+    let input = Object::new();
+    set(&input, "channels", c as u32);
+    set(&input, "height", ih as u32);
+    set(&input, "width", iw as u32);
+    set(&input, "data", Float32Array::from(&run.input[..]));
+    let out = Object::new();
+    set(&out, "predictions", predictions);
+    set(&out, "timings", timings);
+    set(&out, "input", input);
+    Ok(out.into())
+}
+
+/// The learned token-mixing weights of one layer of the current model.
+#[wasm_bindgen(js_name = tokenMixing)]
+pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let model = s.borrow().model.clone();
+    let layers = model.mixing_layers();
+    let m = model.token_mixing(layer).ok_or_else(|| js_err(Error::Input(format!("layer {layer} is out of range: the model has {layers}"))))?;
+    let out = Object::new();
+    set(&out, "kind", m.kind);
+    set(&out, "layer", layer as u32);
+    set(&out, "layers", layers as u32);
+    set(&out, "rows", m.rows as u32);
+    set(&out, "cols", m.cols as u32);
+    let grid = Array::of2(&(m.grid.0 as u32).into(), &(m.grid.1 as u32).into());
+    set(&out, "grid", grid);
+    set(&out, "data", Float32Array::from(&m.data[..]));
+    set(&out, "note", m.note);
+    Ok(out.into())
+}

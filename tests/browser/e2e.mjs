@@ -1,0 +1,357 @@
+// End-to-end tests of the page (index.html + www/ + the wasm build in www/pkg/) in headless
+// Chromium with WebGPU (SwiftShader). Run after `make web` and `cargo build --release`:
+//
+//   npm install && npm run test:browser
+//
+// Environment: CHROMIUM (default /usr/bin/chromium), TOKENMIX_BIN (default
+// target/release/tokenmix), E2E_TIMEOUT_MS (per wait, default 180000), WEB_ROOT (serve
+// another directory as the site root; default the repo root). Screenshots go to
+// tests/artifacts/ (git-ignored); page console errors and warnings are printed to the log.
+
+import test, { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { start } from './server.mjs';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const WEB_ROOT = process.env.WEB_ROOT ? path.resolve(process.env.WEB_ROOT) : ROOT;
+const ARTIFACTS = path.join(ROOT, 'tests', 'artifacts');
+const FIXTURE = path.join(ROOT, 'tests', 'fixtures', 'poolformer_rgb.safetensors');
+const BIN = path.resolve(ROOT, process.env.TOKENMIX_BIN || 'target/release/tokenmix');
+const SAMPLE = 'fmnist-0000-boot.png';
+const HUB_REPO = 'timm/poolformer_s12.sail_in1k';
+const TIMEOUT = Number(process.env.E2E_TIMEOUT_MS || 180_000);
+// Exactly the flags that give headless Chromium a WebGPU adapter here (../shared/design.md).
+const CHROMIUM_ARGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'];
+
+let server, context, hubDir, userDir;
+
+before(async () => {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  // The hub stand-in: $HUB_DIR/timm/<repo>/model.safetensors, served as
+  // /hub/timm/<repo>/resolve/main/model.safetensors. A tiny PoolFormer, not a real s12.
+  hubDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-hub-'));
+  fs.mkdirSync(path.join(hubDir, HUB_REPO), { recursive: true });
+  fs.copyFileSync(FIXTURE, path.join(hubDir, HUB_REPO, 'model.safetensors'));
+  process.env.HUB_DIR = hubDir;
+  server = await start(0, { root: WEB_ROOT, hubDir });
+  userDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-chromium-'));
+  context = await chromium.launchPersistentContext(userDir, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport: { width: 1280, height: 1000 },
+  });
+  context.setDefaultTimeout(TIMEOUT);
+});
+
+after(async () => {
+  await context?.close();
+  await server?.close();
+  for (const d of [hubDir, userDir]) if (d) fs.rmSync(d, { recursive: true, force: true });
+});
+
+/** Opens the page, logs its console errors and page errors, waits for tokenmixApp.ready. */
+async function openPage(tag, query = '', initScript = null) {
+  const page = await context.newPage();
+  const pageErrors = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error' || m.type() === 'warning') console.log(`[${tag}] console.${m.type()}: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => {
+    pageErrors.push(e.message);
+    console.log(`[${tag}] page error: ${e.stack || e.message}`);
+  });
+  if (initScript) await page.addInitScript(initScript);
+  await page.goto(`${server.url}/index.html${query}`);
+  await page.waitForFunction(() => window.tokenmixApp, null, { timeout: 30_000 });
+  const status = await page.evaluate(() => window.tokenmixApp.ready);
+  console.log(`[${tag}] ready: ${JSON.stringify(status)}; adapter: ${await page.textContent('#adapter')}`);
+  return { page, pageErrors, status };
+}
+
+function assertStarted(status) {
+  assert.equal(status.webgpu, true, `no WebGPU in this Chromium: ${status.error ?? ''}`);
+  assert.equal(status.ok, true, `the page did not start: ${status.error ?? ''}`);
+}
+
+const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
+
+/** What the page shows in #predictions. */
+const shownPredictions = (page) => page.$$eval('#predictions li', (lis) => lis.map((li) => ({
+  index: Number(li.dataset.index), label: li.dataset.label, probability: Number(li.dataset.probability),
+})));
+
+function cliClassify(image) {
+  assert.ok(fs.existsSync(BIN), `${BIN} is missing: run cargo build --release, or set TOKENMIX_BIN`);
+  const out = execFileSync(BIN, ['classify', '--json', '--top-k', '5', image], { cwd: ROOT, encoding: 'utf8' });
+  const json = JSON.parse(out.slice(out.indexOf('[')));
+  return json[0].predictions;
+}
+
+test('a. the default model classifies a sample as the native CLI does', { timeout: 4 * TIMEOUT }, async () => {
+  const cli = cliClassify(`www/samples/${SAMPLE}`);
+  const { page, pageErrors, status } = await openPage('a');
+  assertStarted(status);
+  assert.notEqual((await page.textContent('#adapter')).trim(), '');
+
+  const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  console.log(`[a] cli: ${JSON.stringify(cli)}\n[a] page: ${JSON.stringify(r.predictions)}; timings ${JSON.stringify(r.timings)}`);
+  assert.equal(r.predictions.length, 5);
+  assert.equal(r.predictions[0].index, cli[0].index, 'top-1 class differs from the CLI');
+  assert.ok(Math.abs(r.predictions[0].probability - cli[0].probability) <= 1e-3,
+    `top-1 probability ${r.predictions[0].probability} vs CLI ${cli[0].probability}`);
+  for (const c of cli) { // the rest of the top 5, where both list the class
+    const p = r.predictions.find((q) => q.index === c.index);
+    if (p) assert.ok(Math.abs(p.probability - c.probability) <= 1e-3, `class ${c.index}: ${p.probability} vs CLI ${c.probability}`);
+  }
+  for (let i = 1; i < r.predictions.length; i++) assert.ok(r.predictions[i - 1].probability >= r.predictions[i].probability);
+
+  // The DOM shows the same thing: labelled bars, timings, the model's-eye view.
+  const shown = await shownPredictions(page);
+  assert.equal(shown.length, 5);
+  assert.equal(shown[0].index, cli[0].index);
+  assert.ok(Math.abs(shown[0].probability - cli[0].probability) <= 1e-3);
+  assert.ok(shown[0].label.length > 0);
+  const timings = await page.textContent('#timings');
+  assert.match(timings, /Forward/);
+  assert.match(timings, /ms/);
+  const eye = await page.$eval('#eye', (c) => ({ ...c.dataset, width: c.width, height: c.height }));
+  assert.equal(Number(eye.count), r.input.channels * r.input.height * r.input.width);
+  assert.equal(eye.width, r.input.width);
+  await shot(page, 'e2e-a-default-model');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('b. the visualiser draws the token-mixing weights', { timeout: 4 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('b');
+  assertStarted(status);
+
+  // What the API says layer L's weights are, computed in the page from the same module instance.
+  const weights = (layer) => page.evaluate(async (l) => {
+    const m = await import('/www/pkg/tokenmix.js');
+    const t = await m.tokenMixing(l); // a Promise or the value itself: both work
+    let sum = 0, abs = 0;
+    for (const v of t.data) { sum += v; abs += Math.abs(v); }
+    const rows = [];
+    for (let r = 0; r < t.rows; r++) {
+      let s = 0, min = Infinity, max = -Infinity;
+      for (let c = 0; c < t.cols; c++) {
+        const v = t.data[r * t.cols + c];
+        s += v; min = Math.min(min, v); max = Math.max(max, v);
+      }
+      rows.push({ sum: s, min, max });
+    }
+    return { kind: t.kind, layer: t.layer, layers: t.layers, rows: t.rows, cols: t.cols, grid: Array.from(t.grid), length: t.data.length, sum, abs, rowStats: rows };
+  }, layer);
+
+  // The canvases drawn for the current layer: their stamps and whether they hold real pixels.
+  const drawn = () => page.evaluate(() => {
+    const canvases = [...document.querySelectorAll('#viz canvas[data-checksum]')];
+    const pixels = (c) => {
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      const colours = new Set();
+      let painted = 0, nonWhite = 0;
+      for (let i = 0; i < d.length; i += 4) {
+        if (d[i + 3] === 0) continue;
+        painted++;
+        colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+        if (Math.min(d[i], d[i + 1], d[i + 2]) < 235) nonWhite++;
+      }
+      return { painted, nonWhite, colours: colours.size };
+    };
+    const viz = document.querySelector('#viz');
+    return {
+      kind: viz.dataset.kind, layer: Number(viz.dataset.layer),
+      slider: { min: Number(document.querySelector('#layer').min), max: Number(document.querySelector('#layer').max) },
+      legend: document.querySelectorAll('#viz [data-testid="viz-legend"]').length,
+      canvases: canvases.map((c) => ({
+        testid: c.dataset.testid, unit: c.dataset.unit == null ? null : Number(c.dataset.unit),
+        checksum: Number(c.dataset.checksum), min: Number(c.dataset.min), max: Number(c.dataset.max),
+        count: Number(c.dataset.count), width: c.width, height: c.height, ...pixels(c),
+      })),
+      units: document.querySelector('#viz [data-testid="viz-units"]')?.dataset.checksum ?? null,
+    };
+  });
+
+  const near = (a, b, scale) => Math.abs(a - b) <= 1e-9 * Math.max(1, scale);
+  const checkLayer = (w, d) => {
+    assert.equal(d.kind, w.kind);
+    assert.equal(d.slider.max, w.layers - 1, 'layer slider range');
+    assert.ok(d.legend >= 1, 'a colour legend');
+    if (w.kind === 'mixer') {
+      const [gh, gw] = w.grid;
+      assert.equal(gh * gw, w.cols);
+      const units = d.canvases.filter((c) => c.testid === 'viz-unit');
+      assert.equal(units.length, w.rows, 'one canvas per token-MLP unit');
+      assert.deepEqual([...new Set(units.map((c) => c.unit))].sort((a, b) => a - b), [...Array(w.rows).keys()]);
+      const total = units.reduce((s, c) => s + c.checksum, 0);
+      assert.ok(near(total, w.sum, w.abs), `unit canvases sum to ${total}, tokenMixing to ${w.sum}`);
+      assert.ok(near(Number(d.units), w.sum, w.abs), 'units grid checksum');
+      for (const c of units.slice(0, 8)) {
+        const row = w.rowStats[c.unit];
+        assert.ok(near(c.checksum, row.sum, w.abs), `unit ${c.unit} checksum`);
+        assert.equal(c.min, row.min);
+        assert.equal(c.max, row.max);
+        assert.equal(c.width, gw);
+        assert.equal(c.height, gh);
+      }
+      const first = units[0];
+      assert.equal(first.painted, gh * gw, 'every token of the unit is painted');
+      assert.ok(first.nonWhite > 0 && first.colours > 1, 'the unit canvas shows weights, not background');
+    } else {
+      const m = d.canvases.find((c) => c.testid === 'viz-matrix' || c.testid === 'viz-pool-matrix' || c.testid === 'viz-pool-kernel');
+      assert.ok(m, 'a matrix canvas');
+      if (m.testid !== 'viz-pool-kernel') assert.ok(near(m.checksum, w.sum, w.abs), `matrix checksum ${m.checksum} vs ${w.sum}`);
+      assert.ok(m.nonWhite > 0 && m.colours > 1, 'the matrix canvas shows weights, not background');
+    }
+  };
+
+  const w0 = await weights(0);
+  const d0 = await drawn();
+  console.log(`[b] layer 0: ${w0.kind}, ${w0.rows}x${w0.cols}, grid ${w0.grid}, ${w0.layers} layers, sum ${w0.sum}`);
+  assert.equal(d0.layer, 0);
+  checkLayer(w0, d0);
+
+  // Hovering a unit (or a matrix row) lays it over the input image.
+  const target = w0.kind === 'mixer' ? '[data-testid="viz-unit"]' : '[data-testid="viz-matrix"]';
+  if (await page.$(target)) {
+    await page.hover(target);
+    const overlay = await page.$eval('#overlay', (c) => c.dataset.checksum ?? null);
+    assert.ok(overlay != null, 'hover draws the overlay');
+  }
+  await page.locator('#viz').screenshot({ path: path.join(ARTIFACTS, 'e2e-b-visualiser.png') });
+
+  // The slider redraws another layer from that layer's weights.
+  if (w0.layers > 1) {
+    const last = w0.layers - 1;
+    await page.$eval('#layer', (el, v) => {
+      el.value = String(v);
+      el.dispatchEvent(new Event('input', { bubbles: true }));
+    }, last);
+    await page.waitForFunction((v) => document.querySelector('#viz').dataset.layer === String(v), last);
+    const wl = await weights(last);
+    assert.notEqual(wl.sum, w0.sum, 'different layers have different weights');
+    checkLayer(wl, await drawn());
+  }
+  await shot(page, 'e2e-b-visualiser-page');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('c. a timm checkpoint from the hub stand-in downloads with progress, then classifies', { timeout: 4 * TIMEOUT }, async () => {
+  const hub = `${server.url}/hub`;
+  const { page, pageErrors, status } = await openPage('c', `?hub=${encodeURIComponent(hub)}`);
+  assertStarted(status);
+  assert.equal(await page.evaluate(() => window.tokenmixApp.hub), hub);
+
+  await page.selectOption('#model-select', `hub:${HUB_REPO}`);
+  await page.waitForFunction((repo) => {
+    const l = window.tokenmixApp.state.load;
+    return l.label === repo && l.status !== 'loading';
+  }, HUB_REPO);
+  const load = await page.evaluate(() => window.tokenmixApp.state.load);
+  assert.equal(load.status, 'ok', `load failed: ${load.error}`);
+
+  const progress = await page.evaluate(() => {
+    const p = document.querySelector('#progress');
+    return { value: p.value, max: p.max, done: p.dataset.done, ...window.tokenmixApp.state.progress };
+  });
+  console.log(`[c] progress: ${JSON.stringify(progress)}`);
+  assert.ok(progress.calls >= 1, 'download progress was reported');
+  assert.equal(progress.loaded, fs.statSync(FIXTURE).size);
+  assert.ok(progress.max > 0);
+  assert.equal(progress.value, progress.max, 'the progress bar reached its end');
+  assert.equal(progress.done, 'true');
+
+  const model = await page.evaluate(() => window.tokenmixApp.state.model);
+  console.log(`[c] model: ${JSON.stringify({ ...model, labels: model.labels?.length })}`);
+  assert.match(model.family, /poolformer/i);
+  assert.equal(model.preset ?? null, null, 'the tiny fixture matches no timm preset');
+  assert.match(await page.textContent('#model-info'), /none/);
+
+  const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  assert.ok(r.predictions.length > 0);
+  const shown = await shownPredictions(page);
+  assert.ok(shown.length > 0, 'predictions are listed');
+  assert.equal(shown[0].index, r.predictions[0].index);
+
+  // The download is in the Cache API now.
+  const url = `${hub}/${HUB_REPO}/resolve/main/model.safetensors`;
+  const cached = await page.evaluate(async (u) => !!(await (await caches.open('tokenmix-models')).match(u)), url);
+  assert.equal(cached, true, 'the checkpoint is cached');
+
+  // The visualiser shows PoolFormer's fixed kernel, and per-stage energy where the build has it.
+  await page.waitForFunction(() => document.querySelector('#viz').dataset.kind === 'poolformer');
+  assert.ok(await page.$('[data-testid="viz-pool-kernel"]'), 'the fixed pooling kernel is drawn');
+  if (await page.evaluate(async () => typeof (await import('/www/pkg/tokenmix.js')).stageEnergy === 'function')) {
+    await page.waitForFunction(() => document.querySelectorAll('[data-testid="viz-energy"]').length > 0);
+  }
+  await shot(page, 'e2e-c-hub-poolformer');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('d. a corrupt model file shows an error and the page keeps working', { timeout: 4 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('d');
+  assertStarted(status);
+  const before = await page.evaluate(() => window.tokenmixApp.state.model.family);
+
+  await page.setInputFiles('#model-file', {
+    name: 'corrupt.safetensors', mimeType: 'application/octet-stream', buffer: fs.readFileSync(FIXTURE).subarray(0, 100),
+  });
+  await page.waitForFunction(() => {
+    const e = document.querySelector('#error');
+    return !e.hidden && e.textContent.trim().length > 0;
+  });
+  const message = (await page.textContent('#error-text')).trim();
+  console.log(`[d] error shown: ${message}`);
+  assert.match(message, /corrupt\.safetensors/);
+  assert.ok(await page.isVisible('#error'));
+  await shot(page, 'e2e-d-corrupt-file');
+  assert.equal(await page.evaluate(() => window.tokenmixApp.state.model.family), before, 'the previous model stays');
+  assert.equal(await page.$eval('#model-select', (s) => s.value), 'embedded');
+
+  const r = await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0001-pullover.png'));
+  assert.ok(r.predictions.length > 0);
+  await page.waitForSelector('#predictions[data-source="fmnist-0001-pullover.png"] li');
+  assert.ok((await shownPredictions(page)).length > 0);
+
+  // A failed download is reported the same way.
+  const failure = await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/does-not-exist.safetensors').then(() => null, (e) => e.message));
+  console.log(`[d] failed download: ${failure}`);
+  assert.ok(failure, 'loading a missing URL fails');
+  assert.ok(await page.isVisible('#error'));
+  assert.equal(await page.evaluate(() => window.tokenmixApp.state.model.family), before);
+  const again = await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0002-trouser.png'));
+  assert.ok(again.predictions.length > 0);
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('e. without navigator.gpu the page explains what is missing and throws nothing', { timeout: 2 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('e', '', () => {
+    delete Navigator.prototype.gpu;
+    try {
+      if ('gpu' in navigator) Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined, configurable: true });
+    } catch { /* already gone */ }
+  });
+  assert.equal(status.webgpu, false);
+  assert.ok(await page.isVisible('#webgpu-missing'), 'the WebGPU-missing panel is shown');
+  assert.equal(await page.isVisible('#app'), false, 'the app is hidden');
+  const text = await page.textContent('#webgpu-missing');
+  for (const s of ['chrome://flags/#enable-unsafe-webgpu', 'Chrome', 'Edge 113', 'Safari 26', 'Firefox 141', 'Windows', 'tokenmix classify']) {
+    assert.ok(text.includes(s), `the panel mentions ${s}`);
+  }
+  await page.waitForTimeout(500); // late errors, if any
+  await shot(page, 'e2e-e-webgpu-missing');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});

@@ -1,0 +1,116 @@
+// A tiny static file server for the page and its tests (node's http module only).
+//
+//   node tests/browser/server.mjs [port]     serves the repo root, prints the URL
+//
+// /hub/<owner>/<repo>/resolve/<rev>/<file> stands in for the Hugging Face hub: it serves
+// <hubDir>/<owner>/<repo>/<file>, hubDir from start()'s options or the HUB_DIR environment
+// variable. Every file goes out with its Content-Length (the page's download progress needs it).
+
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+const MIME = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.json': 'application/json; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.safetensors': 'application/octet-stream',
+  '.png': 'image/png',
+  '.jpg': 'image/jpeg',
+  '.jpeg': 'image/jpeg',
+  '.webp': 'image/webp',
+  '.gif': 'image/gif',
+  '.svg': 'image/svg+xml',
+  '.ico': 'image/x-icon',
+  '.txt': 'text/plain; charset=utf-8',
+  '.md': 'text/markdown; charset=utf-8',
+  '.map': 'application/json; charset=utf-8',
+  '.ts': 'text/plain; charset=utf-8',
+};
+
+/** `child` resolved under `root`, or null when it would escape it. */
+function inside(root, child) {
+  const full = path.resolve(root, '.' + path.sep + child);
+  return full === root || full.startsWith(root + path.sep) ? full : null;
+}
+
+function send(res, status, text, headers = {}) {
+  res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+function serveFile(req, res, file, extraHeaders = {}) {
+  fs.stat(file, (err, st) => {
+    if (!err && st.isDirectory()) return serveFile(req, res, path.join(file, 'index.html'), extraHeaders);
+    if (err || !st.isFile()) return send(res, 404, `not found: ${req.url}\n`, extraHeaders);
+    res.writeHead(200, {
+      'Content-Type': MIME[path.extname(file).toLowerCase()] ?? 'application/octet-stream',
+      'Content-Length': st.size,
+      'Cache-Control': 'no-store',
+      ...extraHeaders,
+    });
+    if (req.method === 'HEAD') return res.end();
+    const stream = fs.createReadStream(file);
+    stream.on('error', () => res.destroy());
+    stream.pipe(res);
+  });
+}
+
+/**
+ * Starts the server on 127.0.0.1 (a secure context for the browser, so WebGPU and the Cache API
+ * are available). opts: {root = repo root, hubDir = $HUB_DIR}. Resolves to {url, port, close()}.
+ */
+export function start(port = 0, opts = {}) {
+  const root = path.resolve(opts.root ?? REPO_ROOT);
+  const hubDir = () => opts.hubDir ?? process.env.HUB_DIR;
+  const server = http.createServer((req, res) => {
+    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed\n', { Allow: 'GET, HEAD' });
+    let pathname;
+    try {
+      pathname = decodeURIComponent(new URL(req.url, 'http://localhost').pathname);
+    } catch {
+      return send(res, 400, 'bad request\n');
+    }
+    if (pathname.includes('\0')) return send(res, 400, 'bad request\n');
+
+    const hub = pathname.match(/^\/hub\/([^/]+)\/([^/]+)\/resolve\/[^/]+\/(.+)$/);
+    if (hub) {
+      const cors = { 'Access-Control-Allow-Origin': '*' }; // as the real hub answers
+      const dir = hubDir();
+      if (!dir) return send(res, 404, 'no HUB_DIR configured\n', cors);
+      const file = inside(path.resolve(dir), path.join(hub[1], hub[2], hub[3]));
+      return file ? serveFile(req, res, file, cors) : send(res, 403, 'forbidden\n', cors);
+    }
+    if (pathname.startsWith('/hub/')) return send(res, 404, `not found: ${pathname}\n`);
+
+    const file = inside(root, pathname === '/' ? 'index.html' : pathname.slice(1));
+    if (!file) return send(res, 403, 'forbidden\n');
+    serveFile(req, res, file);
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => {
+      const { port: actual } = server.address();
+      resolve({
+        url: `http://127.0.0.1:${actual}`,
+        port: actual,
+        close: () => new Promise((done) => {
+          server.closeAllConnections?.();
+          server.close(() => done());
+        }),
+      });
+    });
+  });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  const port = process.argv[2] ? Number(process.argv[2]) : 8000;
+  const { url } = await start(port);
+  console.log(`tokenmix page: ${url}/  (hub stand-in: ${url}/hub/… from ${process.env.HUB_DIR ?? '(HUB_DIR unset)'})`);
+}
