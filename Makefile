@@ -11,7 +11,7 @@ WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
 WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
 PORT ?= 8080
 
-.PHONY: demo test test-native test-browser setup build web serve bench clean
+.PHONY: demo test test-native test-wasm test-browser setup build web bench clean
 
 setup:
 	@bash tools/setup.sh
@@ -31,10 +31,18 @@ demo: build web
 	node tests/browser/server.mjs $(PORT)
 
 # --nocapture so the log shows the adapter each test ran on and the golden error margins.
-test: setup test-native test-browser
+test: setup test-native test-wasm test-browser
 
 test-native:
 	$(CARGO) test --release -- --nocapture
+
+# The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).
+test-wasm: setup
+	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=$(TOOLS)/bin/wasm-bindgen-test-runner \
+	CHROMEDRIVER=$$(command -v chromedriver) \
+	WASM_BINDGEN_TEST_WEBDRIVER_JSON=$(CURDIR)/tests/browser/webdriver.json \
+	WASM_BINDGEN_TEST_TIMEOUT=600 \
+	$(CARGO) test --release --target wasm32-unknown-unknown --test wasm
 
 # The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core.
 test-browser: build web

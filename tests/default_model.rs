@@ -9,8 +9,15 @@ use std::process::Command;
 use common::{fixtures, gpu};
 use tokenmix::Model;
 
+/// The trained models shipped in weights/ (tools/train.py), each with its PyTorch slice.
+const SHIPPED: &[&str] = &["mixer_fmnist", "gmlp_fmnist", "poolformer_fmnist"];
+
 fn slice() -> (Vec<f32>, Vec<i32>, Vec<i32>) {
-    let bytes = std::fs::read(fixtures().join("mixer_fmnist.preds.safetensors")).expect("fixture");
+    slice_of("mixer_fmnist")
+}
+
+fn slice_of(name: &str) -> (Vec<f32>, Vec<i32>, Vec<i32>) {
+    let bytes = std::fs::read(fixtures().join(format!("{name}.preds.safetensors"))).expect("fixture");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
     let f32s = |n: &str| st.tensor(n).unwrap().data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>();
     let i32s = |n: &str| st.tensor(n).unwrap().data().chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<i32>>();
@@ -32,6 +39,22 @@ fn default_model_agrees_with_pytorch() {
     let correct = ours.iter().zip(&labels).filter(|(a, b)| a == b).count();
     eprintln!("default model on {} test images: {disagree} disagreements with PyTorch, {correct} correct", ours.len());
     assert_eq!(disagree, 0, "tokenmix and PyTorch predict differently on {disagree} images");
+}
+
+#[test]
+fn every_shipped_model_agrees_with_pytorch() {
+    let weights = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("weights");
+    for name in SHIPPED {
+        let bytes = std::fs::read(weights.join(format!("{name}.safetensors"))).expect("shipped model");
+        let model = Model::load(gpu(), &bytes, None).expect("shipped model loads");
+        let (input, torch_preds, labels) = slice_of(name);
+        let out = model.forward_blocking(&input).expect("forward");
+        let ours: Vec<i32> = out.logits.chunks(out.classes).map(argmax).collect();
+        let disagree = ours.iter().zip(&torch_preds).filter(|(a, b)| a != b).count();
+        let correct = ours.iter().zip(&labels).filter(|(a, b)| a == b).count();
+        eprintln!("{name} ({}) on {} test images: {disagree} disagreements with PyTorch, {correct} correct", model.info.family, ours.len());
+        assert_eq!(disagree, 0, "{name}: tokenmix and PyTorch predict differently on {disagree} images");
+    }
 }
 
 #[test]
