@@ -22,7 +22,6 @@ const SHIPPED = [
   { file: 'weights/mixer_fmnist.safetensors', label: 'MLP-Mixer' },
   { file: 'weights/gmlp_fmnist.safetensors', label: 'gMLP' },
   { file: 'weights/poolformer_fmnist.safetensors', label: 'PoolFormer' },
-  { file: 'weights/resmlp_fmnist.safetensors', label: 'ResMLP' },
 ];
 
 // timm ImageNet-1k checkpoints as they are on the hub (float32 safetensors; sizes rounded).

@@ -122,6 +122,18 @@ impl Linear {
         let shape: &[usize] = if conv1x1 { &[out, inp, 1, 1] } else { &[out, inp] };
         Ok(Linear { w: upload_matrix(gpu, w, &format!("{prefix}.weight"), shape)?, b: upload(gpu, w, &format!("{prefix}.bias"), &[out])? })
     }
+
+    /// `hidden = gelu(xn · Wᵀ + b)` over every token: a channel MLP's first layer.
+    pub fn record_fc1_gelu(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
+        let (d, h) = (self.w.cols, self.w.rows);
+        let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
+        ops.push(Gemm::linear(s.rows(), Operand::new(s.xn, d, 0), &self.w, Operand::new(s.hidden, h, 0))
+            .a_texture(xn_tex)
+            .bias(&self.b, Axis::N)
+            .gelu()
+            .build(gpu)?);
+        Ok(())
+    }
 }
 
 /// timm `Mlp` weights: fc1 [hidden, features] → GELU → fc2 [features, hidden]. The channel MLP
@@ -147,12 +159,7 @@ impl Mlp {
     /// The channel MLP: `x += ls * fc2(gelu(fc1(xn)))` over every token's channels.
     pub fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
         let (rows, d, h) = (s.rows(), self.features, self.hidden);
-        let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
-        ops.push(Gemm::linear(rows, Operand::new(s.xn, d, 0), &self.fc1.w, Operand::new(s.hidden, h, 0))
-            .a_texture(xn_tex)
-            .bias(&self.fc1.b, Axis::N)
-            .gelu()
-            .build(gpu)?);
+        self.fc1.record_fc1_gelu(gpu, s, ops)?;
         let hidden_tex = mirror(s.hidden, &s.tex.channels_hidden, ops)?;
         let mut fc2 = Gemm::linear(rows, Operand::new(s.hidden, h, 0), &self.fc2.w, Operand::new(s.x, d, 0))
             .a_texture(hidden_tex)

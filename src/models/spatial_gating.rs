@@ -18,7 +18,7 @@ use crate::gpu::Gpu;
 use crate::ops::{self, norm::Rows, Axis, Gemm, Op, Operand};
 use crate::weights::Weights;
 
-use super::block::{mirror, upload, Linear, Scratch, Stream};
+use super::block::{upload, Linear, Scratch, Stream};
 
 /// torch's default LayerNorm eps, which timm's `SpatialGatingUnit` keeps.
 const SGU_LN_EPS: f32 = 1e-5;
@@ -61,12 +61,7 @@ impl GatedMlp {
     pub fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
         let (rows, t, d) = (s.rows(), s.tokens(), self.dim);
         let (h, half) = (self.fc1.w.rows, self.half());
-        let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
-        ops.push(Gemm::linear(rows, Operand::new(s.xn, d, 0), &self.fc1.w, Operand::new(s.hidden, h, 0))
-            .a_texture(xn_tex)
-            .bias(&self.fc1.b, Axis::N)
-            .gelu()
-            .build(gpu)?);
+        self.fc1.record_fc1_gelu(gpu, s, ops)?;
         // v_n = LayerNorm(v), v being columns [half, h) of each hidden row; written dense to aux.
         let v = Rows { buf: s.hidden, off: half, ld: h };
         ops.push(ops::norm::layer_norm_rows(gpu, rows, half, SGU_LN_EPS, v, &self.gate.norm_weight, &self.gate.norm_bias, s.aux)?);
