@@ -9,6 +9,7 @@
 //! - `classify(imageData, topK = 5)` → `{predictions, timings, input}`; preprocessing runs in
 //!   `preprocess.wgsl` in the same GPU submission as the forward pass.
 //! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
+//! - `stageEnergy()` → PoolFormer's per-stage token energy for the latest classified image
 //!
 //! Every export returns a Promise or value; errors become rejected `Error`s with a message.
 //! Nothing here unwraps or indexes user data unchecked, so no Rust panic reaches JavaScript.
@@ -60,6 +61,8 @@ struct State {
     gpu: Arc<Gpu>,
     model: Rc<Model>,
     name: String,
+    /// PoolFormer's per-stage token energy from the latest classify.
+    energy: Vec<((usize, usize), Vec<f32>)>,
 }
 
 thread_local! {
@@ -77,7 +80,7 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
     }
     let gpu = Arc::new(Gpu::new().await.map_err(|e| js_err(format!("WebGPU is not available: {e}")))?);
     let model = Model::load(gpu.clone(), crate::DEFAULT_MODEL, None).map_err(js_err)?;
-    let fresh = Rc::new(RefCell::new(State { gpu, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into() }));
+    let fresh = Rc::new(RefCell::new(State { gpu, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new() }));
     // Two first calls may race through the awaits above; keep whichever finished first.
     Ok(STATE.with(|s| s.borrow_mut().get_or_insert(fresh).clone()))
 }
@@ -156,6 +159,7 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     let mut st = s.borrow_mut();
     st.model = Rc::new(model);
     st.name = name;
+    st.energy.clear();
     Ok(desc)
 }
 
@@ -166,7 +170,14 @@ pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result
     let model = s.borrow().model.clone();
     let (w, h) = (image.width() as usize, image.height() as usize);
     let pixels = image.data();
-    let run = model.classify_rgba(&pixels, w, h, now).await.map_err(js_err)?;
+    let mut run = model.classify_rgba(&pixels, w, h, now).await.map_err(js_err)?;
+    {
+        // Only if the model was not swapped while this call ran.
+        let mut st = s.borrow_mut();
+        if Rc::ptr_eq(&st.model, &model) {
+            st.energy = std::mem::take(&mut run.stage_energy);
+        }
+    }
     let probs = &run.output.probs;
     let mut order: Vec<usize> = (0..run.output.classes).collect();
     order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
@@ -192,6 +203,22 @@ pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result
     set(&out, "predictions", predictions);
     set(&out, "timings", timings);
     set(&out, "input", input);
+    Ok(out.into())
+}
+
+/// PoolFormer: each stage's per-token activation energy (L2 norm over channels) for the latest
+/// classified image, `[{stage, grid: [h, w], energy: Float32Array}]`; empty for other families.
+#[wasm_bindgen(js_name = stageEnergy)]
+pub async fn stage_energy() -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let out = Array::new();
+    for (i, ((h, w), energy)) in s.borrow().energy.iter().enumerate() {
+        let e = Object::new();
+        set(&e, "stage", i as u32);
+        set(&e, "grid", Array::of2(&(*h as u32).into(), &(*w as u32).into()));
+        set(&e, "energy", Float32Array::from(&energy[..]));
+        out.push(&e);
+    }
     Ok(out.into())
 }
 

@@ -71,3 +71,23 @@ fn bad_images_are_errors_and_the_model_keeps_working() {
     let ok = run(&[128; 28 * 28 * 4], 28, 28).expect("a good image still classifies");
     assert_eq!(ok.output.classes, 10);
 }
+
+#[test]
+fn poolformer_reports_each_stage_energy() {
+    // A 4-stage PoolFormer on 64x64: the stage grids are 16, 8, 4 and 2 tokens a side; each
+    // token's energy is the L2 norm of its channels, so non-negative and not all zero.
+    let bytes = std::fs::read(fixtures().join("poolformer_rgb.safetensors")).unwrap();
+    let model = Model::load(gpu(), &bytes, Some([64, 64])).unwrap();
+    let img = synthetic(80, 64);
+    let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), 80, 64, now)).unwrap();
+    let grids: Vec<(usize, usize)> = run.stage_energy.iter().map(|(g, _)| *g).collect();
+    assert_eq!(grids, vec![(16, 16), (8, 8), (4, 4), (2, 2)]);
+    for ((h, w), e) in &run.stage_energy {
+        assert_eq!(e.len(), h * w);
+        assert!(e.iter().all(|v| v.is_finite() && *v >= 0.0) && e.iter().any(|v| *v > 0.0));
+    }
+    // The isotropic models have no stages to report.
+    let mixer = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).unwrap();
+    let run = pollster::block_on(mixer.classify_rgba(&[90; 28 * 28 * 4], 28, 28, now)).unwrap();
+    assert!(run.stage_energy.is_empty());
+}

@@ -374,7 +374,7 @@ function renderTimings(t) {
     ['Forward', ms(t.forwardMs)],
     ['Read-back', ms(t.readbackMs)],
     ['Total', ms(total)],
-    ['Adapter', state.adapter?.name || '–'],
+    ['Adapter', state.adapter ? [state.adapter.name || 'unnamed adapter', state.adapter.deviceType].filter(Boolean).join(' · ') : '–'],
   ];
   $('timings').replaceChildren(...rows.flatMap(([k, v]) => {
     const dt = document.createElement('dt');

@@ -237,6 +237,11 @@ impl MetaFormer {
         (scratch.xn, scratch, last)
     }
 
+    /// (token grid, width) of each stage's output.
+    pub fn stage_shapes(&self) -> Vec<((usize, usize), usize)> {
+        self.grids.iter().copied().zip(self.cfg.dims.iter().copied()).collect()
+    }
+
     pub fn mirrors(&self, gpu: &Gpu, batch: usize) -> Vec<Mirrors> {
         (0..self.stages.len())
             .map(|i| {
@@ -252,6 +257,7 @@ impl MetaFormer {
         let g = ConvGeometry { cin: c.in_chans, ih: c.img_size[0], iw: c.img_size[1], kh: k, kw: k, stride: s, pad: p };
         ops.push(Gemm::conv(batch, g, &buf.input, &self.stem_w, &buf.x)?.bias(&self.stem_b, Axis::N).build(gpu)?);
         let (mut x, mut xn) = (&buf.x, &buf.xn);
+        let mut stage_offset = 0;
         for (i, stage) in self.stages.iter().enumerate() {
             let ((h, w), d) = (self.grids[i], c.dims[i]);
             if let Some((cw, cb)) = &stage.downsample {
@@ -264,6 +270,10 @@ impl MetaFormer {
             let stream = Stream { batch, grid: (h, w), dim: d, x, xn, hidden: &buf.hidden, aux: &buf.aux, tex: &buf.mirrors[i] };
             for block in &stage.blocks {
                 block.record(gpu, &stream, ops)?;
+            }
+            if let Some(snapshot) = &buf.stages {
+                ops.push(Op::copy_buffer(x, snapshot, stage_offset, batch * h * w * d)?);
+                stage_offset += batch * h * w * d;
             }
         }
         let ((h, w), d) = (self.grids[self.grids.len() - 1], c.dims[c.dims.len() - 1]);

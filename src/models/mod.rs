@@ -114,6 +114,9 @@ pub struct Buffers {
     pub probs: wgpu::Buffer,
     /// Texture mirrors per stage (one for the isotropic models).
     pub mirrors: Vec<block::Mirrors>,
+    /// Batch-1 plans of PoolFormer: each stage's output, one after the other (for the page's
+    /// per-stage activation energy).
+    pub stages: Option<wgpu::Buffer>,
 }
 
 struct Plan {
@@ -133,6 +136,9 @@ pub const MAX_IMAGE_SIDE: usize = 1 << 15;
 pub struct ImageRun {
     pub output: Output,
     pub input: Vec<f32>,
+    /// PoolFormer: per stage, the token grid and each token's activation energy (L2 norm over
+    /// channels) of this image. Empty for the isotropic models.
+    pub stage_energy: Vec<((usize, usize), Vec<f32>)>,
     pub preprocess_ms: f64,
     pub forward_ms: f64,
     pub readback_ms: f64,
@@ -287,6 +293,10 @@ impl Model {
                 Net::MlpMixer(m) => m.mirrors(gpu, batch),
                 Net::MetaFormer(m) => m.mirrors(gpu, batch),
             },
+            stages: match &self.net {
+                Net::MetaFormer(m) if batch == 1 => Some(gpu.storage("stages", m.stage_shapes().iter().map(|((h, w), d)| h * w * d).sum())?),
+                _ => None,
+            },
         };
         let mut ops = Vec::new();
         match &self.net {
@@ -336,9 +346,13 @@ impl Model {
         let gpu = &self.gpu;
         let n = (plan.batch * self.info.arch.num_classes()) as u64 * 4;
         let input_bytes = if prologue.is_some() { (plan.batch * self.input_len()) as u64 * 4 } else { 0 };
+        let stage_bytes = match (&plan.buffers.stages, prologue) {
+            (Some(st), Some(_)) => st.size(),
+            _ => 0,
+        };
         let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("staging"),
-            size: 2 * n + input_bytes,
+            size: 2 * n + input_bytes + stage_bytes,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -355,6 +369,9 @@ impl Model {
         encoder.copy_buffer_to_buffer(&b.probs, 0, &staging, n, n);
         if input_bytes > 0 {
             encoder.copy_buffer_to_buffer(&b.input, 0, &staging, 2 * n, input_bytes);
+        }
+        if let (Some(st), true) = (&b.stages, stage_bytes > 0) {
+            encoder.copy_buffer_to_buffer(st, 0, &staging, 2 * n + input_bytes, stage_bytes);
         }
         gpu.queue.submit([encoder.finish()]);
         Ok(staging)
@@ -392,10 +409,32 @@ impl Model {
         let t2 = now();
         let mut data = self.gpu.copy_mapped(&staging)?;
         let classes = self.info.arch.num_classes();
-        let input = data.split_off(2 * classes);
+        let mut input = data.split_off(2 * classes);
+        let stages = input.split_off(self.input_len());
         let probs = data.split_off(classes);
+        let stage_energy = self.stage_energy(&stages);
         let t3 = now();
-        Ok(ImageRun { output: Output { classes, logits: data, probs }, input, preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: t3 - t2 })
+        Ok(ImageRun {
+            output: Output { classes, logits: data, probs },
+            input,
+            stage_energy,
+            preprocess_ms: t1 - t0,
+            forward_ms: t2 - t1,
+            readback_ms: t3 - t2,
+        })
+    }
+
+    /// Per-token L2 norms of each stage's output, from the stage snapshot of a batch-1 plan.
+    fn stage_energy(&self, stages: &[f32]) -> Vec<((usize, usize), Vec<f32>)> {
+        let Net::MetaFormer(m) = &self.net else { return Vec::new() };
+        let mut at = 0;
+        let mut out = Vec::new();
+        for ((h, w), d) in m.stage_shapes() {
+            let Some(stage) = stages.get(at..at + h * w * d) else { break };
+            out.push(((h, w), stage.chunks(d).map(|t| t.iter().map(|v| v * v).sum::<f32>().sqrt()).collect()));
+            at += h * w * d;
+        }
+        out
     }
 
     /// Synchronous forward for native callers.

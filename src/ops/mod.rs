@@ -26,6 +26,7 @@ pub struct Op {
 enum Work {
     Dispatch { pipeline: Arc<Pipeline>, bind_group: wgpu::BindGroup, workgroups: [u32; 3], _params: wgpu::Buffer },
     Copy { buffer: wgpu::Buffer, texture: wgpu::Texture, texels: u32, rows: u32 },
+    CopyBuffer { src: wgpu::Buffer, dst: wgpu::Buffer, dst_offset: u64, bytes: u64 },
 }
 
 impl Op {
@@ -55,11 +56,19 @@ impl Op {
         Ok(Op { work: Work::Copy { buffer: buffer.clone(), texture: t.texture.clone(), texels: (t.cols / 4) as u32, rows: t.rows as u32 } })
     }
 
+    /// Copies the first `floats` values of `src` into `dst` at float offset `dst_offset` (a
+    /// snapshot of an activation, e.g. a stage's output for the page).
+    pub fn copy_buffer(src: &wgpu::Buffer, dst: &wgpu::Buffer, dst_offset: usize, floats: usize) -> Result<Op> {
+        check_extent("copy source", src, 0, floats as u64)?;
+        check_extent("copy destination", dst, dst_offset as u64, floats as u64)?;
+        Ok(Op { work: Work::CopyBuffer { src: src.clone(), dst: dst.clone(), dst_offset: dst_offset as u64 * 4, bytes: floats as u64 * 4 } })
+    }
+
     /// The kernel this op runs (None for a copy).
     pub fn kernel_name(&self) -> Option<&str> {
         match &self.work {
             Work::Dispatch { pipeline, .. } => Some(&pipeline.name),
-            Work::Copy { .. } => None,
+            Work::Copy { .. } | Work::CopyBuffer { .. } => None,
         }
     }
 }
@@ -102,15 +111,19 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
                 i += 1;
             }
         }
-        while let Some(Work::Copy { buffer, texture, texels, rows }) = ops.get(i).map(|o| &o.work) {
-            encoder.copy_buffer_to_texture(
-                wgpu::TexelCopyBufferInfo {
-                    buffer,
-                    layout: wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels * 16), rows_per_image: Some(*rows) },
-                },
-                texture.as_image_copy(),
-                wgpu::Extent3d { width: *texels, height: *rows, depth_or_array_layers: 1 },
-            );
+        loop {
+            match ops.get(i).map(|o| &o.work) {
+                Some(Work::Copy { buffer, texture, texels, rows }) => encoder.copy_buffer_to_texture(
+                    wgpu::TexelCopyBufferInfo {
+                        buffer,
+                        layout: wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels * 16), rows_per_image: Some(*rows) },
+                    },
+                    texture.as_image_copy(),
+                    wgpu::Extent3d { width: *texels, height: *rows, depth_or_array_layers: 1 },
+                ),
+                Some(Work::CopyBuffer { src, dst, dst_offset, bytes }) => encoder.copy_buffer_to_buffer(src, 0, dst, *dst_offset, *bytes),
+                _ => break,
+            }
             i += 1;
         }
     }
