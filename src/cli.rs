@@ -181,11 +181,9 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
     let mut report = Vec::new();
     for (i, path) in images.iter().enumerate() {
         let probs = &out.probs[i * out.classes..(i + 1) * out.classes];
-        let mut order: Vec<usize> = (0..out.classes).collect();
-        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-        let preds: Vec<serde_json::Value> = order
+        let preds: Vec<serde_json::Value> = out
+            .top_k(i, top_k)
             .iter()
-            .take(top_k.max(1))
             .map(|&k| serde_json::json!({"index": k, "label": labels::label(&model.info.labels, k), "probability": probs[k]}))
             .collect();
         if !json {

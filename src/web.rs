@@ -179,10 +179,8 @@ pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result
         }
     }
     let probs = &run.output.probs;
-    let mut order: Vec<usize> = (0..run.output.classes).collect();
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
     let predictions = Array::new();
-    for &k in order.iter().take(top_k.unwrap_or(5).max(1)) {
+    for k in run.output.top_k(0, top_k.unwrap_or(5)) {
         let p = Object::new();
         set(&p, "index", k as u32);
         set(&p, "label", crate::labels::label(&model.info.labels, k));

@@ -275,30 +275,21 @@ impl Gpu {
     }
 
     pub fn storage_init(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
-        self.checked_size(label, data.len())?;
-        // A zero-sized binding is invalid; pad empty tensors to one element.
-        let padded;
-        let data = if data.is_empty() {
-            padded = [0f32; 1];
-            &padded[..]
-        } else {
-            data
-        };
-        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: bytemuck::cast_slice(data),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-        }))
+        self.storage_from(label, data, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
     }
 
     /// A read-only storage buffer holding `words` (e.g. RGBA8 pixels, one per u32).
     pub fn storage_words(&self, label: &str, words: &[u32]) -> Result<wgpu::Buffer> {
-        self.checked_size(label, words.len())?;
-        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: bytemuck::cast_slice(if words.is_empty() { &[0u32][..] } else { words }),
-            usage: wgpu::BufferUsages::STORAGE,
-        }))
+        self.storage_from(label, words, wgpu::BufferUsages::STORAGE)
+    }
+
+    /// A buffer initialised with 4-byte elements, checked against the binding limit. A
+    /// zero-sized binding is invalid, so empty data is padded to one zero element.
+    fn storage_from<T: bytemuck::Pod>(&self, label: &str, data: &[T], usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+        self.checked_size(label, data.len())?;
+        let padded = [T::zeroed()];
+        let data = if data.is_empty() { &padded[..] } else { data };
+        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents: bytemuck::cast_slice(data), usage }))
     }
 
     /// An rgba32float texture of `rows` rows of `texels` texels (4 matrix columns per texel),

@@ -152,6 +152,18 @@ pub struct Output {
     pub probs: Vec<f32>,
 }
 
+impl Output {
+    /// Class indices of image `i`, most probable first, at most `k` (at least one). Ties keep
+    /// the lower index first (a stable sort), as torch's argmax/topk do.
+    pub fn top_k(&self, i: usize, k: usize) -> Vec<usize> {
+        let probs = &self.probs[i * self.classes..(i + 1) * self.classes];
+        let mut order: Vec<usize> = (0..self.classes).collect();
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        order.truncate(k.max(1));
+        order
+    }
+}
+
 /// One layer's learned token mixing, for the visualiser: a row-major `rows` x `cols` matrix
 /// whose columns are the tokens of a `grid` (Mixer: token-MLP fc1, one row per hidden unit;
 /// gMLP: the SGU projection; ResMLP: linear_tokens — both tokens x tokens). PoolFormer learns
@@ -183,7 +195,6 @@ impl Model {
         let mut w = Weights::parse(bytes)?;
         let meta = Metadata::parse(&w)?;
         let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
-        let mixing = token_mixing(&w, MlpMixerConfig::detect(&w), img_size)?;
         let (arch, net) = if let Some(kind) = MlpMixerConfig::detect(&w) {
             let cfg = MlpMixerConfig::infer(&w, kind, img_size)?;
             let net = MlpMixer::load(&gpu, &mut w, cfg.clone())?;
@@ -201,6 +212,7 @@ impl Model {
             )));
         };
         w.finish()?;
+        let mixing = token_mixing(&w, &arch)?;
         let preprocess = match meta.preprocess {
             Some(p) => {
                 p.validate()?;
@@ -346,10 +358,9 @@ impl Model {
         let gpu = &self.gpu;
         let n = (plan.batch * self.info.arch.num_classes()) as u64 * 4;
         let input_bytes = if prologue.is_some() { (plan.batch * self.input_len()) as u64 * 4 } else { 0 };
-        let stage_bytes = match (&plan.buffers.stages, prologue) {
-            (Some(st), Some(_)) => st.size(),
-            _ => 0,
-        };
+        // With a prologue (an image run) the stage snapshots are read back too, if the plan has them.
+        let snapshot = prologue.and(plan.buffers.stages.as_ref());
+        let stage_bytes = snapshot.map_or(0, |st| st.size());
         let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("staging"),
             size: 2 * n + input_bytes + stage_bytes,
@@ -370,7 +381,7 @@ impl Model {
         if input_bytes > 0 {
             encoder.copy_buffer_to_buffer(&b.input, 0, &staging, 2 * n, input_bytes);
         }
-        if let (Some(st), true) = (&b.stages, stage_bytes > 0) {
+        if let Some(st) = snapshot {
             encoder.copy_buffer_to_buffer(st, 0, &staging, 2 * n + input_bytes, stage_bytes);
         }
         gpu.queue.submit([encoder.finish()]);
@@ -444,43 +455,33 @@ impl Model {
     }
 }
 
-/// CPU copies of each layer's token-mixing weights (see [`TokenMixing`]).
-fn token_mixing(w: &Weights, kind: Option<BlockKind>, img_size: Option<[usize; 2]>) -> Result<Vec<TokenMixing>> {
-    let Some(kind) = kind else {
-        // PoolFormer (or not a model at all: loading reports that): the fixed pooling kernel.
-        let mut data = vec![1.0 / 9.0; 9];
-        data[4] -= 1.0;
-        return Ok(vec![TokenMixing {
-            kind: "poolformer",
-            rows: 3,
-            cols: 3,
-            grid: (3, 3),
-            data,
-            note: "PoolFormer learns no token mixing: every block averages each token's 3x3 neighbourhood and subtracts the token (interior weights shown; at borders only in-image neighbours count)",
-        }]);
+/// CPU copies of each layer's token-mixing weights (see [`TokenMixing`]), read after the
+/// network loaded, so shapes are already checked and the grid is the inferred config's.
+fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>> {
+    let cfg = match arch {
+        Arch::MlpMixer(cfg) => cfg,
+        Arch::MetaFormer(_) => {
+            let mut data = vec![1.0 / 9.0; 9];
+            data[4] -= 1.0;
+            return Ok(vec![TokenMixing {
+                kind: "poolformer",
+                rows: 3,
+                cols: 3,
+                grid: (3, 3),
+                data,
+                note: "PoolFormer learns no token mixing: every block averages each token's 3x3 neighbourhood and subtracts the token (interior weights shown; at borders only in-image neighbours count)",
+            }]);
+        }
     };
-    let (name, kind_name, note) = match kind {
-        BlockKind::Mixer => ("mlp_tokens.fc1.weight", "mixer", "token-MLP fc1: one row per hidden unit, its weights over the token grid"),
-        BlockKind::Gmlp => ("mlp_channels.gate.proj.weight", "gmlp", "spatial gating projection: row t mixes output token t from every token"),
-        BlockKind::Resmlp => ("linear_tokens.weight", "resmlp", "linear token map: row t mixes output token t from every token"),
+    let tokens = cfg.tokens();
+    let (name, kind, rows, note) = match cfg.block {
+        BlockKind::Mixer => ("mlp_tokens.fc1.weight", "mixer", cfg.tokens_hidden.unwrap_or(0), "token-MLP fc1: one row per hidden unit, its weights over the token grid"),
+        BlockKind::Gmlp => ("mlp_channels.gate.proj.weight", "gmlp", tokens, "spatial gating projection: row t mixes output token t from every token"),
+        BlockKind::Resmlp => ("linear_tokens.weight", "resmlp", tokens, "linear token map: row t mixes output token t from every token"),
     };
-    let mut out = Vec::new();
-    for i in 0..count_indexed(w, "blocks.", &format!(".{name}")) {
-        let full = format!("blocks.{i}.{name}");
-        let &[rows, cols] = w.require_shape(&full)? else {
-            return Err(Error::tensor(&full, "expected a matrix"));
-        };
-        let patch = w.shape("stem.proj.weight").and_then(|s| s.get(2).copied()).unwrap_or(1).max(1);
-        let grid = match img_size {
-            Some([h, wd]) if (h / patch) * (wd / patch) == cols => (h / patch, wd / patch),
-            _ => {
-                let side = (cols as f64).sqrt().round() as usize;
-                if side * side == cols { (side, side) } else { (1, cols) }
-            }
-        };
-        out.push(TokenMixing { kind: kind_name, rows, cols, grid, data: w.read(&full)?, note });
-    }
-    Ok(out)
+    (0..cfg.depth)
+        .map(|i| Ok(TokenMixing { kind, rows, cols: tokens, grid: cfg.grid(), data: w.read(&format!("blocks.{i}.{name}"))?, note }))
+        .collect()
 }
 
 /// RGBA8 bytes as one u32 per pixel, box-averaged over k x k blocks first when k > 1
