@@ -12,11 +12,13 @@
 // * layer scale (SCALE_N / SCALE_M), or * a gate matrix laid out like C (GATE: gMLP's
 // u ⊙ v, the gate read from `scale` at g_off/g_ld/g_bs), + the previous C (RESIDUAL).
 // C_TRANS stores C as [N, M].
+// A weight larger than one storage binding is uploaded in row blocks, one GEMM per block: m0/n0
+// are the block's first global row/column, so per-m / per-n vectors are indexed globally.
 
 struct Params {
     m: u32, n: u32, k: u32, batch: u32,
-    a_off: u32, a_ld: u32, a_bs: u32, _p0: u32,
-    b_off: u32, b_ld: u32, b_bs: u32, _p1: u32,
+    a_off: u32, a_ld: u32, a_bs: u32, m0: u32,
+    b_off: u32, b_ld: u32, b_bs: u32, n0: u32,
     c_off: u32, c_ld: u32, c_bs: u32, _p2: u32,
     // A_CONV: input image [batch, cin, ih, iw], kernel kh x kw, output grid oh x ow.
     cin: u32, ih: u32, iw: u32, kh: u32,
@@ -84,19 +86,19 @@ fn gelu(x: f32) -> f32 {
 fn store_c(bt: u32, m: u32, n: u32, acc: f32) {
     var v = acc;
 #if BIAS_N
-    v += bias[n];
+    v += bias[p.n0 + n];
 #endif
 #if BIAS_M
-    v += bias[m];
+    v += bias[p.m0 + m];
 #endif
 #if GELU
     v = gelu(v);
 #endif
 #if SCALE_N
-    v *= scale[n];
+    v *= scale[p.n0 + n];
 #endif
 #if SCALE_M
-    v *= scale[m];
+    v *= scale[p.m0 + m];
 #endif
 #if C_TRANS
     let idx = p.c_off + bt * p.c_bs + n * p.c_ld + m;

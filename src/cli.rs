@@ -363,9 +363,9 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let w: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
     let abuf = gpu.storage_init("a", &a)?;
     // W is [N, K] for the linear layout and [M, K] for token mixing (W · X, X = [K, N]).
-    let wlin = Matrix { buf: gpu.storage_init("w", &w)?, tex: gpu.matrix_texture("w", &w, n, k), rows: n, cols: k };
+    let wlin = Matrix::upload_with(&gpu, "w", &w, n, k, true)?;
     let wtok: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
-    let wtok = Matrix { buf: gpu.storage_init("wt", &wtok)?, tex: gpu.matrix_texture("wt", &wtok, m, k), rows: m, cols: k };
+    let wtok = Matrix::upload_with(&gpu, "wt", &wtok, m, k, true)?;
     let x: Vec<f32> = (0..k * n).map(|i| ((i % 11) as f32 - 5.0) / 11.0).collect();
     let xbuf = gpu.storage_init("x", &x)?;
     // Texture mirrors of the activations, as a model plan makes them for the texture kernel.
@@ -393,7 +393,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
                 tex(&xtex, &xbuf, &mut ops)?;
                 let mut tok = Gemm::across_tokens(1, &wtok, Operand::new(&xbuf, n, 0), n, Operand::new(&cbuf, n, 0)).a_texture(xtex.as_ref());
                 if variant != GemmVariant::Texture {
-                    tok = Gemm::new(1, m, n, k, Operand::new(&wtok.buf, k, 0), Operand::new(&xbuf, n, 0), Operand::new(&cbuf, n, 0));
+                    tok = Gemm::new(1, m, n, k, Operand::new(&wtok.blocks()[0].buf, k, 0), Operand::new(&xbuf, n, 0), Operand::new(&cbuf, n, 0));
                 }
                 tok.build_with(&gpu, variant)?
             };

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{all_variants, fixtures, max_abs, max_abs_diff, read_tensors, tol};
+use common::{all_variants, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol};
 use tokenmix::Model;
 
 const FIXTURES: &[&str] = &[
@@ -22,6 +22,9 @@ const FIXTURES: &[&str] = &[
     "poolformer_rgb",
     "poolformer_grey_nonsquare_f16",
     "poolformer_d64",
+    "mixer_many_tokens",
+    "gmlp_many_tokens",
+    "resmlp_many_tokens",
 ];
 
 #[test]
@@ -77,32 +80,56 @@ fn batch_rows_are_independent() {
     }
 }
 
-#[test]
-fn binding_limit_splits_batches_instead_of_failing() {
-    // An adapter whose storage bindings hold one image's widest activation and a half (and
-    // every weight of these fixtures): a batch of 2 cannot be bound at once, so the model runs
-    // it in chunks of 1 — with the same logits as timm. A weight over the limit is refused
-    // with its name and the bound.
-    for name in ["mixer_p2_small_stem_f16", "gmlp_grey_nonsquare_f16", "poolformer_rgb"] {
-        let dir = fixtures();
-        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
-        let (ishape, input) = &io[0];
-        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
-        let img = Some([ishape[2], ishape[3]]);
-        let widest = Model::load(common::gpu(), &bytes, img).expect("loads").widest_activation_bytes();
-        let mut small = pollster::block_on(tokenmix::Gpu::new()).expect("adapter");
-        small.limits.max_storage_buffer_binding_size = widest * 3 / 2;
-        let model = Model::load(std::sync::Arc::new(small), &bytes, img).expect("loads under the lowered limit");
-        assert_eq!(model.max_batch(), 1, "{name}");
-        assert!(ishape[0] >= 2, "{name}: the fixture has a batch");
-        let out = model.forward_blocking(input).expect("a batch of 3 runs in chunks");
-        let diff = max_abs_diff(&out.logits, &io[1].1);
-        eprintln!("{name} under a {}-byte binding limit: max|Δlogit| = {diff:.2e}", widest * 3 / 2);
-        assert!(diff <= tol::GOLDEN * max_abs(&io[1].1).max(1.0), "{name}: {diff}");
+/// Bytes of the largest tensor in a safetensors file (as f32, the way tokenmix uploads it).
+fn largest_weight_bytes(bytes: &[u8]) -> (String, u64) {
+    let st = safetensors::SafeTensors::deserialize(bytes).expect("fixture parses");
+    st.tensors().into_iter().map(|(n, t)| (n, t.shape().iter().product::<usize>() as u64 * 4)).max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))).expect("tensors")
+}
 
-        let mut tiny = pollster::block_on(tokenmix::Gpu::new()).expect("adapter");
-        tiny.limits.max_storage_buffer_binding_size = 1024;
-        let err = Model::load(std::sync::Arc::new(tiny), &bytes, img).err().expect("a weight over 1 KiB is refused").to_string();
-        assert!(err.contains("weight") && err.contains("1024"), "{name}: {err}");
+#[test]
+fn binding_limit_splits_batches_and_weights_instead_of_failing() {
+    // An adapter whose storage bindings hold one image's widest activation and a half: a batch
+    // of 2 cannot be bound at once, so the model runs it in chunks of 1. On the `many_tokens`
+    // fixtures the token-mixing weights (Mixer fc1/fc2, gMLP's SGU proj, ResMLP's
+    // linear_tokens) and the 1000-class head are larger than that limit, so they are uploaded
+    // in row blocks and each of their GEMMs runs as one dispatch per block — on every GEMM
+    // variant (the texture kernel splits token mixing along N, the others along M). The logits
+    // must still match timm's.
+    let mut split = 0;
+    for gpu in all_variants() {
+        for name in ["mixer_p2_small_stem_f16", "gmlp_grey_nonsquare_f16", "poolformer_rgb", "mixer_many_tokens", "gmlp_many_tokens", "resmlp_many_tokens"] {
+            let dir = fixtures();
+            let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+            let (ishape, input) = &io[0];
+            let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+            let img = Some([ishape[2], ishape[3]]);
+            let widest = Model::load(gpu.clone(), &bytes, img).expect("loads").widest_activation_bytes();
+            let limit = widest * 3 / 2;
+            let (big, big_bytes) = largest_weight_bytes(&bytes);
+            let model = Model::load(limited(gpu.gemm, limit), &bytes, img).expect("loads under the lowered limit");
+            assert_eq!(model.max_batch(), 1, "{name}");
+            assert!(ishape[0] >= 2, "{name}: the fixture has a batch");
+            let out = model.forward_blocking(input).expect("a batch of 2 runs in chunks");
+            let diff = max_abs_diff(&out.logits, &io[1].1);
+            let blocks = big_bytes.div_ceil(limit);
+            eprintln!(
+                "{name} [{}] under a {limit}-byte binding limit (largest weight `{big}` {big_bytes} bytes: {blocks} block(s)): max|Δlogit| = {diff:.2e}",
+                gpu.gemm.name()
+            );
+            assert!(diff <= tol::GOLDEN * max_abs(&io[1].1).max(1.0), "{name} [{}]: {diff}", gpu.gemm.name());
+            if name.ends_with("many_tokens") {
+                assert!(big_bytes > limit, "{name}: the largest weight must pass the lowered limit to test splitting");
+                split += 1;
+            }
+        }
     }
+    assert!(split >= 3, "the weight-splitting fixtures ran");
+    // Below one image's activations nothing can run: a clear error naming the buffer and bound.
+    let bytes = std::fs::read(fixtures().join("mixer_p2_small_stem_f16.safetensors")).expect("fixture");
+    let err = Model::load(limited(common::gpu().gemm, 1024), &bytes, Some([14, 14])).err().expect("refused").to_string();
+    assert!(err.contains("binding limit of 1024 bytes") && err.contains("buffer `"), "{err}");
+    // A weight whose single row passes the limit cannot be split: refused with its name.
+    let bytes = std::fs::read(fixtures().join("poolformer_rgb.safetensors")).expect("fixture");
+    let err = Model::load(limited(common::gpu().gemm, 1024), &bytes, Some([64, 64])).err().expect("refused").to_string();
+    assert!(err.contains("weight `") && err.contains("one row") && err.contains("1024"), "{err}");
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{all_variants, gpu, max_abs, max_abs_diff, random, tol};
+use common::{all_variants, gpu, limited, max_abs, max_abs_diff, random, tol};
 use tokenmix::gpu::GemmVariant;
 use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
@@ -166,7 +166,7 @@ fn across_tokens_matches_cpu_reference() {
             let x = random(batch * tin * d, seed + 1);
             let bias = random(tout, seed + 2);
             let c0 = random(batch * tout * d, seed + 3);
-            let wm = Matrix { buf: gpu.storage_init("w", &w).unwrap(), tex: if gpu.gemm == GemmVariant::Texture { gpu.matrix_texture("w", &w, tout, tin) } else { None }, rows: tout, cols: tin };
+            let wm = Matrix::upload(&gpu, "w", &w, tout, tin).unwrap();
             let xb = gpu.storage_init("x", &x).unwrap();
             let bb = gpu.storage_init("bias", &bias).unwrap();
             let cb = gpu.storage_init("c", &c0).unwrap();
@@ -461,5 +461,85 @@ fn spatial_gating_matches_cpu_reference() {
         let got = read(&gpu, &out, batch * tokens * half);
         let diff = max_abs_diff(&got, &want);
         assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} SGU: diff {diff}", gpu.gemm.name());
+    }
+}
+
+/// Weights larger than the storage-binding limit are uploaded in row blocks and their GEMMs run
+/// one dispatch per block: a Linear layer with every epilogue (and with a gate), a convolution
+/// and token mixing, on a device whose bindings hold 2-3 KiB, against the CPU reference.
+#[test]
+fn split_weights_match_cpu_reference() {
+    for variant in gpu().gemm_variants() {
+        // Linear: W [50, 64] = 12.8 KB in blocks of 8 rows under a 2 KiB limit.
+        let gpu = limited(variant, 2048);
+        let (m, k, n) = (4, 64, 50);
+        let (a, w, bias, scale, c0, gate) = (random(m * k, 900), random(n * k, 901), random(n, 902), random(n, 903), random(m * n, 904), random(m * n, 905));
+        let wm = Matrix::upload(&gpu, "w", &w, n, k).unwrap();
+        assert_eq!(wm.blocks().len(), 7, "{}", variant.name());
+        let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
+        let (ab, bb, sb, gb) = (up(&a), up(&bias), up(&scale), up(&gate));
+        let case = Case { batch: 1, m, n, k, b_trans: true, bias: Some(Axis::N), scale: Some(Axis::N), gelu: true, residual: true, shared_b: true };
+        let want = cpu_gemm(&case, &a, &w, &bias, &scale, &c0);
+        let cb = up(&c0);
+        let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gelu().scale(&sb, Axis::N).residual();
+        gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
+        let got = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split linear: diff {diff}", variant.name());
+        // The same with a gate (gMLP's u ⊙ v) instead of the scale.
+        let plain = Case { scale: None, gelu: false, residual: false, ..case };
+        let want: Vec<f32> = cpu_gemm(&plain, &a, &w, &bias, &scale, &c0).iter().zip(&gate).zip(&c0).map(|((v, g), c)| v * g + c).collect();
+        let cb = up(&c0);
+        let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gate(Operand::new(&gb, n, 0)).residual();
+        gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
+        let got = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split gated linear: diff {diff}", variant.name());
+
+        // Convolution 3x3/2/1, W [24, 144] = 13.8 KB in blocks of 3 rows.
+        let g = ConvGeometry { cin: 16, ih: 5, iw: 5, kh: 3, kw: 3, stride: 2, pad: 1 };
+        let (oh, ow) = g.out_hw().unwrap();
+        let cout = 24;
+        let (x, w, bias) = (random(16 * 25, 910), random(cout * 144, 911), random(cout, 912));
+        let wm = Matrix::upload(&gpu, "conv", &w, cout, 144).unwrap();
+        assert_eq!(wm.blocks().len(), 8);
+        let (xb, bb) = (up(&x), up(&bias));
+        let out = gpu.storage("out", oh * ow * cout).unwrap();
+        for nhwc in [false, true] {
+            let conv = if nhwc { Gemm::conv_nhwc(1, g, &xb, &wm, &out) } else { Gemm::conv(1, g, &xb, &wm, &out) };
+            gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()]).unwrap();
+            let got = pollster::block_on(gpu.read_buffer(&out, oh * ow * cout)).unwrap();
+            let want = cpu_conv(&x, &w, &bias, 1, &g, cout, nhwc);
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split conv (nhwc {nhwc}): diff {diff}", variant.name());
+        }
+
+        // Token mixing W [40, 48] = 7.7 KB in blocks of 16 rows under a 3200-byte limit, with a
+        // per-token bias, GELU, a per-channel layer scale and the residual.
+        let gpu = limited(variant, 3200);
+        let (batch, tout, tin, d) = (2, 40, 48, 8);
+        let (w, x, bias, scale, c0) = (random(tout * tin, 920), random(batch * tin * d, 921), random(tout, 922), random(d, 923), random(batch * tout * d, 924));
+        let wm = Matrix::upload(&gpu, "tokens", &w, tout, tin).unwrap();
+        assert_eq!(wm.blocks().len(), 3);
+        let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
+        let (xb, bb, sb, cb) = (up(&x), up(&bias), up(&scale), up(&c0));
+        let op = Gemm::across_tokens(batch, &wm, Operand::new(&xb, d, tin * d), d, Operand::new(&cb, d, tout * d))
+            .token_bias(&bb)
+            .gelu()
+            .channel_scale(Some(&sb))
+            .residual();
+        gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
+        let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
+        let mut want = c0.clone();
+        for b in 0..batch {
+            for t in 0..tout {
+                for ch in 0..d {
+                    let acc: f64 = (0..tin).map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + ch] as f64).sum::<f64>() + bias[t] as f64;
+                    want[(b * tout + t) * d + ch] += (gelu(acc) * scale[ch] as f64) as f32;
+                }
+            }
+        }
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split token mixing: diff {diff}", variant.name());
     }
 }

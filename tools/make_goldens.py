@@ -89,6 +89,16 @@ CONFIGS.update({
     # PoolFormer with widths multiple of 64 (texture mirrors) and two stages, batch 3.
     "poolformer_d64": (dict(in_chans=3, num_classes=6, depths=(1, 2), dims=(64, 128), **POOLFORMER),
                        3, torch.float32, 1.0, None, (32, 32)),
+    # Many tokens (16x16 grid), narrow channels, 1000 classes: the token-mixing weights and the
+    # head are several times larger than any activation of one image, so a test that lowers
+    # the storage-binding limit below them (but above the activations) makes tokenmix split
+    # these weights into row blocks — and the logits must not change.
+    "mixer_many_tokens": (dict(img_size=32, patch_size=2, in_chans=3, embed_dim=8, num_blocks=2,
+                               mlp_ratio=(4.0, 2.0), num_classes=1000), 2, torch.float32, 1.0, None),
+    "gmlp_many_tokens": (dict(img_size=32, patch_size=2, in_chans=3, embed_dim=8, num_blocks=2, mlp_ratio=2,
+                              num_classes=1000, **GMLP), 2, torch.float16, 1.0, None),
+    "resmlp_many_tokens": (dict(img_size=32, patch_size=2, in_chans=3, embed_dim=8, num_blocks=2, mlp_ratio=2,
+                                num_classes=1000, **RESMLP), 2, torch.float16, 1.0, None),
 })
 
 

@@ -216,6 +216,9 @@ def main() -> None:
     ap.add_argument("--drop-path", type=float, default=0.1, help="stochastic depth rate")
     ap.add_argument("--erase", type=float, default=0.25, help="random erasing probability (0: off)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=pathlib.Path, default=None,
+                    help="start from these weights (a file this script wrote, same config): a further cosine cycle "
+                         "(warm restart); the recipe records the earlier cycles")
     ap.add_argument("--small", action="store_true", help="the CPU-sized configs (SMALL), for training without a GPU")
     ap.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1), help="CPU threads")
     ap.add_argument("--data", type=pathlib.Path, default=DATA, help="folder with the Fashion-MNIST IDX files")
@@ -242,7 +245,19 @@ def main() -> None:
     if args.test_limit:
         xte, yte = xte[:args.test_limit], yte[:args.test_limit]
     config = build(args.model, args.drop_path, args.small)
+    earlier = []
+    if args.init:
+        with safe_open(args.init, "pt") as f:
+            meta = f.metadata()
+            init_config = json.loads(meta["config"])
+            if {k: v for k, v in init_config.items() if k != "drop_path_rate"} != {k: v for k, v in config.items() if k != "drop_path_rate"}:
+                raise SystemExit(f"{args.init}: its config {init_config} is not this run's {config}")
+            init_state = {k: f.get_tensor(k).float() for k in f.keys()}
+            prior = json.loads(meta["recipe"])
+            earlier = prior.pop("earlier_cycles", []) + [prior]
     model = instantiate(config)
+    if args.init:
+        model.load_state_dict(init_state, strict=True)
     params = sum(p.numel() for p in model.parameters())
     flops = mflops(model)
     model.to(dev)
@@ -361,7 +376,10 @@ def main() -> None:
             "label_smoothing": 0.1, "drop_path": args.drop_path, "grad_clip": 1.0,
             "augment": f"per-sample random translation +-2 px, horizontal flip, random erasing p={args.erase}",
             "precision": "bf16 autocast" if amp else "fp32", "seed": args.seed, "device": device_name,
-            "train_minutes": round(train_min, 2), "torch": torch.__version__, "timm": timm.__version__}),
+            "train_minutes": round(train_min, 2), "torch": torch.__version__, "timm": timm.__version__,
+            **({"init": "the weights of the earlier cycles below", "earlier_cycles": earlier,
+                "total_epochs": epoch + sum(c["epochs"] for c in earlier),
+                "total_train_minutes": round(train_min + sum(c["train_minutes"] for c in earlier), 2)} if earlier else {})}),
         "pytorch_top1": f"{acc16:.4f}",
         "params": str(params),
     }

@@ -341,10 +341,15 @@ impl Gpu {
         })
     }
 
+    /// The most bytes one storage buffer (and so one binding) may hold on this adapter.
+    pub fn binding_limit(&self) -> u64 {
+        u64::from(self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size)
+    }
+
     /// Size in bytes of `floats` f32 values, checked against the binding limit.
     fn checked_size(&self, label: &str, floats: usize) -> Result<u64> {
         let bytes = (floats.max(1) as u64).saturating_mul(4);
-        let limit = u64::from(self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size);
+        let limit = self.binding_limit();
         if bytes > limit {
             return Err(Error::Gpu(format!(
                 "buffer `{label}` needs {bytes} bytes, over the adapter's binding limit of {limit} bytes"

@@ -274,7 +274,7 @@ impl Model {
     /// this size, each bound and dispatched on its own, so a large batch on a small adapter
     /// runs rather than fails.
     pub fn max_batch(&self) -> usize {
-        let limit = self.gpu.limits.max_storage_buffer_binding_size as u64;
+        let limit = self.gpu.binding_limit();
         ((limit / self.widest_activation_bytes()) as usize).clamp(1, MAX_BATCH)
     }
 

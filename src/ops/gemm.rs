@@ -44,21 +44,84 @@ impl<'a> Operand<'a> {
     }
 }
 
-/// A weight matrix [rows, cols] (PyTorch's [out, in]) on the GPU: always a storage buffer, and
-/// also an rgba32float texture when the adapter's GEMM variant reads weights from textures.
+/// A weight matrix [rows, cols] (PyTorch's [out, in]) on the GPU: storage buffers, and also
+/// rgba32float textures when the adapter's GEMM variant reads weights from textures.
+///
+/// A matrix larger than the adapter's storage-binding limit is uploaded in blocks of whole
+/// rows, each within the limit; a GEMM with such a weight records one dispatch per block, each
+/// writing its slice of C's columns (or rows) — so no weight is ever too large to bind as long
+/// as one row fits.
 pub struct Matrix {
-    pub buf: wgpu::Buffer,
-    pub tex: Option<wgpu::TextureView>,
+    blocks: Vec<MatrixBlock>,
     pub rows: usize,
     pub cols: usize,
 }
 
+/// Rows `row0 .. row0 + rows` of a [`Matrix`], in their own buffer (and texture).
+pub struct MatrixBlock {
+    pub buf: wgpu::Buffer,
+    pub tex: Option<wgpu::TextureView>,
+    pub row0: usize,
+    pub rows: usize,
+}
+
 impl Matrix {
+    /// Uploads `data` (row-major [rows, cols]), with textures when the adapter's GEMM reads them.
     pub fn upload(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize) -> Result<Matrix> {
-        let buf = gpu.storage_init(label, data)?;
-        let tex = if gpu.gemm == GemmVariant::Texture { gpu.matrix_texture(label, data, rows, cols) } else { None };
-        Ok(Matrix { buf, tex, rows, cols })
+        Self::upload_with(gpu, label, data, rows, cols, gpu.gemm == GemmVariant::Texture)
     }
+
+    /// [`Self::upload`] with textures made (when the adapter's limits allow) or not, whatever
+    /// the adapter's default variant — for benchmarks and tests that run every variant.
+    pub fn upload_with(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize, textures: bool) -> Result<Matrix> {
+        if rows == 0 || cols == 0 || data.len() != rows * cols {
+            return Err(Error::Input(format!("weight `{label}`: {} values do not make a {rows}x{cols} matrix", data.len())));
+        }
+        let limit = gpu.binding_limit();
+        let per_block = (limit / (cols as u64 * 4)).min(rows as u64) as usize;
+        if per_block == 0 {
+            return Err(Error::Gpu(format!(
+                "weight `{label}`: one row of {cols} values needs {} bytes, over the adapter's binding limit of {limit} bytes",
+                cols * 4
+            )));
+        }
+        let mut blocks = Vec::with_capacity(rows.div_ceil(per_block));
+        for row0 in (0..rows).step_by(per_block) {
+            let n = per_block.min(rows - row0);
+            let part = &data[row0 * cols..(row0 + n) * cols];
+            let name = if n == rows { label.to_string() } else { format!("{label}[{row0}..{}]", row0 + n) };
+            let tex = if textures { gpu.matrix_texture(&name, part, n, cols) } else { None };
+            blocks.push(MatrixBlock { buf: gpu.storage_init(&name, part)?, tex, row0, rows: n });
+        }
+        // The texture kernel needs every block as a texture; otherwise all read buffers.
+        if blocks.iter().any(|b| b.tex.is_none()) {
+            blocks.iter_mut().for_each(|b| b.tex = None);
+        }
+        Ok(Matrix { blocks, rows, cols })
+    }
+
+    /// The row blocks (one unless the matrix passes the binding limit); never empty.
+    pub fn blocks(&self) -> &[MatrixBlock] {
+        &self.blocks
+    }
+
+    fn first(&self) -> &MatrixBlock {
+        &self.blocks[0]
+    }
+
+    /// The weights read from textures (all blocks have one).
+    pub fn has_textures(&self) -> bool {
+        self.first().tex.is_some()
+    }
+}
+
+/// Which operand of a GEMM is a [`Matrix`] (whose row blocks then split the GEMM): B along N
+/// (a Linear layer, a convolution, transposed token mixing) or A along M (token mixing).
+#[derive(Clone, Copy)]
+enum Weight<'a> {
+    None,
+    B(&'a Matrix),
+    A(&'a Matrix),
 }
 
 /// Geometry of a convolution run as a GEMM over an NCHW input image.
@@ -86,6 +149,7 @@ impl ConvGeometry {
     }
 }
 
+#[derive(Clone, Copy)]
 pub struct Gemm<'a> {
     pub m: usize,
     pub n: usize,
@@ -112,6 +176,10 @@ pub struct Gemm<'a> {
     pub conv: Option<ConvGeometry>,
     /// The convolution input is channels-last [images, ih, iw, cin] rather than NCHW.
     pub conv_nhwc: bool,
+    weight: Weight<'a>,
+    /// First global row / column of this part of a split GEMM (indexes bias and scale vectors).
+    m0: usize,
+    n0: usize,
 }
 
 impl<'a> Gemm<'a> {
@@ -120,14 +188,16 @@ impl<'a> Gemm<'a> {
         Gemm {
             m, n, k, batch, a, b, b_trans: false, b_tex: None, a_trans: false, a_tex: None, c, c_trans: false,
             bias: None, scale: None, gelu: false, residual: false, gate: None, conv: None, conv_nhwc: false,
+            weight: Weight::None, m0: 0, n0: 0,
         }
     }
 
     /// `C[m, n] = A[m, k] · W[n, k]^T`: a Linear layer on row-major activations.
     pub fn linear(m: usize, a: Operand<'a>, w: &'a Matrix, c: Operand<'a>) -> Self {
-        let mut g = Gemm::new(1, m, w.rows, w.cols, a, Operand::new(&w.buf, w.cols, 0), c);
+        let mut g = Gemm::new(1, m, w.rows, w.cols, a, Operand::new(&w.first().buf, w.cols, 0), c);
         g.b_trans = true;
-        g.b_tex = w.tex.as_ref();
+        g.b_tex = w.first().tex.as_ref();
+        g.weight = Weight::B(w);
         g
     }
 
@@ -136,16 +206,22 @@ impl<'a> Gemm<'a> {
     /// texture it is computed as `C^T = X^T · W^T`, so the weight is the texture operand.
     /// Per-output-token vectors (bias, scale) then run along N instead of M: use [`Self::token_axis`].
     pub fn across_tokens(batch: usize, w: &'a Matrix, x: Operand<'a>, channels: usize, c: Operand<'a>) -> Self {
-        match &w.tex {
+        let first = w.first();
+        match &first.tex {
             Some(tex) => {
-                let mut g = Gemm::new(batch, channels, w.rows, w.cols, x, Operand::new(&w.buf, w.cols, 0), c);
+                let mut g = Gemm::new(batch, channels, w.rows, w.cols, x, Operand::new(&first.buf, w.cols, 0), c);
                 g.a_trans = true;
                 g.c_trans = true;
                 g.b_trans = true;
                 g.b_tex = Some(tex);
+                g.weight = Weight::B(w);
                 g
             }
-            None => Gemm::new(batch, w.rows, channels, w.cols, Operand::new(&w.buf, w.cols, 0), x, c),
+            None => {
+                let mut g = Gemm::new(batch, w.rows, channels, w.cols, Operand::new(&first.buf, w.cols, 0), x, c);
+                g.weight = Weight::A(w);
+                g
+            }
         }
     }
 
@@ -302,7 +378,7 @@ impl<'a> Gemm<'a> {
         }
         for (what, v) in [("bias", self.bias), ("scale", self.scale)] {
             if let Some((buf, axis)) = v {
-                check_extent(what, buf, 0, if axis == Axis::N { n } else { m })?;
+                check_extent(what, buf, 0, if axis == Axis::N { self.n0 as u64 + n } else { self.m0 as u64 + m })?;
             }
         }
         if [m, n, k, batch].iter().any(|&d| d > u32::MAX as u64 / 4) {
@@ -323,6 +399,53 @@ impl<'a> Gemm<'a> {
             (GemmVariant::Texture, _) => GemmVariant::Subgroup,
             (v, _) => v,
         };
+        let parts = self.parts()?;
+        for part in &parts {
+            part.check()?;
+        }
+        let pipeline = gpu.pipeline(&self.kernel(variant))?;
+        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant)).collect::<Result<_>>()?;
+        Op::dispatches(gpu, pipeline, &runs)
+    }
+
+    /// This GEMM as one GEMM per row block of its weight (itself when the weight is one block):
+    /// each part reads its block, covers the matching N (or M) range of C and of the gate, and
+    /// indexes bias and scale from the block's first row.
+    fn parts(&self) -> Result<Vec<Gemm<'a>>> {
+        let (w, along_n) = match self.weight {
+            Weight::None => return Ok(vec![*self]),
+            Weight::B(w) => (w, true),
+            Weight::A(w) => (w, false),
+        };
+        if w.blocks.len() == 1 {
+            return Ok(vec![*self]);
+        }
+        // Where element (row0, 0) of the block's range lies in a matrix laid out like C.
+        let shift = |o: Operand<'a>, row0: usize| -> Result<Operand<'a>> {
+            let step = if along_n != self.c_trans { 1 } else { o.ld as u64 };
+            let off = u32::try_from(o.off as u64 + row0 as u64 * step)
+                .map_err(|_| Error::Input(format!("GEMM too large for 32-bit indexing: offset of row {row0}")))?;
+            Ok(Operand { off, ..o })
+        };
+        w.blocks
+            .iter()
+            .map(|blk| {
+                let mut g = *self;
+                let operand = Operand::new(&blk.buf, w.cols, 0);
+                if along_n {
+                    (g.b, g.b_tex, g.n, g.n0) = (operand, blk.tex.as_ref(), blk.rows, blk.row0);
+                } else {
+                    (g.a, g.m, g.m0) = (operand, blk.rows, blk.row0);
+                }
+                g.c = shift(self.c, blk.row0)?;
+                g.gate = self.gate.map(|o| shift(o, blk.row0)).transpose()?;
+                Ok(g)
+            })
+            .collect()
+    }
+
+    /// Parameters, bindings and workgroup counts of one (part of a) GEMM.
+    fn dispatch(&self, variant: GemmVariant) -> Result<(Vec<u32>, Vec<Resource<'a>>, [u32; 3])> {
         // For a convolution the images are folded into M (the output is [images * oh * ow, cout]).
         let mut conv_words = [0u32; 12];
         if let Some(g) = self.conv {
@@ -332,12 +455,10 @@ impl<'a> Gemm<'a> {
         if let Some(g) = &self.gate {
             conv_words[9..].copy_from_slice(&[g.off, g.ld, g.bs]);
         }
-        self.check()?;
-        let pipeline = gpu.pipeline(&self.kernel(variant))?;
         let mut params = vec![
             self.m as u32, self.n as u32, self.k as u32, self.batch as u32,
-            self.a.off, self.a.ld, self.a.bs, 0,
-            self.b.off, self.b.ld, self.b.bs, 0,
+            self.a.off, self.a.ld, self.a.bs, self.m0 as u32,
+            self.b.off, self.b.ld, self.b.bs, self.n0 as u32,
             self.c.off, self.c.ld, self.c.bs, 0,
         ];
         params.extend_from_slice(&conv_words);
@@ -362,7 +483,7 @@ impl<'a> Gemm<'a> {
                 resources.push(Resource::Texture(&at.view));
             }
         }
-        Op::with_resources(gpu, pipeline, &params, &resources, workgroups)
+        Ok((params, resources, workgroups))
     }
 }
 

@@ -24,9 +24,18 @@ pub struct Op {
 }
 
 enum Work {
-    Dispatch { pipeline: Arc<Pipeline>, bind_group: wgpu::BindGroup, workgroups: [u32; 3], _params: wgpu::Buffer },
+    /// One pipeline, one or more dispatches of it (a weight split into row blocks runs one
+    /// dispatch per block).
+    Dispatch { pipeline: Arc<Pipeline>, runs: Vec<Run> },
     Copy { buffer: wgpu::Buffer, texture: wgpu::Texture, texels: u32, rows: u32 },
     CopyBuffer { src: wgpu::Buffer, dst: wgpu::Buffer, dst_offset: u64, bytes: u64 },
+}
+
+/// One dispatch: its bind group, workgroup counts and the uniform buffer it binds.
+struct Run {
+    bind_group: wgpu::BindGroup,
+    workgroups: [u32; 3],
+    _params: wgpu::Buffer,
 }
 
 impl Op {
@@ -36,6 +45,17 @@ impl Op {
     }
 
     pub fn with_resources(gpu: &Gpu, pipeline: Arc<Pipeline>, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Op> {
+        let run = Self::run(gpu, &pipeline, params, resources, workgroups)?;
+        Ok(Op { work: Work::Dispatch { pipeline, runs: vec![run] } })
+    }
+
+    /// Several dispatches of one pipeline, in order, each with its own parameters and bindings.
+    pub fn dispatches(gpu: &Gpu, pipeline: Arc<Pipeline>, each: &[(Vec<u32>, Vec<Resource>, [u32; 3])]) -> Result<Op> {
+        let runs = each.iter().map(|(params, resources, wg)| Self::run(gpu, &pipeline, params, resources, *wg)).collect::<Result<_>>()?;
+        Ok(Op { work: Work::Dispatch { pipeline, runs } })
+    }
+
+    fn run(gpu: &Gpu, pipeline: &Pipeline, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Run> {
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         if workgroups.iter().any(|&w| w > max) {
             return Err(Error::Gpu(format!(
@@ -46,8 +66,8 @@ impl Op {
         let uniform = gpu.uniform_init(&pipeline.name, params);
         let mut all = vec![Resource::Buffer(&uniform)];
         all.extend_from_slice(resources);
-        let bind_group = gpu.bind_group(&pipeline, &all);
-        Ok(Op { work: Work::Dispatch { pipeline, bind_group, workgroups, _params: uniform } })
+        let bind_group = gpu.bind_group(pipeline, &all);
+        Ok(Run { bind_group, workgroups, _params: uniform })
     }
 
     /// Copies the first `t.rows x t.cols` floats of `buffer` (row-major) into `t`.
@@ -102,11 +122,13 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
     while i < ops.len() {
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
-            while let Some(Work::Dispatch { pipeline, bind_group, workgroups: [x, y, z], .. }) = ops.get(i).map(|o| &o.work) {
+            while let Some(Work::Dispatch { pipeline, runs }) = ops.get(i).map(|o| &o.work) {
                 pass.set_pipeline(&pipeline.pipeline);
-                pass.set_bind_group(0, bind_group, &[]);
-                if *x > 0 && *y > 0 && *z > 0 {
-                    pass.dispatch_workgroups(*x, *y, *z);
+                for Run { bind_group, workgroups: [x, y, z], .. } in runs {
+                    pass.set_bind_group(0, bind_group, &[]);
+                    if *x > 0 && *y > 0 && *z > 0 {
+                        pass.dispatch_workgroups(*x, *y, *z);
+                    }
                 }
                 i += 1;
             }

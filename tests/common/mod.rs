@@ -38,6 +38,15 @@ pub fn gpu() -> Arc<Gpu> {
     GPU.get_or_init(|| gpu_with(None)).clone()
 }
 
+/// A device like the test adapter, with GEMM `variant`, whose storage bindings hold at most
+/// `limit` bytes (to exercise batch chunking and weight splitting on a small limit).
+pub fn limited(variant: GemmVariant, limit: u64) -> Arc<Gpu> {
+    let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
+    gpu.gemm = variant;
+    gpu.limits.max_storage_buffer_binding_size = limit;
+    Arc::new(gpu)
+}
+
 /// Every GEMM variant the adapter supports, each on its own device.
 pub fn all_variants() -> Vec<Arc<Gpu>> {
     gpu().gemm_variants().into_iter().filter(|v| std::env::var("TOKENMIX_TEST_GEMM").map_or(true, |o| o == v.name())).map(|v| gpu_with(Some(v))).collect()
