@@ -15,7 +15,7 @@ pub mod web;
 
 pub use error::{Error, Result};
 pub use gpu::Gpu;
-pub use models::{Model, ModelInfo, Output};
+pub use models::{inspect, Inspected, Model, ModelInfo, Output};
 
 /// The default model, embedded so everything works offline: an MLP-Mixer trained on
 /// Fashion-MNIST by `tools/train.py` (timm names, F16, metadata with preprocessing and labels).

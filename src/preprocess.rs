@@ -84,7 +84,36 @@ pub struct Geometry {
     pub top: usize,
 }
 
+/// The largest image [`Preprocess::prepare_rgba`] (and so `Model::classify_rgba`) takes, in
+/// pixels and per side.
+pub const MAX_IMAGE_PIXELS: usize = 1 << 26;
+pub const MAX_IMAGE_SIDE: usize = 1 << 15;
+
 impl Preprocess {
+    /// The CPU half of classifying an RGBA8 image (a browser ImageData) of any size: checks
+    /// the size and the pixel count, computes the resize and crop, and — for images more than
+    /// 4x larger than the resize target — box-shrinks by an integer factor, which keeps the GPU
+    /// filter's footprint (and its run time) bounded. Returns the pixels as one u32 per RGBA
+    /// texel, their width and height, and the geometry for `preprocess.wgsl`.
+    pub fn prepare_rgba(&self, rgba: &[u8], width: usize, height: usize) -> Result<(Vec<u32>, usize, usize, Geometry)> {
+        if width == 0 || height == 0 {
+            return Err(Error::Input(format!("image is {width}x{height}: it has no pixels")));
+        }
+        if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width.saturating_mul(height) > MAX_IMAGE_PIXELS {
+            return Err(Error::Input(format!(
+                "image is {width}x{height}; tokenmix takes at most {MAX_IMAGE_SIDE} px a side and {MAX_IMAGE_PIXELS} pixels"
+            )));
+        }
+        if rgba.len() != width * height * 4 {
+            return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
+        }
+        let g = self.geometry(width, height)?;
+        let scale = (width as f64 / g.resized.0 as f64).min(height as f64 / g.resized.1 as f64);
+        let k = if scale > 4.0 { (scale / 2.0).floor() as usize } else { 1 };
+        let (pixels, sw, sh) = shrink_rgba(rgba, width, height, k);
+        Ok((pixels, sw, sh, g))
+    }
+
     /// The resize and centre crop (torchvision's CenterCrop: offsets rounded to nearest) for a
     /// `width` x `height` image; an error when the resized image is smaller than the crop.
     pub fn geometry(&self, width: usize, height: usize) -> Result<Geometry> {
@@ -156,4 +185,31 @@ mod native {
         }
         Ok(out)
     }
+}
+
+/// RGBA8 bytes as one u32 per pixel, box-averaged over k x k blocks first when k > 1
+/// (a partial block at the right or bottom edge is dropped).
+fn shrink_rgba(rgba: &[u8], width: usize, height: usize, k: usize) -> (Vec<u32>, usize, usize) {
+    let word = |p: [u8; 4]| u32::from_le_bytes(p);
+    if k <= 1 {
+        return (rgba.chunks_exact(4).map(|p| word([p[0], p[1], p[2], p[3]])).collect(), width, height);
+    }
+    let (sw, sh) = (width / k, height / k);
+    let mut out = Vec::with_capacity(sw * sh);
+    for y in 0..sh {
+        for x in 0..sw {
+            let mut acc = [0u32; 4];
+            for dy in 0..k {
+                let row = ((y * k + dy) * width + x * k) * 4;
+                for px in rgba[row..row + 4 * k].chunks_exact(4) {
+                    for c in 0..4 {
+                        acc[c] += px[c] as u32;
+                    }
+                }
+            }
+            let n = (k * k) as u32;
+            out.push(word(acc.map(|v| ((v + n / 2) / n) as u8)));
+        }
+    }
+    (out, sw, sh)
 }

@@ -19,9 +19,21 @@ pub struct Weights<'a> {
 
 impl<'a> Weights<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
-        let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| Error::Format(e.to_string()))?;
+        let (header_len, meta) = SafeTensors::read_metadata(bytes).map_err(|e| Error::Format(e.to_string()))?;
+        // serde keeps the last of two equal keys: a header naming a tensor twice is refused
+        // here rather than silently resolved.
+        if let Some(header) = bytes.get(8..8 + header_len) {
+            if let Some(name) = duplicate_key(header) {
+                return Err(Error::Format(format!("the header lists `{name}` more than once")));
+            }
+        }
         let metadata = meta.metadata().clone().unwrap_or_default();
         let file = SafeTensors::deserialize(bytes).map_err(|e| Error::Format(e.to_string()))?;
+        for (name, view) in file.iter() {
+            if !matches!(view.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+                return Err(Error::tensor(name, format!("has dtype {:?}; tokenmix reads F32, F16 and BF16", view.dtype())));
+            }
+        }
         let shapes = file.iter().map(|(name, view)| (name.to_string(), view.shape().to_vec())).collect();
         Ok(Weights { file, shapes, taken: BTreeSet::new(), metadata })
     }
@@ -52,6 +64,9 @@ impl<'a> Weights<'a> {
         let data = to_f32(name, view.dtype(), view.data())?;
         if data.len() != shape.iter().product::<usize>() {
             return Err(Error::tensor(name, "data length does not match its shape"));
+        }
+        if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+            return Err(Error::tensor(name, format!("holds a non-finite value ({}) at index {i}", data[i])));
         }
         self.taken.insert(name.to_string());
         Ok(data)
@@ -90,4 +105,27 @@ fn to_f32(name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
         Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
         other => return Err(Error::tensor(name, format!("has dtype {other:?}; tokenmix reads F32, F16 and BF16"))),
     })
+}
+
+/// The first key that appears twice at the top level of a JSON object, if any.
+fn duplicate_key(json: &[u8]) -> Option<String> {
+    struct Keys(Option<String>);
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+            let mut seen = BTreeSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if self.0.is_none() && !seen.insert(key.clone()) {
+                    self.0 = Some(key);
+                }
+            }
+            Ok(self.0)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(json);
+    serde::Deserializer::deserialize_map(&mut de, Keys(None)).ok().flatten()
 }

@@ -33,6 +33,9 @@ pub use mlp_mixer::{BlockKind, MlpMixer, MlpMixerConfig};
 pub const MAX_BATCH: usize = 64;
 /// Limits on `__metadata__` entries, so a hostile file cannot make us parse megabytes of JSON.
 const MAX_METADATA_BYTES: usize = 1 << 20;
+/// Bound on one image's widest activation (1 GiB): a config implied by shapes that would need
+/// more is refused before anything is allocated, whatever the adapter.
+const MAX_ACTIVATION_BYTES: u64 = 1 << 30;
 
 /// One of the supported architectures, with its inferred configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -74,6 +77,23 @@ impl Arch {
         match self {
             Arch::MlpMixer(c) => c.num_classes,
             Arch::MetaFormer(c) => c.num_classes,
+        }
+    }
+    /// Floats of one image's widest activation (an upper bound of what a plan allocates per
+    /// image for one buffer), in u64 so a hostile config cannot overflow it on wasm32.
+    pub fn widest_activation(&self) -> u64 {
+        let [c, h, w] = self.input_shape();
+        let input = (c * h * w) as u64;
+        match self {
+            Arch::MlpMixer(m) => {
+                let (t, d) = (m.tokens() as u64, m.dim as u64);
+                let rows = [d, m.channels_hidden as u64].into_iter().max().unwrap_or(1) * t;
+                rows.max(m.tokens_hidden.unwrap_or(0) as u64 * d).max(input)
+            }
+            Arch::MetaFormer(m) => {
+                let grids = m.grids().unwrap_or_default();
+                grids.iter().zip(m.dims.iter().zip(&m.mlp_hidden)).map(|(&(gh, gw), (&d, &hid))| (gh * gw) as u64 * d.max(hid) as u64).max().unwrap_or(0).max(input)
+            }
         }
     }
     /// timm's pretrained-config preprocessing for the family.
@@ -125,9 +145,7 @@ struct Plan {
     ops: Vec<Op>,
 }
 
-/// The largest image [`Model::classify_rgba`] takes, in pixels and per side.
-pub const MAX_IMAGE_PIXELS: usize = 1 << 26;
-pub const MAX_IMAGE_SIDE: usize = 1 << 15;
+pub use crate::preprocess::{MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
 
 /// One image through [`Model::classify_rgba`]: the output, the model input the GPU made from
 /// the pixels (CHW, normalised), and wall-clock milliseconds for preprocessing (CPU work and
@@ -192,54 +210,31 @@ impl Model {
     /// the token count the weights were made for). Pipelines and the batch-1 plan are created
     /// here, so the first forward pass compiles nothing.
     pub fn load(gpu: Arc<Gpu>, bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Model> {
-        let mut w = Weights::parse(bytes)?;
-        let meta = Metadata::parse(&w)?;
-        let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
-        let (arch, net) = if let Some(kind) = MlpMixerConfig::detect(&w) {
-            let cfg = MlpMixerConfig::infer(&w, kind, img_size)?;
-            let net = MlpMixer::load(&gpu, &mut w, cfg.clone())?;
-            (Arch::MlpMixer(cfg), Net::MlpMixer(net))
-        } else if MetaFormerConfig::detect(&w) {
-            let cfg = MetaFormerConfig::infer(&w, img_size)?;
-            let net = MetaFormer::load(&gpu, &mut w, cfg.clone())?;
-            (Arch::MetaFormer(cfg), Net::MetaFormer(net))
-        } else {
-            let some: Vec<&str> = w.names().take(4).collect();
+        let Inspected { mut weights, arch, preprocess, labels } = inspect(bytes, img_size)?;
+        // What the adapter must hold, checked before any upload: one image's widest activation
+        // in one binding (weights are split into row blocks, activations are not), and the
+        // model's weights and batch-1 activations within the adapter's largest buffer budget.
+        let limit = gpu.binding_limit();
+        let widest = arch.widest_activation().saturating_mul(4);
+        if widest > limit {
             return Err(Error::Config(format!(
-                "not a recognised timm checkpoint (MLP-Mixer, gMLP, ResMLP: stem.proj.weight and blocks.N.*; \
-                 PoolFormer: stem.conv.weight and stages.N.*); first tensors: [{}]",
-                some.join(", ")
-            )));
-        };
-        w.finish()?;
-        let mixing = token_mixing(&w, &arch)?;
-        let preprocess = match meta.preprocess {
-            Some(p) => {
-                p.validate()?;
-                let [c, h, wd] = arch.input_shape();
-                if p.channels != c || p.size != [h, wd] {
-                    return Err(Error::Config(format!(
-                        "metadata preprocess gives {}x{}x{}, the model takes {c}x{h}x{wd}",
-                        p.channels, p.size[0], p.size[1]
-                    )));
-                }
-                p
-            }
-            None => arch.default_preprocess(),
-        };
-        if !meta.labels.is_empty() && meta.labels.len() != arch.num_classes() {
-            return Err(Error::Config(format!(
-                "metadata has {} labels for {} classes",
-                meta.labels.len(),
-                arch.num_classes()
+                "{} needs {widest} bytes for one image's widest activation, over the adapter's binding limit of {limit} bytes",
+                arch.family()
             )));
         }
+        let w = &mut weights;
+        let net = match &arch {
+            Arch::MlpMixer(cfg) => Net::MlpMixer(MlpMixer::load(&gpu, w, cfg.clone())?),
+            Arch::MetaFormer(cfg) => Net::MetaFormer(MetaFormer::load(&gpu, w, cfg.clone())?),
+        };
+        weights.finish()?;
+        let mixing = token_mixing(&weights, &arch)?;
         let info = ModelInfo {
             family: arch.family(),
             preset: arch.preset(),
-            params: w.parameter_count(),
+            params: weights.parameter_count(),
             macs: arch.macs(),
-            labels: meta.labels,
+            labels,
             preprocess,
             arch,
         };
@@ -395,22 +390,8 @@ impl Model {
     /// millisecond clock (performance.now on the web).
     pub async fn classify_rgba(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64) -> Result<ImageRun> {
         let t0 = now();
-        if width == 0 || height == 0 {
-            return Err(Error::Input(format!("image is {width}x{height}: it has no pixels")));
-        }
-        if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width.saturating_mul(height) > MAX_IMAGE_PIXELS {
-            return Err(Error::Input(format!(
-                "image is {width}x{height}; tokenmix takes at most {MAX_IMAGE_SIDE} px a side and {MAX_IMAGE_PIXELS} pixels"
-            )));
-        }
-        if rgba.len() != width * height * 4 {
-            return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
-        }
         let pp = &self.info.preprocess;
-        let g = pp.geometry(width, height)?;
-        let scale = (width as f64 / g.resized.0 as f64).min(height as f64 / g.resized.1 as f64);
-        let k = if scale > 4.0 { (scale / 2.0).floor() as usize } else { 1 };
-        let (pixels, sw, sh) = shrink_rgba(rgba, width, height, k);
+        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let buf = self.gpu.storage_words("image", &pixels)?;
         let plan = self.plan(1)?;
         let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.buffers.input)?;
@@ -484,32 +465,6 @@ fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>> {
         .collect()
 }
 
-/// RGBA8 bytes as one u32 per pixel, box-averaged over k x k blocks first when k > 1
-/// (a partial block at the right or bottom edge is dropped).
-fn shrink_rgba(rgba: &[u8], width: usize, height: usize, k: usize) -> (Vec<u32>, usize, usize) {
-    let word = |p: [u8; 4]| u32::from_le_bytes(p);
-    if k <= 1 {
-        return (rgba.chunks_exact(4).map(|p| word([p[0], p[1], p[2], p[3]])).collect(), width, height);
-    }
-    let (sw, sh) = (width / k, height / k);
-    let mut out = Vec::with_capacity(sw * sh);
-    for y in 0..sh {
-        for x in 0..sw {
-            let mut acc = [0u32; 4];
-            for dy in 0..k {
-                let row = ((y * k + dy) * width + x * k) * 4;
-                for px in rgba[row..row + 4 * k].chunks_exact(4) {
-                    for c in 0..4 {
-                        acc[c] += px[c] as u32;
-                    }
-                }
-            }
-            let n = (k * k) as u32;
-            out.push(word(acc.map(|v| ((v + n / 2) / n) as u8)));
-        }
-    }
-    (out, sw, sh)
-}
 
 /// tokenmix's own `__metadata__` entries (all optional): `config` (JSON, may give `img_size`),
 /// `preprocess` (JSON, [`Preprocess`]), `labels` (JSON array of strings).
@@ -548,6 +503,62 @@ impl Metadata {
             .unwrap_or_default();
         Ok(Metadata { img_size, preprocess, labels })
     }
+}
+
+/// A model file checked on the CPU, before anything touches the GPU: header and tensor table
+/// (safetensors validates offsets, sizes and dtypes against the file length), metadata (size-
+/// limited JSON), the architecture inferred from names and shapes within sane bounds, the
+/// preprocessing, and labels matching the classes. [`Model::load`] uploads what this returns;
+/// the fuzz target and `tokenmix info`-style checks can stop here.
+pub struct Inspected<'a> {
+    pub weights: Weights<'a>,
+    pub arch: Arch,
+    pub preprocess: Preprocess,
+    pub labels: Vec<String>,
+}
+
+/// Parses and checks a model file without a GPU (see [`Inspected`]).
+pub fn inspect(bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Inspected<'_>> {
+    let w = Weights::parse(bytes)?;
+    let meta = Metadata::parse(&w)?;
+    let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
+    let arch = if let Some(kind) = MlpMixerConfig::detect(&w) {
+        Arch::MlpMixer(MlpMixerConfig::infer(&w, kind, img_size)?)
+    } else if MetaFormerConfig::detect(&w) {
+        Arch::MetaFormer(MetaFormerConfig::infer(&w, img_size)?)
+    } else {
+        let some: Vec<&str> = w.names().take(4).collect();
+        return Err(Error::Config(format!(
+            "not a recognised timm checkpoint (MLP-Mixer, gMLP, ResMLP: stem.proj.weight and blocks.N.*; \
+             PoolFormer: stem.conv.weight and stages.N.*); first tensors: [{}]",
+            some.join(", ")
+        )));
+    };
+    let widest = arch.widest_activation() as u64 * 4;
+    if widest > MAX_ACTIVATION_BYTES {
+        return Err(Error::Config(format!(
+            "this {} would need {widest} bytes for one image's widest activation, over tokenmix's {MAX_ACTIVATION_BYTES}-byte bound",
+            arch.family()
+        )));
+    }
+    let preprocess = match meta.preprocess {
+        Some(p) => {
+            p.validate()?;
+            let [c, h, wd] = arch.input_shape();
+            if p.channels != c || p.size != [h, wd] {
+                return Err(Error::Config(format!(
+                    "metadata preprocess gives {}x{}x{}, the model takes {c}x{h}x{wd}",
+                    p.channels, p.size[0], p.size[1]
+                )));
+            }
+            p
+        }
+        None => arch.default_preprocess(),
+    };
+    if !meta.labels.is_empty() && meta.labels.len() != arch.num_classes() {
+        return Err(Error::Config(format!("metadata has {} labels for {} classes", meta.labels.len(), arch.num_classes())));
+    }
+    Ok(Inspected { weights: w, arch, preprocess, labels: meta.labels })
 }
 
 /// Number of consecutive indices i = 0, 1, … for which `{prefix}{i}{suffix}` exists.

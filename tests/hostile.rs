@@ -1,0 +1,61 @@
+//! The malformed-file corpus (`tests/hostile/`, written by `tools/make_hostile.py`): every file
+//! is refused with an error naming what is wrong — never a panic — by the CPU-only check
+//! (`tokenmix::inspect`) and by `Model::load` on the adapter, and a model loaded before still
+//! classifies bit-for-bit the same after each rejection. The browser runs the same corpus
+//! through the page's `loadModel` (tests/browser/e2e.mjs).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::gpu;
+use tokenmix::Model;
+
+/// (file, why, expected error fragment, stage: "inspect" or "load").
+fn corpus() -> (PathBuf, Vec<(String, String, String, String)>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("hostile");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest")).expect("manifest JSON");
+    let cases = manifest["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| {
+            let field = |k: &str| c[k].as_str().unwrap_or_else(|| panic!("manifest entry without `{k}`")).to_string();
+            (field("file"), field("why"), field("expect"), field("stage"))
+        })
+        .collect();
+    (dir, cases)
+}
+
+#[test]
+fn every_hostile_file_is_refused_and_the_loaded_model_keeps_working() {
+    let (dir, cases) = corpus();
+    assert!(cases.len() >= 30, "the corpus has {} files", cases.len());
+    // The corpus is mutations of a file that does load.
+    let base = std::fs::read(dir.join("base.safetensors")).expect("base");
+    Model::load(gpu(), &base, None).expect("the unmutated base model loads");
+
+    let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).expect("default model");
+    let input: Vec<f32> = (0..model.input_len()).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
+    let before = model.forward_blocking(&input).expect("classifies").logits;
+    let mut failures = Vec::new();
+    for (file, why, expect, stage) in &cases {
+        let bytes = std::fs::read(dir.join(file)).expect("corpus file");
+        let cpu = tokenmix::inspect(&bytes, None).err().map(|e| e.to_string());
+        let gpu_err = Model::load(gpu(), &bytes, None).err().map(|e| e.to_string());
+        let after = model.forward_blocking(&input).expect("the loaded model still classifies").logits;
+        eprintln!("{file} ({why}): {}", gpu_err.as_deref().unwrap_or("LOADED"));
+        match (&cpu, &gpu_err) {
+            (_, None) => failures.push(format!("{file}: loaded, expected an error containing `{expect}`")),
+            (_, Some(e)) if !e.to_lowercase().contains(&expect.to_lowercase()) => failures.push(format!("{file}: `{e}` lacks `{expect}`")),
+            // Header, metadata and config problems are caught by the CPU-only check, before
+            // anything is uploaded; tensor names, shapes and values need the architecture's list.
+            (None, Some(e)) if stage == "inspect" => failures.push(format!("{file}: inspect accepted what load refused: {e}")),
+            _ => {}
+        }
+        if after != before {
+            failures.push(format!("{file}: the loaded model's logits changed after the rejection"));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} hostile files:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
