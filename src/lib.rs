@@ -4,6 +4,8 @@
 #[cfg(not(target_arch = "wasm32"))]
 pub mod dataset;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod gpu;
 pub mod labels;
 pub mod models;

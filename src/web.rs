@@ -10,6 +10,8 @@
 //!   `preprocess.wgsl` in the same GPU submission as the forward pass.
 //! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
 //! - `stageEnergy()` → PoolFormer's per-stage token energy for the latest classified image
+//! - `loseDevice()` → destroys the device (tests of the recovery path: after a loss every call
+//!   fails with "GPU device lost…" until `loadModel` makes a new device)
 //!
 //! Every export returns a Promise or value; errors become rejected `Error`s with a message.
 //! Nothing here unwraps or indexes user data unchecked, so no Rust panic reaches JavaScript.
@@ -78,11 +80,15 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
     if let Some(s) = STATE.with(|s| s.borrow().clone()) {
         return Ok(s);
     }
-    let gpu = Arc::new(Gpu::new().await.map_err(|e| js_err(format!("WebGPU is not available: {e}")))?);
-    let model = Model::load(gpu.clone(), crate::DEFAULT_MODEL, None).map_err(js_err)?;
+    let gpu = new_gpu().await?;
+    let model = Model::load_scoped(gpu.clone(), crate::DEFAULT_MODEL, None).await.map_err(js_err)?;
     let fresh = Rc::new(RefCell::new(State { gpu, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new() }));
     // Two first calls may race through the awaits above; keep whichever finished first.
     Ok(STATE.with(|s| s.borrow_mut().get_or_insert(fresh).clone()))
+}
+
+async fn new_gpu() -> Result<Arc<Gpu>, JsError> {
+    Ok(Arc::new(Gpu::new().await.map_err(|e| js_err(format!("WebGPU is not available: {e}")))?))
 }
 
 fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
@@ -153,10 +159,13 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
     };
     let name = option("name").as_string().unwrap_or(name);
-    let gpu = s.borrow().gpu.clone();
-    let model = Model::load(gpu, &bytes, None).map_err(|e| js_err(format!("{name}: {e}")))?;
+    // After a device loss, loading (the same or another model) starts on a new device.
+    let old = s.borrow().gpu.clone();
+    let gpu = if old.is_lost() { new_gpu().await? } else { old };
+    let model = Model::load_scoped(gpu.clone(), &bytes, None).await.map_err(|e| js_err(format!("{name}: {e}")))?;
     let desc = describe(&model, &name)?;
     let mut st = s.borrow_mut();
+    st.gpu = gpu;
     st.model = Rc::new(model);
     st.name = name;
     st.energy.clear();
@@ -238,4 +247,15 @@ pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
     set(&out, "data", Float32Array::from(&m.data[..]));
     set(&out, "note", m.note);
     Ok(out.into())
+}
+
+/// Destroys the WebGPU device, as a driver reset or a removed GPU would: for tests of the
+/// page's recovery (every later call fails with "GPU device lost…" until a model is loaded
+/// again, which makes a new device).
+#[wasm_bindgen(js_name = loseDevice)]
+pub async fn lose_device() -> Result<(), JsError> {
+    let s = state().await?;
+    let gpu = s.borrow().gpu.clone();
+    gpu.device.destroy();
+    Ok(())
 }

@@ -59,3 +59,34 @@ fn every_hostile_file_is_refused_and_the_loaded_model_keeps_working() {
     }
     assert!(failures.is_empty(), "{} of {} hostile files:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
+
+#[test]
+fn gpu_faults_are_errors_and_a_new_device_recovers() {
+    let gpu = std::sync::Arc::new(pollster::block_on(tokenmix::Gpu::new()).expect("adapter"));
+    // An allocation the adapter refuses, inside the scopes Model::load_scoped uses.
+    let too_big = gpu.limits.max_buffer_size.saturating_add(4);
+    let r = pollster::block_on(gpu.scoped("making a buffer", || {
+        let _ = gpu.device.create_buffer(&wgpu::BufferDescriptor { label: Some("too big"), size: too_big, usage: wgpu::BufferUsages::STORAGE, mapped_at_creation: false });
+        Ok(())
+    }));
+    let msg = r.expect_err("a buffer over max_buffer_size is an error").to_string();
+    eprintln!("scoped allocation: {msg}");
+    assert!(msg.contains("while making a buffer"), "{msg}");
+
+    // Device loss: every later call is an error that says to reload; nothing panics or hangs.
+    let model = pollster::block_on(Model::load_scoped(gpu.clone(), tokenmix::DEFAULT_MODEL, None)).expect("loads");
+    let input = vec![0.25f32; model.input_len()];
+    let want = model.forward_blocking(&input).expect("classifies").logits;
+    gpu.device.destroy();
+    let _ = gpu.device.poll(wgpu::PollType::Poll);
+    let lost = model.forward_blocking(&input).expect_err("a destroyed device cannot run").to_string();
+    eprintln!("after device.destroy(): {lost}");
+    assert!(lost.contains(tokenmix::gpu::DEVICE_LOST), "{lost}");
+    let again = pollster::block_on(Model::load_scoped(gpu.clone(), tokenmix::DEFAULT_MODEL, None)).err().expect("no loading on a lost device").to_string();
+    assert!(again.contains(tokenmix::gpu::DEVICE_LOST), "{again}");
+
+    // Reloading on a new device gives the same logits.
+    let fresh = std::sync::Arc::new(pollster::block_on(tokenmix::Gpu::new()).expect("adapter"));
+    let model = Model::load(fresh, tokenmix::DEFAULT_MODEL, None).expect("reloads");
+    assert_eq!(model.forward_blocking(&input).expect("classifies").logits, want);
+}

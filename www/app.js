@@ -85,11 +85,12 @@ let tm = null; // the wasm module
 let vizController = null;
 
 $('error-close').addEventListener('click', clearError);
+$('error-reload').addEventListener('click', () => reloadModel().catch(() => {}));
 
 let resolveReady;
 const ready = new Promise((r) => { resolveReady = r; });
 window.tokenmixApp = {
-  ready, state, classifySample, classifyImageData, loadModelUrl, loadModelBytes,
+  ready, state, classifySample, classifyImageData, loadModelUrl, loadModelBytes, reloadModel,
   samples: SAMPLES, hub: HUB,
   get api() { return tm; },
 };
@@ -107,14 +108,27 @@ function exclusive(fn) {
 // ---------------------------------------------------------------------------------------
 // Errors and status
 
+// Rust's gpu::DEVICE_LOST starts every error about a lost device.
+const DEVICE_LOST = 'GPU device lost';
+
 function showError(message) {
   state.lastError = message;
   $('error-text').textContent = message;
+  // A lost device (driver reset, GPU removed, out of memory) needs a new one: loading the
+  // model again makes it, so offer exactly that.
+  $('error-reload').hidden = !message.includes(DEVICE_LOST);
   $('error').hidden = false;
 }
 function clearError() {
   $('error').hidden = true;
+  $('error-reload').hidden = true;
   $('error-text').textContent = '';
+}
+
+/** Loads the current model again from where it came (on a new device after a loss). */
+function reloadModel() {
+  const last = state.lastLoad ?? { source: null, opts: { label: 'the embedded default model', option: 'embedded' } };
+  return loadModelSource(last.source, last.opts);
 }
 
 function showMissing(detail) {
@@ -724,6 +738,7 @@ async function loadModelSource(source, { label, option, cacheable = false, fileN
       desc = await exclusive(() => tm.loadModel(source, { name: label }));
     }
     finishProgress();
+    state.lastLoad = { source, opts: { label, option, cacheable, fileName } };
     if (option === 'current-file') fileOption(fileName ?? label);
     await adoptModel(plain(desc), option);
     const info = state.model;

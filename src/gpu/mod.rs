@@ -107,6 +107,9 @@ impl GemmVariant {
     }
 }
 
+/// The start of every error about a lost device; the page keys its "reload" offer on it.
+pub const DEVICE_LOST: &str = "GPU device lost; reload the model to continue";
+
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
@@ -115,6 +118,9 @@ pub struct Gpu {
     pub gemm: GemmVariant,
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
     errors: Arc<Mutex<Vec<String>>>,
+    /// Set by the device-lost callback: every later call fails fast with a message that says
+    /// to reload (which makes a new device).
+    lost: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Gpu {
@@ -154,9 +160,12 @@ impl Gpu {
             }
         }));
         let sink = errors.clone();
+        let lost: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let flag = lost.clone();
         device.set_device_lost_callback(move |reason, msg| {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
             if let Ok(mut v) = sink.lock() {
-                v.push(format!("device lost ({reason:?}): {msg}"));
+                v.push(format!("{DEVICE_LOST} ({reason:?}: {msg})"));
             }
         });
 
@@ -164,7 +173,7 @@ impl Gpu {
             .ok()
             .and_then(|s| GemmVariant::parse(&s))
             .unwrap_or_else(|| default_gemm(&info, adapter.features()));
-        Ok(Gpu { device, queue, info, limits, gemm, pipelines: Mutex::default(), errors })
+        Ok(Gpu { device, queue, info, limits, gemm, pipelines: Mutex::default(), errors, lost })
     }
 
     /// The GEMM kernels this device can run.
@@ -182,8 +191,43 @@ impl Gpu {
         format!("{} [{:?}, {:?}]", self.info.name, self.info.backend, self.info.device_type)
     }
 
+    /// True once the device is lost (driver reset, GPU removed, `device.destroy()`): nothing
+    /// more runs on it; load the model again to get a new device.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Runs `f` (which creates GPU resources) inside out-of-memory and validation error
+    /// scopes, so an allocation the adapter cannot satisfy comes back as an [`Error::Gpu`]
+    /// saying so, rather than as a later, unrelated failure. Also fails fast on a lost device.
+    pub async fn scoped<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.is_lost() {
+            return Err(Error::Gpu(format!("{DEVICE_LOST}: {what} needs a new device")));
+        }
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let result = f();
+        // Scopes pop innermost first; the futures may be awaited afterwards.
+        let (invalid, oom) = (invalid.pop(), oom.pop());
+        let (invalid, oom) = (invalid.await, oom.await);
+        if let Some(e) = oom {
+            return Err(Error::Gpu(format!("out of memory while {what}: {e}")));
+        }
+        if let Some(e) = invalid {
+            return Err(Error::Gpu(format!("validation failed while {what}: {e}")));
+        }
+        if self.is_lost() {
+            return Err(Error::Gpu(format!("{DEVICE_LOST} while {what}")));
+        }
+        result
+    }
+
     /// Errors wgpu reported since the last call (validation, out of memory, device lost).
     pub fn check(&self) -> Result<()> {
+        if self.is_lost() {
+            let detail = self.errors.lock().map(|mut e| std::mem::take(&mut *e).join("; ")).unwrap_or_default();
+            return Err(Error::Gpu(if detail.is_empty() { DEVICE_LOST.to_string() } else { detail }));
+        }
         let mut errs = self.errors.lock().map_err(|_| Error::Gpu("error sink poisoned".into()))?;
         if errs.is_empty() {
             Ok(())

@@ -243,6 +243,13 @@ impl Model {
         Ok(model)
     }
 
+    /// [`Self::load`] inside out-of-memory and validation error scopes (see [`Gpu::scoped`]):
+    /// what the browser uses, where an allocation can fail asynchronously.
+    pub async fn load_scoped(gpu: Arc<Gpu>, bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Model> {
+        let g = gpu.clone();
+        g.scoped("loading the model", move || Model::load(gpu, bytes, img_size)).await
+    }
+
     /// Number of layers [`Self::token_mixing`] can show.
     pub fn mixing_layers(&self) -> usize {
         self.mixing.len()
@@ -351,6 +358,7 @@ impl Model {
     /// are ordered, mappings are not shared.
     fn submit(&self, plan: &Plan, input: Option<&[f32]>, prologue: Option<&Op>) -> Result<wgpu::Buffer> {
         let gpu = &self.gpu;
+        gpu.check()?;
         let n = (plan.batch * self.info.arch.num_classes()) as u64 * 4;
         let input_bytes = if prologue.is_some() { (plan.batch * self.input_len()) as u64 * 4 } else { 0 };
         // With a prologue (an image run) the stage snapshots are read back too, if the plan has them.

@@ -336,6 +336,66 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   await page.close();
 });
 
+test('f. every file of the hostile corpus is refused by loadModel; the loaded model classifies the same', { timeout: 6 * TIMEOUT }, async () => {
+  // tests/hostile/ (tools/make_hostile.py): the same files tests/hostile.rs loads natively.
+  const manifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests', 'hostile', 'manifest.json'), 'utf8'));
+  assert.ok(manifest.cases.length >= 30);
+  const { page, pageErrors, status } = await openPage('f');
+  assertStarted(status);
+  const family = await page.evaluate(() => window.tokenmixApp.state.model.family);
+  const probe = 'fmnist-0004-shirt.png';
+  const before = await page.evaluate((s) => window.tokenmixApp.classifySample(s), probe);
+  const failures = [];
+  for (const c of manifest.cases) {
+    // Through the wasm API directly (bytes), and through the page's URL path for every file.
+    const bytes = [...fs.readFileSync(path.join(ROOT, 'tests', 'hostile', c.file))];
+    const direct = await page.evaluate(async (b) => {
+      try { await window.tokenmixApp.api.loadModel(new Uint8Array(b)); return null; } catch (e) { return `${e?.constructor?.name}: ${e?.message}`; }
+    }, bytes);
+    const viaPage = await page.evaluate((u) => window.tokenmixApp.loadModelUrl(u).then(() => null, (e) => e.message), `tests/hostile/${c.file}`);
+    const after = await page.evaluate((s) => window.tokenmixApp.classifySample(s), probe);
+    console.log(`[f] ${c.file}: ${direct}`);
+    if (!direct || !direct.startsWith('Error: ')) failures.push(`${c.file}: loadModel gave ${direct}, expected an Error`);
+    else if (!direct.toLowerCase().includes(c.expect.toLowerCase())) failures.push(`${c.file}: \`${direct}\` lacks \`${c.expect}\``);
+    if (!viaPage) failures.push(`${c.file}: the page loaded it`);
+    if (JSON.stringify(after.predictions) !== JSON.stringify(before.predictions)) failures.push(`${c.file}: predictions changed after the rejection`);
+  }
+  assert.equal(await page.evaluate(() => window.tokenmixApp.state.model.family), family, 'the previous model stays');
+  assert.ok(await page.isVisible('#error'), 'the last rejection is shown');
+  await shot(page, 'e2e-f-hostile-corpus');
+  // Images: 1x1 is a bounded, correct result (uniform input); a wrong-length buffer is an error.
+  const one = await page.evaluate(() => window.tokenmixApp.classifyImageData(new ImageData(new Uint8ClampedArray([200, 200, 200, 255]), 1, 1), '1x1'));
+  assert.equal(one.predictions.length, 5);
+  const bad = await page.evaluate(() => window.tokenmixApp.api.classify({ data: new Uint8ClampedArray(12), width: 2, height: 2 }).then(() => null, (e) => e.message));
+  console.log(`[f] 2x2 image with 12 bytes: ${bad}`);
+  assert.ok(bad, 'a wrong-length image is refused');
+  const last = await page.evaluate((s) => window.tokenmixApp.classifySample(s), probe);
+  assert.deepEqual(last.predictions, before.predictions);
+  assert.deepEqual(failures, [], failures.join('\n'));
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('g. a lost GPU device is reported with an offer to reload, and reloading restores the model', { timeout: 4 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('g');
+  assertStarted(status);
+  const probe = 'fmnist-0006-coat.png';
+  const before = await page.evaluate((s) => window.tokenmixApp.classifySample(s), probe);
+  await page.evaluate(() => window.tokenmixApp.api.loseDevice());
+  const failed = await page.evaluate((s) => window.tokenmixApp.classifySample(s).then(() => null, (e) => e.message), probe);
+  console.log(`[g] classify after the loss: ${failed}`);
+  assert.match(failed ?? '', /GPU device lost/);
+  await page.waitForSelector('#error-reload', { state: 'visible' });
+  await shot(page, 'e2e-g-device-lost');
+  await page.click('#error-reload');
+  await page.waitForFunction(() => window.tokenmixApp.state.load?.status === 'ok');
+  assert.ok(await page.isHidden('#error-reload'));
+  const after = await page.evaluate((s) => window.tokenmixApp.classifySample(s), probe);
+  assert.deepEqual(after.predictions, before.predictions, 'the reloaded model classifies as before');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
 test('e. without navigator.gpu the page explains what is missing and throws nothing', { timeout: 2 * TIMEOUT }, async () => {
   const { page, pageErrors, status } = await openPage('e', '', () => {
     delete Navigator.prototype.gpu;
