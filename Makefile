@@ -11,7 +11,7 @@ WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
 WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
 PORT ?= 8080
 
-.PHONY: demo test test-native test-wasm test-browser setup build web bench clean
+.PHONY: demo test test-native test-wasm test-browser setup build web bench fuzz clean
 
 setup:
 	@bash tools/setup.sh
@@ -51,6 +51,15 @@ test-browser: build web
 bench: build
 	$(BIN) bench --gemm 1568x512x2048 --iters 5
 	$(BIN) bench --batch 1,8,64
+
+# Both cargo-fuzz targets for FUZZ_SECONDS each, one after the other (nightly + cargo-fuzz).
+FUZZ_SECONDS ?= 600
+fuzz:
+	cd fuzz && for t in load_weights preprocess_image; do \
+	  mkdir -p corpus/$$t && \
+	  cargo +nightly fuzz run -O $$t corpus/$$t $$( [ $$t = load_weights ] && echo ../weights ../tests/fixtures ../tests/hostile ) \
+	    -- -max_total_time=$(FUZZ_SECONDS) -max_len=1200000 -rss_limit_mb=4096 || exit 1; \
+	done
 
 clean:
 	$(CARGO) clean
