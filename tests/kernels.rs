@@ -154,6 +154,20 @@ fn gemm_matches_cpu_reference() {
     }
 }
 
+/// Reference token mixing: `C[b][t, d] = C0 + gelu(W[t, s] · X[b][s, d] + bias[t]) * scale[d]`.
+fn cpu_across_tokens(w: &[f32], x: &[f32], bias: &[f32], scale: Option<&[f32]>, c0: &[f32], (batch, tout, tin, d): (usize, usize, usize, usize)) -> Vec<f32> {
+    let mut want = c0.to_vec();
+    for b in 0..batch {
+        for t in 0..tout {
+            for ch in 0..d {
+                let acc: f64 = (0..tin).map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + ch] as f64).sum::<f64>() + bias[t] as f64;
+                want[(b * tout + t) * d + ch] += (gelu(acc) * scale.map_or(1.0, |s| s[ch] as f64)) as f32;
+            }
+        }
+    }
+    want
+}
+
 /// Token mixing as the models record it: `C[b][t, d] (+)= gelu(W[t, s] · X[b][s, d] + bias[t])`,
 /// which the texture kernel computes transposed (and with X mirrored in a texture when
 /// channels % 64 == 0).
@@ -180,15 +194,7 @@ fn across_tokens_matches_cpu_reference() {
             oplist.push(g.bias(&bb, axis).gelu().residual().build(&gpu).unwrap());
             gpu.run_ops(&oplist).unwrap();
             let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
-            let mut want = c0.clone();
-            for b in 0..batch {
-                for t in 0..tout {
-                    for ch in 0..d {
-                        let acc: f64 = (0..tin).map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + ch] as f64).sum::<f64>() + bias[t] as f64;
-                        want[(b * tout + t) * d + ch] += gelu(acc) as f32;
-                    }
-                }
-            }
+            let want = cpu_across_tokens(&w, &x, &bias, None, &c0, (batch, tout, tin, d));
             let diff = max_abs_diff(&got, &want);
             assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} across_tokens case {i}: diff {diff}", gpu.gemm.name());
         }
@@ -530,15 +536,7 @@ fn split_weights_match_cpu_reference() {
             .residual();
         gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
         let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
-        let mut want = c0.clone();
-        for b in 0..batch {
-            for t in 0..tout {
-                for ch in 0..d {
-                    let acc: f64 = (0..tin).map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + ch] as f64).sum::<f64>() + bias[t] as f64;
-                    want[(b * tout + t) * d + ch] += (gelu(acc) * scale[ch] as f64) as f32;
-                }
-            }
-        }
+        let want = cpu_across_tokens(&w, &x, &bias, Some(&scale), &c0, (batch, tout, tin, d));
         let diff = max_abs_diff(&got, &want);
         assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split token mixing: diff {diff}", variant.name());
     }
