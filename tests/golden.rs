@@ -124,12 +124,10 @@ fn binding_limit_splits_batches_and_weights_instead_of_failing() {
         }
     }
     assert!(split >= 3, "the weight-splitting fixtures ran");
-    // Below one image's activations nothing can run: a clear error naming the buffer and bound.
+    // Below one image's activations nothing can run: refused before any upload, naming what
+    // needs the room and the bound. (A weight row is never wider than the widest activation,
+    // so the one-row refusal is tested on `Matrix` itself in tests/kernels.rs.)
     let bytes = std::fs::read(fixtures().join("mixer_p2_small_stem_f16.safetensors")).expect("fixture");
     let err = Model::load(limited(common::gpu().gemm, 1024), &bytes, Some([14, 14])).err().expect("refused").to_string();
-    assert!(err.contains("binding limit of 1024 bytes") && err.contains("buffer `"), "{err}");
-    // A weight whose single row passes the limit cannot be split: refused with its name.
-    let bytes = std::fs::read(fixtures().join("poolformer_rgb.safetensors")).expect("fixture");
-    let err = Model::load(limited(common::gpu().gemm, 1024), &bytes, Some([64, 64])).err().expect("refused").to_string();
-    assert!(err.contains("weight `") && err.contains("one row") && err.contains("1024"), "{err}");
+    assert!(err.contains("binding limit of 1024 bytes") && err.contains("activation"), "{err}");
 }

@@ -482,6 +482,9 @@ fn split_weights_match_cpu_reference() {
         let (a, w, bias, scale, c0, gate) = (random(m * k, 900), random(n * k, 901), random(n, 902), random(n, 903), random(m * n, 904), random(m * n, 905));
         let wm = Matrix::upload(&gpu, "w", &w, n, k).unwrap();
         assert_eq!(wm.blocks().len(), 7, "{}", variant.name());
+        // A single row over the limit cannot be split: refused with the weight's name and bound.
+        let err = Matrix::upload(&gpu, "wide", &vec![0.5; 2 * 600], 2, 600).err().expect("a 2400-byte row").to_string();
+        assert!(err.contains("weight `wide`") && err.contains("one row") && err.contains("2048"), "{err}");
         let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
         let (ab, bb, sb, gb) = (up(&a), up(&bias), up(&scale), up(&gate));
         let case = Case { batch: 1, m, n, k, b_trans: true, bias: Some(Axis::N), scale: Some(Axis::N), gelu: true, residual: true, shared_b: true };

@@ -753,7 +753,9 @@ async function loadModelSource(source, { label, option, cacheable = false, fileN
       throw e;
     }
     if (cache && url) cache.delete(url).catch(() => {}); // never keep a file that did not load
-    const msg = `Could not load ${label}: ${messageOf(e)}`;
+    // loadModel's errors already start with the model's name (the label we passed).
+    const detail = messageOf(e);
+    const msg = `Could not load ${label}: ${detail.startsWith(`${label}: `) ? detail.slice(label.length + 2) : detail}`;
     state.load = { status: 'error', label, error: msg };
     showError(msg);
     setStatus('error', `Still using ${state.model ? `${state.model.family}${state.model.preset ? ` (${state.model.preset})` : ''}` : 'the previous model'}.`);
