@@ -108,11 +108,6 @@ impl Matrix {
     fn first(&self) -> &MatrixBlock {
         &self.blocks[0]
     }
-
-    /// The weights read from textures (all blocks have one).
-    pub fn has_textures(&self) -> bool {
-        self.first().tex.is_some()
-    }
 }
 
 /// Which operand of a GEMM is a [`Matrix`] (whose row blocks then split the GEMM): B along N
