@@ -1,14 +1,20 @@
-// Browser benchmark (not a test): tokenmix in headless Chromium with WebGPU (SwiftShader),
-// through the page's own wasm module. For each model: time to first result (loadModel, which
-// creates the pipelines and the batch-1 plan, plus the first classify) and the median of the
-// warm classify calls.
+// Browser benchmark (not a test): tokenmix in headless Chromium with WebGPU (SwiftShader here),
+// through the page's own wasm module, beside onnxruntime-web (WebGPU and wasm execution
+// providers) on the same models, in the same browser, in the same run.
 //
-//   node tests/browser/bench.mjs [--iters 5] [name=path.safetensors ...]
+//   node tests/browser/bench.mjs [--iters 5] [--ort-iters 3] [name=path.safetensors ...]
 //
-// Without arguments it measures the shipped Fashion-MNIST models; pass timm checkpoints made by
-// tools/timm_checkpoint.py (e.g. mixer_s16_224=/tmp/mixer_s16_224.safetensors) for ImageNet
-// sizes. Prints one JSON line per model. Run after `make web`; nothing else should run beside it.
-// onnxruntime-web is not part of this script yet.
+// Without model arguments it measures the shipped Fashion-MNIST models. Pass timm checkpoints
+// made by tools/timm_checkpoint.py for ImageNet sizes; when `path.onnx` sits beside
+// `path.safetensors` (timm_checkpoint.py --onnx writes it, same weights) the model is also run
+// through onnxruntime-web, fed the very input tokenmix preprocessed, and the two outputs are
+// compared (top-1 and max |Δp| over tokenmix's top 5) before their speed is.
+//
+// Per engine: time to first result (tokenmix: loadModel, which creates the pipelines and the
+// batch-1 plan, plus the first classify; ORT: InferenceSession.create plus the first run) and
+// the median of the warm calls. Prints one JSON line per model and a table at the end.
+// `make bench-web` installs onnxruntime-web and binaryen (npm, not in package.json: the tests
+// do not need them), makes the timm files and runs this. Nothing else should run beside it.
 
 import fs from 'node:fs';
 import os from 'node:os';
@@ -20,36 +26,53 @@ import { start } from './server.mjs';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const ARGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-background-networking',
   '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'];
+const ORT_DIST = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist');
 
 const argv = process.argv.slice(2);
 let iters = 5;
+let ortIters = 3;
 const models = [];
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === '--iters') iters = Number(argv[++i]);
+  else if (argv[i] === '--ort-iters') ortIters = Number(argv[++i]);
   else {
     const [name, file] = argv[i].split('=');
+    if (!file) throw new Error(`expected name=path.safetensors, got ${argv[i]}`);
     models.push({ name, file: path.resolve(file) });
   }
 }
 if (models.length === 0) {
   for (const m of ['mixer', 'gmlp', 'poolformer']) models.push({ name: `${m}_fmnist`, file: path.join(ROOT, 'weights', `${m}_fmnist.safetensors`) });
 }
+const haveOrt = fs.existsSync(path.join(ORT_DIST, 'ort.webgpu.min.mjs'));
+for (const m of models) {
+  const onnx = m.file.replace(/\.safetensors$/, '.onnx');
+  m.onnx = haveOrt && onnx !== m.file && fs.existsSync(onnx) ? onnx : null;
+}
+if (!haveOrt && models.some((m) => fs.existsSync(m.file.replace(/\.safetensors$/, '.onnx')))) {
+  console.error('onnxruntime-web is not installed (make bench-web installs it): ORT columns skipped');
+}
 
-// Serve each model through the hub stand-in: /hub/bench/<name>/resolve/main/model.safetensors.
+// Serve each model through the hub stand-in: /hub/bench/<name>/resolve/main/model.{safetensors,onnx}.
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-bench-'));
 for (const m of models) {
   fs.mkdirSync(path.join(dir, 'bench', m.name), { recursive: true });
-  fs.copyFileSync(m.file, path.join(dir, 'bench', m.name, 'model.safetensors'));
+  fs.symlinkSync(m.file, path.join(dir, 'bench', m.name, 'model.safetensors'));
+  if (m.onnx) fs.symlinkSync(m.onnx, path.join(dir, 'bench', m.name, 'model.onnx'));
 }
-const server = await start(0, { root: ROOT, hubDir: dir });
+// Cross-origin isolated, so that ORT's wasm backend may use threads as a real deployment would.
+const server = await start(0, { root: ROOT, hubDir: dir, isolated: true });
 const userDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-chromium-'));
 const context = await chromium.launchPersistentContext(userDir, { executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true, args: ARGS });
-context.setDefaultTimeout(30 * 60_000);
+context.setDefaultTimeout(60 * 60_000);
+const rows = [];
 try {
   const page = await context.newPage();
+  page.on('console', (msg) => { if (msg.type() === 'error') console.error(`page: ${msg.text()}`); });
   await page.goto(`${server.url}/tests/browser/blank.html`);
   for (const m of models) {
-    const result = await page.evaluate(async ({ url, iters }) => {
+    const base = `${server.url}/hub/bench/${m.name}/resolve/main`;
+    const tm = await page.evaluate(async ({ url, iters }) => {
       const api = await import('/www/pkg/tokenmix.js');
       await api.default();
       const adapter = await api.adapterInfo();
@@ -58,7 +81,7 @@ try {
       const [c, h, w] = info.inputSize;
       const pixels = new Uint8ClampedArray(w * h * 4).map((_, i) => (i * 7919) % 251);
       const image = new ImageData(pixels, w, h);
-      await api.classify(image, 5);
+      const out = await api.classify(image, 5);
       const first = performance.now() - t0;
       const times = [];
       for (let i = 0; i < iters; i++) {
@@ -67,15 +90,61 @@ try {
         times.push(performance.now() - t);
       }
       times.sort((a, b) => a - b);
+      window.benchInput = out.input.data; // what ORT is fed
       return { adapter: `${adapter.name || 'unnamed adapter'} [${adapter.backend}, ${adapter.deviceType}] gemm ${adapter.gemm}`,
         preset: info.preset, family: info.family, input: info.inputSize, first_result_ms: first,
-        warm_median_ms: times[Math.floor(times.length / 2)], iters };
-    }, { url: `${server.url}/hub/bench/${m.name}/resolve/main/model.safetensors`, iters });
-    console.log(JSON.stringify({ model: m.name, ...result }));
+        warm_median_ms: times[Math.floor(times.length / 2)], iters, top5: out.predictions.map((p) => [p.index, p.probability]) };
+    }, { url: `${base}/model.safetensors`, iters });
+    const row = { model: m.name, ...tm };
+    if (m.onnx) {
+      for (const ep of ['webgpu', 'wasm']) {
+        row[`ort_${ep}`] = await page.evaluate(async ({ url, ep, iters, shape, top5 }) => {
+          const ort = await import('/node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs');
+          ort.env.wasm.wasmPaths = '/node_modules/onnxruntime-web/dist/';
+          ort.env.wasm.numThreads = self.crossOriginIsolated ? navigator.hardwareConcurrency : 1;
+          const t0 = performance.now();
+          const session = await ort.InferenceSession.create(url, { executionProviders: [ep], graphOptimizationLevel: 'all' });
+          const feeds = { [session.inputNames[0]]: new ort.Tensor('float32', window.benchInput, [1, ...shape]) };
+          let out = await session.run(feeds);
+          const first = performance.now() - t0;
+          const times = [];
+          for (let i = 0; i < iters; i++) {
+            const t = performance.now();
+            out = await session.run(feeds);
+            times.push(performance.now() - t);
+          }
+          times.sort((a, b) => a - b);
+          const logits = out[session.outputNames[0]].data;
+          let max = -Infinity;
+          for (const v of logits) max = Math.max(max, v);
+          let sum = 0;
+          for (const v of logits) sum += Math.exp(v - max);
+          let top1 = 0;
+          for (let i = 1; i < logits.length; i++) if (logits[i] > logits[top1]) top1 = i;
+          const maxDp = Math.max(...top5.map(([i, p]) => Math.abs(Math.exp(logits[i] - max) / sum - p)));
+          await session.release();
+          return { first_result_ms: first, warm_median_ms: times[Math.floor(times.length / 2)], iters,
+            threads: ep === 'wasm' ? ort.env.wasm.numThreads : undefined, top1, same_top1: top1 === top5[0][0], max_dp_top5: maxDp };
+        }, { url: `${base}/model.onnx`, ep, iters: ortIters, shape: tm.input, top5: tm.top5 });
+      }
+      row.ratio_vs_ort_webgpu = row.warm_median_ms / row.ort_webgpu.warm_median_ms;
+      row.ratio_vs_ort_wasm = row.warm_median_ms / row.ort_wasm.warm_median_ms;
+    }
+    console.log(JSON.stringify(row));
+    rows.push(row);
   }
 } finally {
   await context.close();
   await server.close();
   fs.rmSync(dir, { recursive: true, force: true });
   fs.rmSync(userDir, { recursive: true, force: true });
+}
+
+const ms = (v) => (v === undefined ? '–' : v >= 10_000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(0)} ms`);
+console.log(`\n${rows[0]?.adapter ?? ''}`);
+console.log('| model | tokenmix first | tokenmix warm | ORT WebGPU first | ORT WebGPU warm | ORT wasm warm | tokenmix / ORT WebGPU | tokenmix / ORT wasm | agree (top-1, max Δp) |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+for (const r of rows) {
+  const agree = r.ort_webgpu ? `${r.ort_webgpu.same_top1 && r.ort_wasm.same_top1 ? 'yes' : 'NO'}, ${Math.max(r.ort_webgpu.max_dp_top5, r.ort_wasm.max_dp_top5).toExponential(1)}` : '–';
+  console.log(`| ${r.model} | ${ms(r.first_result_ms)} | ${ms(r.warm_median_ms)} | ${ms(r.ort_webgpu?.first_result_ms)} | ${ms(r.ort_webgpu?.warm_median_ms)} | ${ms(r.ort_wasm?.warm_median_ms)} | ${r.ratio_vs_ort_webgpu?.toFixed(2) ?? '–'} | ${r.ratio_vs_ort_wasm?.toFixed(2) ?? '–'} | ${agree} |`);
 }

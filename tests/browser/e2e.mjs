@@ -27,8 +27,11 @@ const SAMPLE = 'fmnist-0000-boot.png';
 const HUB_REPO = 'timm/poolformer_s12.sail_in1k';
 const TIMEOUT = Number(process.env.E2E_TIMEOUT_MS || 180_000);
 // Exactly the flags that give headless Chromium a WebGPU adapter here (../shared/design.md).
+// The two media flags give getUserMedia Chromium's synthetic camera (a moving test pattern) and
+// accept its permission prompt, for the webcam test.
 const CHROMIUM_ARGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'];
+  '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic',
+  '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
 
 let server, context, hubDir, userDir;
 
@@ -393,6 +396,40 @@ test('g. a lost GPU device is reported with an offer to reload, and reloading re
   assert.ok(await page.isHidden('#error-reload'));
   const after = await page.evaluate((s) => window.tokenmixApp.classifySample(s), probe);
   assert.deepEqual(after.predictions, before.predictions, 'the reloaded model classifies as before');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('h. the webcam: start, capture a frame, classify it, stop', { timeout: 4 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('h');
+  assertStarted(status);
+  await page.click('#camera-start');
+  await page.waitForSelector('#camera-capture:not([disabled])');
+  await page.waitForFunction(() => document.getElementById('camera').videoWidth > 0);
+  const size = await page.$eval('#camera', (v) => [v.videoWidth, v.videoHeight]);
+  console.log(`[h] camera: ${size.join('x')}`);
+  await page.click('#camera-capture');
+  await page.waitForFunction(() => window.tokenmixApp.state.result?.source === 'camera'
+    && !document.getElementById('predictions').hasAttribute('aria-busy'));
+  const shown = await shownPredictions(page);
+  assert.equal(shown.length, 5);
+  assert.ok(shown.every((p) => p.probability >= 0 && p.probability <= 1 && p.label.length > 0));
+  assert.equal(await page.$eval('#predictions', (ol) => ol.dataset.source), 'camera');
+  // The original view holds the captured frame (the camera's aspect; large frames are scaled
+  // down for the view), not a blank canvas.
+  const frame = await page.evaluate(() => {
+    const d = window.tokenmixApp.state.image.imageData;
+    let lo = 255, hi = 0;
+    for (let i = 0; i < d.data.length; i += 4) { lo = Math.min(lo, d.data[i + 1]); hi = Math.max(hi, d.data[i + 1]); }
+    return { w: d.width, h: d.height, lo, hi };
+  });
+  console.log(`[h] frame ${JSON.stringify(frame)}; predictions ${JSON.stringify(shown)}`);
+  assert.ok(frame.w <= size[0] && Math.abs(frame.w / frame.h - size[0] / size[1]) < 0.02, `frame ${frame.w}x${frame.h} vs camera ${size}`);
+  assert.ok(frame.hi > frame.lo, 'the captured frame is uniform');
+  await shot(page, 'e2e-h-webcam');
+  await page.click('#camera-stop');
+  assert.ok(await page.isDisabled('#camera-capture'));
+  assert.equal(await page.$eval('#camera', (v) => v.srcObject), null);
   assert.deepEqual(pageErrors, []);
   await page.close();
 });

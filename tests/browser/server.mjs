@@ -64,12 +64,18 @@ function serveFile(req, res, file, extraHeaders = {}) {
 
 /**
  * Starts the server on 127.0.0.1 (a secure context for the browser, so WebGPU and the Cache API
- * are available). opts: {root = repo root, hubDir = $HUB_DIR}. Resolves to {url, port, close()}.
+ * are available). opts: {root = repo root, hubDir = $HUB_DIR, isolated = false}; `isolated` adds the
+ * COOP/COEP headers that make the page cross-origin isolated (SharedArrayBuffer, so
+ * onnxruntime-web's wasm backend can use threads in the bench). Resolves to {url, port, close()}.
  */
 export function start(port = 0, opts = {}) {
   const root = path.resolve(opts.root ?? REPO_ROOT);
   const hubDir = () => opts.hubDir ?? process.env.HUB_DIR;
   const server = http.createServer((req, res) => {
+    if (opts.isolated) {
+      res.setHeader('Cross-Origin-Opener-Policy', 'same-origin');
+      res.setHeader('Cross-Origin-Embedder-Policy', 'require-corp');
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed\n', { Allow: 'GET, HEAD' });
     let pathname;
     try {
