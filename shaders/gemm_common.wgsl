@@ -33,26 +33,43 @@ struct Params {
 @group(0) @binding(4) var<storage, read> scale: array<f32>;
 @group(0) @binding(5) var<storage, read_write> c: array<f32>;
 
-fn load_a(bt: u32, m: u32, k: u32) -> f32 {
 #if A_CONV
-    // m = (img * oh + oy) * ow + ox ;  k = (ci * kh + ky) * kw + kx
+// The output pixel GEMM row m stands for: (image, top input row, left input column) before the
+// kernel offset. Split from the k-dependent part so that the register kernel computes it once
+// per row, outside its k loop.
+fn conv_row(m: u32) -> vec3<i32> {
     let ox = m % p.ow;
     let oy = (m / p.ow) % p.oh;
     let img = m / (p.ow * p.oh);
-    let kx = k % p.kw;
-    let ky = (k / p.kw) % p.kh;
-    let ci = k / (p.kw * p.kh);
-    // Work in i32 so that padding (negative coordinates) reads as zero.
-    let iy = i32(oy * p.stride + ky) - i32(p.pad);
-    let ix = i32(ox * p.stride + kx) - i32(p.pad);
-    if (iy < 0 || ix < 0 || iy >= i32(p.ih) || ix >= i32(p.iw)) {
-        return 0.0;
-    }
+    return vec3<i32>(i32(img), i32(oy * p.stride) - i32(p.pad), i32(ox * p.stride) - i32(p.pad));
+}
+
+// k = (ci * kh + ky) * kw + kx, as (ci, ky, kx).
+fn conv_k(k: u32) -> vec3<u32> {
+    return vec3<u32>(k / (p.kw * p.kh), (k / p.kw) % p.kh, k % p.kw);
+}
+
+// One im2col element; padding (coordinates outside the image) reads as zero. The address is
+// clamped and the value selected, so there is no branch per element.
+fn load_conv(row: vec3<i32>, kc: vec3<u32>) -> f32 {
+    let iy = row.y + i32(kc.y);
+    let ix = row.z + i32(kc.z);
+    let inside = iy >= 0 && ix >= 0 && iy < i32(p.ih) && ix < i32(p.iw);
+    let y = u32(clamp(iy, 0, i32(p.ih) - 1));
+    let x = u32(clamp(ix, 0, i32(p.iw) - 1));
+    let img = u32(row.x);
 #if A_NHWC
-    return a[p.a_off + ((img * p.ih + u32(iy)) * p.iw + u32(ix)) * p.cin + ci];
+    let v = a[p.a_off + ((img * p.ih + y) * p.iw + x) * p.cin + kc.x];
 #else
-    return a[p.a_off + ((img * p.cin + ci) * p.ih + u32(iy)) * p.iw + u32(ix)];
+    let v = a[p.a_off + ((img * p.cin + kc.x) * p.ih + y) * p.iw + x];
 #endif
+    return select(0.0, v, inside);
+}
+#endif
+
+fn load_a(bt: u32, m: u32, k: u32) -> f32 {
+#if A_CONV
+    return load_conv(conv_row(m), conv_k(k));
 #else
 #if A_TRANS
     return a[p.a_off + bt * p.a_bs + k * p.a_ld + m];

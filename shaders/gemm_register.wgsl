@@ -25,6 +25,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 #unroll j COLS
     let col{j} = min(n0 + {j}u * LANES, p.n - 1u);
 #end
+#if A_CONV
+#unroll r ROWS
+    let conv{r} = conv_row(row{r});
+#end
+#endif
 #unroll r ROWS
 #unroll j COLS
     var acc{r}_{j} = 0.0;
@@ -32,11 +37,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 #end
 
     for (var k = 0u; k < p.k; k++) {
+#if A_CONV
+        let kc = conv_k(k);
+#endif
 #unroll j COLS
         let b{j} = load_b(bt, k, col{j});
 #end
 #unroll r ROWS
+#if A_CONV
+        let a{r} = load_conv(conv{r}, kc);
+#else
         let a{r} = load_a(bt, row{r}, k);
+#endif
 #unroll j COLS
         acc{r}_{j} = fma(a{r}, b{j}, acc{r}_{j});
 #end

@@ -245,6 +245,12 @@ impl Gpu {
             return Ok(p);
         }
         let source = shader::preprocess(kernel.name, kernel.source, &kernel.defines)?;
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(dir) = std::env::var_os("TOKENMIX_DUMP_SHADERS") {
+            // Debugging aid: the specialised WGSL of every pipeline, named by its cache key.
+            let file: String = key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
+            let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{file}.wgsl")), &source);
+        }
         let desc = wgpu::ShaderModuleDescriptor { label: Some(kernel.name), source: wgpu::ShaderSource::Wgsl(source.into()) };
         let module = if kernel.trusted {
             // SAFETY: a trusted kernel's Rust wrapper checks every buffer extent against the

@@ -324,7 +324,7 @@ impl<'a> Gemm<'a> {
             .flag("GELU", self.gelu)
             .flag("RESIDUAL", self.residual);
         if variant == GemmVariant::Register {
-            let (rows, cols) = register_tile();
+            let (rows, cols) = register_tile(self.conv.is_some());
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
         if matches!(variant, GemmVariant::Subgroup | GemmVariant::Texture) {
@@ -462,7 +462,7 @@ impl<'a> Gemm<'a> {
         let scale = self.gate.map(|g| g.buf).or(self.scale.map(|(s, _)| s)).unwrap_or(self.a.buf);
         let workgroups = match variant {
             GemmVariant::Register => {
-                let (rows, cols) = register_tile();
+                let (rows, cols) = register_tile(self.conv.is_some());
                 [groups(self.n as u32, REGISTER_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
             }
             GemmVariant::Subgroup | GemmVariant::Texture => {
@@ -488,11 +488,13 @@ const REGISTER_LANES: u32 = 8;
 /// Rows x columns-per-lane of the register kernel: 8 x 8 (measured on SwiftShader, where this
 /// kernel is what the browser gets: 196x512x2048 ran at 0.9 GFLOP/s with 8x8, 0.55 with 8x4,
 /// 0.09 with the looped 8x4 kernel; tools/swiftshader_gemm_lab). `TOKENMIX_GEMM_TILE=RxC`
-/// overrides it natively for tuning.
-fn register_tile() -> (u32, u32) {
+/// overrides it natively for tuning. Convolutions (implicit im2col) get 4 x 4: with 8 rows
+/// SwiftShader took 15-16 s to compile each of them (4 rows: 0.4 s; measured by creating the
+/// pipelines of poolformer_fmnist in Chromium), and they are a small share of the work.
+fn register_tile(conv: bool) -> (u32, u32) {
     tile_override("TOKENMIX_GEMM_TILE")
         .filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c))
-        .unwrap_or((8, 8))
+        .unwrap_or(if conv { (4, 4) } else { (8, 8) })
 }
 
 /// The subgroup kernel is compiled for exactly this many lanes (lavapipe's subgroup size).
