@@ -6,8 +6,10 @@
 //!   Uint8Array. On failure it rejects with an `Error` naming the problem and the previous
 //!   model stays loaded.
 //! - `modelInfo()` → description of the current model (the embedded default until one loads)
-//! - `classify(imageData, topK = 5)` → `{predictions, timings, input}`; preprocessing runs in
-//!   `preprocess.wgsl` in the same GPU submission as the forward pass.
+//! - `classify(imageData, topK = 5)` → `[{index, label, probability}]`, sorted; preprocessing
+//!   runs in `preprocess.wgsl` in the same GPU submission as the forward pass
+//! - `classifyDetailed(imageData, topK = 5)` → `{predictions, timings, input}` (the page's view:
+//!   latency split and the model's-eye input)
 //! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
 //! - `stageEnergy()` → PoolFormer's per-stage token energy for the latest classified image
 //! - `loseDevice()` → destroys the device (tests of the recovery path: after a loss every call
@@ -172,9 +174,18 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     Ok(desc)
 }
 
-/// Classifies a DOM ImageData of any size with the current model.
+/// Classifies a DOM ImageData of any size with the current model: the top `topK` (default 5)
+/// as `[{index, label, probability}]`, most probable first.
 #[wasm_bindgen]
 pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result<JsValue, JsError> {
+    let out = classify_detailed(image, top_k).await?;
+    Reflect::get(&out, &"predictions".into()).map_err(|_| js_err("internal: no predictions"))
+}
+
+/// As `classify`, plus what the page shows beside the predictions:
+/// `{predictions, timings: {preprocessMs, forwardMs, readbackMs}, input: {channels, height, width, data}}`.
+#[wasm_bindgen(js_name = classifyDetailed)]
+pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<usize>) -> Result<JsValue, JsError> {
     let s = state().await?;
     let model = s.borrow().model.clone();
     let (w, h) = (image.width() as usize, image.height() as usize);

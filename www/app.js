@@ -319,7 +319,7 @@ async function classifyImageData(imageData, source = 'image') {
   $('predictions').setAttribute('aria-busy', 'true');
   let r;
   try {
-    r = await exclusive(() => tm.classify(imageData, 5));
+    r = await exclusive(() => tm.classifyDetailed(imageData, 5));
   } catch (e) {
     const msg = `Classification failed: ${messageOf(e)}`;
     if (seq === classifySeq) {

@@ -81,7 +81,7 @@ try {
       const [c, h, w] = info.inputSize;
       const pixels = new Uint8ClampedArray(w * h * 4).map((_, i) => (i * 7919) % 251);
       const image = new ImageData(pixels, w, h);
-      const out = await api.classify(image, 5);
+      const out = await api.classifyDetailed(image, 5);
       const first = performance.now() - t0;
       const times = [];
       for (let i = 0; i < iters; i++) {

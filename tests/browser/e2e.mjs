@@ -115,6 +115,14 @@ test('a. the default model classifies a sample as the native CLI does', { timeou
     if (p) assert.ok(Math.abs(p.probability - c.probability) <= 1e-3, `class ${c.index}: ${p.probability} vs CLI ${c.probability}`);
   }
   for (let i = 1; i < r.predictions.length; i++) assert.ok(r.predictions[i - 1].probability >= r.predictions[i].probability);
+  // The API's plain form: classify(imageData, topK) resolves to [{index, label, probability}].
+  const plain = await page.evaluate(async () => {
+    const out = await window.tokenmixApp.api.classify(window.tokenmixApp.state.image.imageData, 3);
+    return { isArray: Array.isArray(out), items: out.map((p) => ({ index: p.index, label: p.label, probability: p.probability })) };
+  });
+  assert.equal(plain.isArray, true);
+  assert.deepEqual(plain.items.map((p) => [p.index, p.probability]), r.predictions.slice(0, 3).map((p) => [p.index, p.probability]));
+  assert.ok(plain.items.every((p) => typeof p.label === 'string' && p.label.length > 0));
 
   // The DOM shows the same thing: labelled bars, timings, the model's-eye view.
   const shown = await shownPredictions(page);
