@@ -46,6 +46,11 @@ fn logits_match_timm() {
             if diff > bound {
                 failures.push(format!("{name} with {} GEMM: max|Δlogit| {diff} > {bound}", gpu.gemm.name()));
             }
+            // The pre-upload check (`Arch::widest_activation`, from the config alone) must bound
+            // what the loaded layers really allocate per image, or it would let through a model
+            // that then fails to bind.
+            let (bound_bytes, real_bytes) = (model.info.arch.widest_activation() * 4, model.widest_activation_bytes());
+            assert!(bound_bytes >= real_bytes, "{name}: config bound {bound_bytes} B < allocated {real_bytes} B per image");
             // Probabilities are a softmax of those logits.
             let row = &out.probs[..out.classes];
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);

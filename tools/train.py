@@ -25,7 +25,8 @@ touched), e.g. on a machine that returns files from one folder.
 Training: the whole data set lives on the device as tensors; augmentation runs there too (per
 sample random translation of up to ±2 px by pad + crop, horizontal flip, random erasing); AdamW,
 linear warmup (1 epoch) + cosine decay, label smoothing 0.1, stochastic depth, bf16 autocast on
-CUDA, fixed seeds. `--minutes` is the budget of the training loop: the first epoch is timed and
+CUDA, fixed seeds; optionally (--ema) an exponential moving average of the weights, which is then
+what is evaluated and shipped. `--minutes` is the budget of the training loop: the first epoch is timed and
 the number of epochs (and so the cosine horizon) is chosen to fit the rest of the budget; should
 the run slow down later (say another process takes the GPU), the horizon is shortened. An
 explicit --epochs overrides the budget. The final accuracy and the fixture predictions are
@@ -216,6 +217,9 @@ def main() -> None:
     ap.add_argument("--drop-path", type=float, default=0.1, help="stochastic depth rate")
     ap.add_argument("--erase", type=float, default=0.25, help="random erasing probability (0: off)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="decay of an exponential moving average of the weights (timm ModelEmaV3), e.g. 0.999; "
+                         "when set, the average is what is evaluated and shipped (0: off)")
     ap.add_argument("--init", type=pathlib.Path, default=None,
                     help="start from these weights (a file this script wrote, same config): a further cosine cycle "
                          "(warm restart); the recipe records the earlier cycles")
@@ -286,6 +290,8 @@ def main() -> None:
         return min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    ema = timm.utils.ModelEmaV3(model, decay=args.ema) if args.ema > 0 else None
+    shipped = (lambda: ema.module) if ema else (lambda: model)  # what is evaluated and written
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     budget = args.minutes * 60
     eval_every, eval_s, first_epoch_end = 1, 0.0, 0.0
@@ -314,6 +320,8 @@ def main() -> None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
+            if ema:
+                ema.update(model, step=step)
             loss_sum += loss.detach()
             n_steps += 1
             step += 1
@@ -323,7 +331,7 @@ def main() -> None:
         if budgeted and epoch == 1:
             # Per-epoch cost from the steady part of epoch 1, eval included; fit the rest of the budget.
             t0 = time.time()
-            _, acc = evaluate(model, xte_d, yte_d, 2500, amp)
+            _, acc = evaluate(shipped(), xte_d, yte_d, 2500, amp)
             sync()
             eval_s = time.time() - t0
             per_epoch = (time.time() - t_steady) / (steps_per_epoch - steady_from) * steps_per_epoch if t_steady else train_s
@@ -336,7 +344,7 @@ def main() -> None:
             print(f"plan: {plan['epochs']} epochs of {steps_per_epoch} steps ({per_epoch:.2f} s/epoch, "
                   f"eval {eval_s:.2f} s every {eval_every}) in {args.minutes} min", flush=True)
         elif epoch % eval_every == 0 or epoch == plan["epochs"] or step >= plan["steps"]:
-            _, acc = evaluate(model, xte_d, yte_d, 2500, amp)
+            _, acc = evaluate(shipped(), xte_d, yte_d, 2500, amp)
         else:
             acc = None
         elapsed = time.time() - start
@@ -355,7 +363,7 @@ def main() -> None:
     train_min = (time.time() - start) / 60
 
     # Final numbers: CPU, float32, no TF32; once with the trained weights, once with the F16 ones shipped.
-    model = model.cpu().float().eval()
+    model = shipped().cpu().float().eval()
     _, acc32 = evaluate(model, xte, yte)
     state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
     model.load_state_dict({k: v.float() for k, v in state.items()})
@@ -374,6 +382,7 @@ def main() -> None:
             "optimizer": "AdamW", "lr": lr, "weight_decay": args.weight_decay, "batch": args.batch,
             "schedule": f"linear warmup {warmup} steps + cosine to 0", "epochs": epoch, "steps": step,
             "label_smoothing": 0.1, "drop_path": args.drop_path, "grad_clip": 1.0,
+            **({"ema": f"timm ModelEmaV3, decay {args.ema}; the average is shipped"} if ema else {}),
             "augment": f"per-sample random translation +-2 px, horizontal flip, random erasing p={args.erase}",
             "precision": "bf16 autocast" if amp else "fp32", "seed": args.seed, "device": device_name,
             "train_minutes": round(train_min, 2), "torch": torch.__version__, "timm": timm.__version__,

@@ -65,7 +65,7 @@ fn unroll(name: &str, lines: &[(usize, String)], defines: &Defines) -> Result<Ve
     while i < lines.len() {
         let (lineno, line) = &lines[i];
         let Some(rest) = line.trim_start().strip_prefix("#unroll ") else {
-            if line.trim_start().starts_with("#end") && !line.trim_start().starts_with("#endif") {
+            if is_end(line) {
                 return Err(Error::Gpu(format!("{name}:{}: #end without #unroll", lineno + 1)));
             }
             out.push((*lineno, line.clone()));
@@ -80,10 +80,9 @@ fn unroll(name: &str, lines: &[(usize, String)], defines: &Defines) -> Result<Ve
         let mut depth = 1;
         let mut j = i + 1;
         while j < lines.len() {
-            let t = lines[j].1.trim_start();
-            if t.starts_with("#unroll ") {
+            if lines[j].1.trim_start().starts_with("#unroll ") {
                 depth += 1;
-            } else if t.starts_with("#end") && !t.starts_with("#endif") {
+            } else if is_end(&lines[j].1) {
                 depth -= 1;
                 if depth == 0 {
                     break;
@@ -102,6 +101,12 @@ fn unroll(name: &str, lines: &[(usize, String)], defines: &Defines) -> Result<Ve
         i = j + 1;
     }
     Ok(out)
+}
+
+/// An `#unroll` block's closing `#end` (and not an `#endif`).
+fn is_end(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("#end") && !t.starts_with("#endif")
 }
 
 fn substitute(name: &str, lineno: usize, line: &str, defines: &Defines) -> Result<String> {

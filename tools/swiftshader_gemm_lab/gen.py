@@ -8,7 +8,16 @@ HDR = """struct P { m: u32, n: u32, k: u32, _p: u32 }
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(5) var<storage, read_write> c: array<f32>;
 """
+SIG = "@compute @workgroup_size({L})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {{"
 def ceil(x, y): return (x + y - 1) // y
+
+def prologue(R, C, L, cols, zero, hdr=HDR):
+    """Header, entry point, the R clamped A-row offsets, the C column lines and R*C zeroed accumulators."""
+    s = [hdr, SIG.format(L=L), f"  let m0 = wg.y * {R}u; {cols[0]}"]
+    s += [f"  let ra{r} = min(m0 + {r}u, p.m - 1u) * p.k;" for r in range(R)]
+    s += cols[1:]
+    s += [f"  var acc{r}_{j} = {zero};" for r in range(R) for j in range(C)]
+    return s
 
 def loops(R, C, L):
     return HDR + f"""
@@ -37,14 +46,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 """, [ceil(N, L * C), ceil(M, R), 1]
 
 def unrolled(R, C, L, wt=False, kstep=1):
-    s = [HDR, f"@compute @workgroup_size({L})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {{"]
-    s.append(f"  let m0 = wg.y * {R}u; let n0 = wg.x * {L*C}u + lane;")
-    for r in range(R): s.append(f"  let ra{r} = min(m0 + {r}u, p.m - 1u) * p.k;")
-    for j in range(C):
-        if wt: s.append(f"  let cb{j} = min(n0 + {j*L}u, p.n - 1u);")
-        else: s.append(f"  let cb{j} = min(n0 + {j*L}u, p.n - 1u) * p.k;")
-    for r in range(R):
-        for j in range(C): s.append(f"  var acc{r}_{j} = 0.0;")
+    scale = "" if wt else " * p.k"
+    s = prologue(R, C, L, [f"let n0 = wg.x * {L*C}u + lane;"] + [f"  let cb{j} = min(n0 + {j*L}u, p.n - 1u){scale};" for j in range(C)], "0.0")
     s.append(f"  for (var k = 0u; k < p.k; k += {kstep}u) {{")
     for kk in range(kstep):
         for j in range(C):
@@ -62,12 +65,8 @@ def unrolled(R, C, L, wt=False, kstep=1):
 
 def unrolled_vec4(R, C4, L):
     # B not transposed [K,N] as vec4 along n: lane owns C4 vec4 columns (n0 + j*L*4 .. +3). requires N % 4 == 0
-    s = [HDR.replace("var<storage, read> b: array<f32>", "var<storage, read> b: array<vec4<f32>>"), f"@compute @workgroup_size({L})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {{"]
-    s.append(f"  let m0 = wg.y * {R}u; let q0 = wg.x * {L*C4}u + lane; let nq = p.n / 4u;")
-    for r in range(R): s.append(f"  let ra{r} = min(m0 + {r}u, p.m - 1u) * p.k;")
-    for j in range(C4): s.append(f"  let cb{j} = min(q0 + {j*L}u, nq - 1u);")
-    for r in range(R):
-        for j in range(C4): s.append(f"  var acc{r}_{j} = vec4<f32>(0.0);")
+    vec_b = HDR.replace("var<storage, read> b: array<f32>", "var<storage, read> b: array<vec4<f32>>")
+    s = prologue(R, C4, L, [f"let q0 = wg.x * {L*C4}u + lane; let nq = p.n / 4u;"] + [f"  let cb{j} = min(q0 + {j*L}u, nq - 1u);" for j in range(C4)], "vec4<f32>(0.0)", vec_b)
     s.append("  for (var k = 0u; k < p.k; k++) {")
     for j in range(C4): s.append(f"    let b{j} = b[k * nq + cb{j}];")
     for r in range(R):
