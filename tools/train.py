@@ -291,7 +291,7 @@ def main() -> None:
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     ema = timm.utils.ModelEmaV3(model, decay=args.ema) if args.ema > 0 else None
-    shipped = (lambda: ema.module) if ema else (lambda: model)  # what is evaluated and written
+    shipped = ema.module if ema else model  # what is evaluated and written
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     budget = args.minutes * 60
     eval_every, eval_s, first_epoch_end = 1, 0.0, 0.0
@@ -331,7 +331,7 @@ def main() -> None:
         if budgeted and epoch == 1:
             # Per-epoch cost from the steady part of epoch 1, eval included; fit the rest of the budget.
             t0 = time.time()
-            _, acc = evaluate(shipped(), xte_d, yte_d, 2500, amp)
+            _, acc = evaluate(shipped, xte_d, yte_d, 2500, amp)
             sync()
             eval_s = time.time() - t0
             per_epoch = (time.time() - t_steady) / (steps_per_epoch - steady_from) * steps_per_epoch if t_steady else train_s
@@ -344,7 +344,7 @@ def main() -> None:
             print(f"plan: {plan['epochs']} epochs of {steps_per_epoch} steps ({per_epoch:.2f} s/epoch, "
                   f"eval {eval_s:.2f} s every {eval_every}) in {args.minutes} min", flush=True)
         elif epoch % eval_every == 0 or epoch == plan["epochs"] or step >= plan["steps"]:
-            _, acc = evaluate(shipped(), xte_d, yte_d, 2500, amp)
+            _, acc = evaluate(shipped, xte_d, yte_d, 2500, amp)
         else:
             acc = None
         elapsed = time.time() - start
@@ -362,8 +362,8 @@ def main() -> None:
             first_epoch_end = elapsed
     train_min = (time.time() - start) / 60
 
-    # Final numbers: CPU, float32, no TF32; once with the trained weights, once with the F16 ones shipped.
-    model = shipped().cpu().float().eval()
+    # Final numbers: CPU, float32, no TF32; once with the trained (or averaged) weights, once with the F16 ones shipped.
+    model = shipped.cpu().float().eval()
     _, acc32 = evaluate(model, xte, yte)
     state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
     model.load_state_dict({k: v.float() for k, v in state.items()})
