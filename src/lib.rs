@@ -1,21 +1,25 @@
 //! tokenmix: MLP-Mixer (and friends) with every layer a WGSL compute shader, scheduled on
-//! wgpu. See ARCHITECTURE.md for the module map.
+//! wgpu — or, where the GPU is software or missing, SIMD CPU kernels running the same network
+//! description. See ARCHITECTURE.md for the module map.
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod dataset;
 pub mod error;
+pub mod exec;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gpu;
 pub mod labels;
 pub mod models;
+pub mod net;
 pub mod ops;
 pub mod preprocess;
-pub mod weights;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
+pub mod weights;
 
 pub use error::{Error, Result};
+pub use exec::{BackendChoice, Cpu, Device};
 pub use gpu::Gpu;
 pub use models::{inspect, Inspected, Model, ModelInfo, Output};
 

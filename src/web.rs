@@ -83,14 +83,23 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
         return Ok(s);
     }
     let gpu = new_gpu().await?;
-    let model = Model::load_scoped(gpu.clone(), crate::DEFAULT_MODEL, None).await.map_err(js_err)?;
-    let fresh = Rc::new(RefCell::new(State { gpu, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new() }));
+    let model = Model::load_scoped(gpu.clone(), crate::DEFAULT_MODEL, None)
+        .await
+        .map_err(js_err)?;
+    let fresh = Rc::new(RefCell::new(State {
+        gpu,
+        model: Rc::new(model),
+        name: crate::DEFAULT_MODEL_NAME.into(),
+        energy: Vec::new(),
+    }));
     // Two first calls may race through the awaits above; keep whichever finished first.
     Ok(STATE.with(|s| s.borrow_mut().get_or_insert(fresh).clone()))
 }
 
 async fn new_gpu() -> Result<Arc<Gpu>, JsError> {
-    Ok(Arc::new(Gpu::new().await.map_err(|e| js_err(format!("WebGPU is not available: {e}")))?))
+    Ok(Arc::new(Gpu::new().await.map_err(|e| {
+        js_err(format!("WebGPU is not available: {e}"))
+    })?))
 }
 
 fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
@@ -145,26 +154,44 @@ pub async fn model_info() -> Result<JsValue, JsError> {
 #[wasm_bindgen(js_name = loadModel)]
 pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, JsError> {
     let s = state().await?;
-    let option = |key: &str| if options.is_object() { Reflect::get(&options, &key.into()).unwrap_or(JsValue::UNDEFINED) } else { JsValue::UNDEFINED };
+    let option = |key: &str| {
+        if options.is_object() {
+            Reflect::get(&options, &key.into()).unwrap_or(JsValue::UNDEFINED)
+        } else {
+            JsValue::UNDEFINED
+        }
+    };
     let on_progress = option("onProgress");
     let (bytes, name) = if source.is_null() || source.is_undefined() {
-        (crate::DEFAULT_MODEL.to_vec(), crate::DEFAULT_MODEL_NAME.to_string())
+        (
+            crate::DEFAULT_MODEL.to_vec(),
+            crate::DEFAULT_MODEL_NAME.to_string(),
+        )
     } else if let Some(url) = source.as_string() {
         let data = fetch_bytes(&url, &on_progress).await.map_err(|e| {
-            let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
+            let msg = e
+                .dyn_ref::<js_sys::Error>()
+                .map(|e| String::from(e.message()))
+                .unwrap_or_else(|| format!("{e:?}"));
             js_err(format!("download failed: {msg}"))
         })?;
         (Uint8Array::new(&data).to_vec(), url)
-    } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
+    } else if source.is_instance_of::<js_sys::ArrayBuffer>()
+        || source.is_instance_of::<Uint8Array>()
+    {
         (Uint8Array::new(&source).to_vec(), "(bytes)".to_string())
     } else {
-        return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
+        return Err(js_err(
+            "loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array",
+        ));
     };
     let name = option("name").as_string().unwrap_or(name);
     // After a device loss, loading (the same or another model) starts on a new device.
     let old = s.borrow().gpu.clone();
     let gpu = if old.is_lost() { new_gpu().await? } else { old };
-    let model = Model::load_scoped(gpu.clone(), &bytes, None).await.map_err(|e| js_err(format!("{name}: {e}")))?;
+    let model = Model::load_scoped(gpu.clone(), &bytes, None)
+        .await
+        .map_err(|e| js_err(format!("{name}: {e}")))?;
     let desc = describe(&model, &name)?;
     let mut st = s.borrow_mut();
     st.gpu = gpu;
@@ -185,12 +212,18 @@ pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result
 /// As `classify`, plus what the page shows beside the predictions:
 /// `{predictions, timings: {preprocessMs, forwardMs, readbackMs}, input: {channels, height, width, data}}`.
 #[wasm_bindgen(js_name = classifyDetailed)]
-pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<usize>) -> Result<JsValue, JsError> {
+pub async fn classify_detailed(
+    image: web_sys::ImageData,
+    top_k: Option<usize>,
+) -> Result<JsValue, JsError> {
     let s = state().await?;
     let model = s.borrow().model.clone();
     let (w, h) = (image.width() as usize, image.height() as usize);
     let pixels = image.data();
-    let mut run = model.classify_rgba(&pixels, w, h, now).await.map_err(js_err)?;
+    let mut run = model
+        .classify_rgba(&pixels, w, h, now)
+        .await
+        .map_err(js_err)?;
     {
         // Only if the model was not swapped while this call ran.
         let mut st = s.borrow_mut();
@@ -233,7 +266,11 @@ pub async fn stage_energy() -> Result<JsValue, JsError> {
     for (i, ((h, w), energy)) in s.borrow().energy.iter().enumerate() {
         let e = Object::new();
         set(&e, "stage", i as u32);
-        set(&e, "grid", Array::of2(&(*h as u32).into(), &(*w as u32).into()));
+        set(
+            &e,
+            "grid",
+            Array::of2(&(*h as u32).into(), &(*w as u32).into()),
+        );
         set(&e, "energy", Float32Array::from(&energy[..]));
         out.push(&e);
     }
@@ -246,7 +283,11 @@ pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
     let s = state().await?;
     let model = s.borrow().model.clone();
     let layers = model.mixing_layers();
-    let m = model.token_mixing(layer).ok_or_else(|| js_err(Error::Input(format!("layer {layer} is out of range: the model has {layers}"))))?;
+    let m = model.token_mixing(layer).ok_or_else(|| {
+        js_err(Error::Input(format!(
+            "layer {layer} is out of range: the model has {layers}"
+        )))
+    })?;
     let out = Object::new();
     set(&out, "kind", m.kind);
     set(&out, "layer", layer as u32);

@@ -14,8 +14,18 @@ macro_rules! fixture {
     ($name:literal) => {
         (
             $name,
-            &include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/", $name, ".safetensors"))[..],
-            &include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/", $name, ".io.safetensors"))[..],
+            &include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/",
+                $name,
+                ".safetensors"
+            ))[..],
+            &include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/",
+                $name,
+                ".io.safetensors"
+            ))[..],
         )
     };
 }
@@ -23,13 +33,21 @@ macro_rules! fixture {
 fn tensor(bytes: &[u8], name: &str) -> (Vec<usize>, Vec<f32>) {
     let st = safetensors::SafeTensors::deserialize(bytes).expect("fixture parses");
     let t = st.tensor(name).expect("fixture tensor");
-    (t.shape().to_vec(), t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    (
+        t.shape().to_vec(),
+        t.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    )
 }
 
 #[wasm_bindgen_test]
 async fn golden_logits_match_timm_in_the_browser() {
     let gpu = Arc::new(Gpu::new().await.expect("a WebGPU adapter"));
-    web_sys::console::log_1(&format!("adapter: {} (gemm {})", gpu.describe(), gpu.gemm.name()).into());
+    web_sys::console::log_1(
+        &format!("adapter: {} (gemm {})", gpu.describe(), gpu.gemm.name()).into(),
+    );
     let mut failures = Vec::new();
     for (name, weights, io) in [
         fixture!("mixer_p8_grey_nonsquare"),
@@ -41,11 +59,18 @@ async fn golden_logits_match_timm_in_the_browser() {
     ] {
         let (shape, input) = tensor(io, "input");
         let (_, expected) = tensor(io, "logits");
-        let model = Model::load(gpu.clone(), weights, Some([shape[2], shape[3]])).expect("fixture loads");
+        let model =
+            Model::load(gpu.clone(), weights, Some([shape[2], shape[3]])).expect("fixture loads");
         let out = model.forward(&input).await.expect("forward");
-        let diff = out.logits.iter().zip(&expected).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let diff = out
+            .logits
+            .iter()
+            .zip(&expected)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
         let bound = 1e-4 * expected.iter().fold(1f32, |m, v| m.max(v.abs()));
-        web_sys::console::log_1(&format!("{name} [wasm]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})").into());
+        web_sys::console::log_1(
+            &format!("{name} [wasm]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})").into(),
+        );
         if !(diff <= bound) {
             failures.push(format!("{name}: {diff} > {bound}"));
         }

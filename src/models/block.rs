@@ -11,13 +11,12 @@
 //! timm models it faithfully: its block has no separate token-mixing branch — the spatial
 //! gating unit sits *inside* the channel MLP (`spatial_gating.rs`), between fc1 and fc2.
 //!
-//! The layer scale and the residual add are fused into the last op of each branch (a GEMM
-//! epilogue or the pooling kernel), so a branch is: norm, mixer ops.
+//! The layer scale and the residual add are fused into the last step of each branch (a GEMM
+//! epilogue or the pooling step), so a branch is: norm, mixer steps. Nothing here knows which
+//! executor runs the steps.
 
 use crate::error::Result;
-use crate::gpu::Gpu;
-use crate::ops::{ActTexture, Axis, Gemm, Matrix, Op, Operand};
-use crate::weights::Weights;
+use crate::net::{Builder, Gemm, GemmKind, Slot, View, W};
 
 use super::linear_tokens::LinearTokens;
 use super::norm::Norm;
@@ -25,114 +24,67 @@ use super::pooling::Pooling;
 use super::spatial_gating::GatedMlp;
 use super::token_mlp::TokenMlp;
 
-/// The activations a block works on, for a batch of `batch` images on a `grid` of tokens.
-/// `x` is the residual stream [batch * tokens, dim]; `xn` holds a normalised copy (and gMLP's
-/// gated hidden); `hidden` and `aux` are scratch for the widest intermediates of any branch.
-pub struct Stream<'a> {
-    pub batch: usize,
+/// The activations a block works on: `x` is the residual stream [tokens, dim] per image, `xn`
+/// holds a normalised copy (and gMLP's gated hidden); `hidden` and `aux` are scratch.
+#[derive(Clone, Copy)]
+pub struct Stream {
     /// Token grid (height, width) of the patch embedding or stage.
     pub grid: (usize, usize),
     pub dim: usize,
-    pub x: &'a wgpu::Buffer,
-    pub xn: &'a wgpu::Buffer,
-    pub hidden: &'a wgpu::Buffer,
-    pub aux: &'a wgpu::Buffer,
-    /// Texture mirrors for the texture GEMM (see [`ActTexture`]); empty where unused.
-    pub tex: &'a Mirrors,
+    pub x: Slot,
+    pub xn: Slot,
 }
 
-impl Stream<'_> {
+impl Stream {
     pub fn tokens(&self) -> usize {
         self.grid.0 * self.grid.1
     }
-    pub fn rows(&self) -> usize {
-        self.batch * self.tokens()
-    }
-}
-
-/// Floats of scratch one image needs in each activation buffer.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Scratch {
-    pub xn: usize,
-    pub hidden: usize,
-    pub aux: usize,
-}
-
-impl Scratch {
-    pub fn max(self, o: Scratch) -> Scratch {
-        Scratch { xn: self.xn.max(o.xn), hidden: self.hidden.max(o.hidden), aux: self.aux.max(o.aux) }
-    }
-}
-
-/// Texture mirrors of the GEMM inputs: `xn` [rows, dim], the token-MLP hidden
-/// [batch * tokens_hidden, dim] and the channel-MLP hidden [rows, channels_hidden].
-#[derive(Default)]
-pub struct Mirrors {
-    pub xn: Option<ActTexture>,
-    pub tokens_hidden: Option<ActTexture>,
-    pub channels_hidden: Option<ActTexture>,
-}
-
-impl Mirrors {
-    /// Mirrors for a stream of `rows` rows of width `dim` whose channel MLP is `hidden` wide,
-    /// when the adapter's GEMM gathers from textures.
-    pub fn new(gpu: &Gpu, rows: usize, dim: usize, hidden: Option<usize>, tokens_hidden_rows: Option<usize>) -> Mirrors {
-        if gpu.gemm != crate::gpu::GemmVariant::Texture {
-            return Mirrors::default();
-        }
-        Mirrors {
-            xn: ActTexture::new(gpu, "xn", rows, dim),
-            tokens_hidden: tokens_hidden_rows.and_then(|r| ActTexture::new(gpu, "tokens_hidden", r, dim)),
-            channels_hidden: hidden.and_then(|h| ActTexture::new(gpu, "channels_hidden", rows, h)),
-        }
-    }
-}
-
-/// Copies `buf` into its texture mirror, when there is one, so the next GEMM can gather it.
-pub fn mirror<'t>(buf: &wgpu::Buffer, tex: &'t Option<ActTexture>, ops: &mut Vec<Op>) -> Result<Option<&'t ActTexture>> {
-    if let Some(t) = tex {
-        ops.push(Op::copy_to_texture(buf, t)?);
-    }
-    Ok(tex.as_ref())
-}
-
-/// Uploads a named tensor after checking its shape.
-pub fn upload(gpu: &Gpu, w: &mut Weights, name: &str, shape: &[usize]) -> Result<wgpu::Buffer> {
-    let data = w.take(name, shape)?;
-    gpu.storage_init(name, &data)
-}
-
-/// Uploads a weight tensor as a matrix [shape[0], product of the rest] (a conv weight
-/// flattens to [out, in * kh * kw]) after checking its shape.
-pub fn upload_matrix(gpu: &Gpu, w: &mut Weights, name: &str, shape: &[usize]) -> Result<Matrix> {
-    let data = w.take(name, shape)?;
-    let rows = shape[0];
-    Matrix::upload(gpu, name, &data, rows, data.len() / rows.max(1))
 }
 
 /// A Linear layer's weight [out, in] and bias [out]. `conv1x1` reads PoolFormer's 1x1
 /// convolutions, whose weights are [out, in, 1, 1] — on channels-last tokens the same GEMM.
+#[derive(Clone, Copy)]
 pub struct Linear {
-    pub w: Matrix,
-    pub b: wgpu::Buffer,
+    pub w: W,
+    pub b: W,
+    pub out: usize,
+    pub inp: usize,
 }
 
 impl Linear {
-    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, out: usize, inp: usize, conv1x1: bool) -> Result<Self> {
-        let shape: &[usize] = if conv1x1 { &[out, inp, 1, 1] } else { &[out, inp] };
-        Ok(Linear { w: upload_matrix(gpu, w, &format!("{prefix}.weight"), shape)?, b: upload(gpu, w, &format!("{prefix}.bias"), &[out])? })
+    pub fn load(
+        n: &mut Builder,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        conv1x1: bool,
+    ) -> Result<Self> {
+        let shape: &[usize] = if conv1x1 {
+            &[out, inp, 1, 1]
+        } else {
+            &[out, inp]
+        };
+        Ok(Linear {
+            w: n.take(&format!("{prefix}.weight"), shape)?,
+            b: n.take(&format!("{prefix}.bias"), &[out])?,
+            out,
+            inp,
+        })
     }
 
     /// `hidden = gelu(xn · Wᵀ + b)` over every token: a channel MLP's first layer.
-    pub fn record_fc1_gelu(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
-        let (d, h) = (self.w.cols, self.w.rows);
-        let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
-        ops.push(Gemm::linear(s.rows(), Operand::new(s.xn, d, 0), &self.w, Operand::new(s.hidden, h, 0))
-            .a_texture(xn_tex)
-            .bias(&self.b, Axis::N)
-            .gelu()
-            .build(gpu)?);
-        Ok(())
+    pub fn fc1_gelu(&self, n: &mut Builder, s: &Stream) {
+        let t = s.tokens();
+        let a = View::dense(s.xn, t, self.inp);
+        n.gemm(
+            Gemm::new(
+                GemmKind::Linear { rows: t, a },
+                self.w,
+                View::dense(Slot::Hidden, t, self.out),
+            )
+            .bias(self.b)
+            .gelu(),
+        );
     }
 }
 
@@ -147,32 +99,36 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, features: usize, hidden: usize, conv1x1: bool) -> Result<Self> {
+    pub fn load(
+        n: &mut Builder,
+        prefix: &str,
+        features: usize,
+        hidden: usize,
+        conv1x1: bool,
+    ) -> Result<Self> {
         Ok(Mlp {
-            fc1: Linear::load(gpu, w, &format!("{prefix}.fc1"), hidden, features, conv1x1)?,
-            fc2: Linear::load(gpu, w, &format!("{prefix}.fc2"), features, hidden, conv1x1)?,
+            fc1: Linear::load(n, &format!("{prefix}.fc1"), hidden, features, conv1x1)?,
+            fc2: Linear::load(n, &format!("{prefix}.fc2"), features, hidden, conv1x1)?,
             features,
             hidden,
         })
     }
 
     /// The channel MLP: `x += ls * fc2(gelu(fc1(xn)))` over every token's channels.
-    pub fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
-        let (rows, d, h) = (s.rows(), self.features, self.hidden);
-        self.fc1.record_fc1_gelu(gpu, s, ops)?;
-        let hidden_tex = mirror(s.hidden, &s.tex.channels_hidden, ops)?;
-        let mut fc2 = Gemm::linear(rows, Operand::new(s.hidden, h, 0), &self.fc2.w, Operand::new(s.x, d, 0))
-            .a_texture(hidden_tex)
-            .bias(&self.fc2.b, Axis::N);
-        if let Some(ls) = ls {
-            fc2 = fc2.scale(ls, Axis::N);
-        }
-        ops.push(fc2.residual().build(gpu)?);
-        Ok(())
-    }
-
-    pub fn scratch(&self, tokens: usize) -> Scratch {
-        Scratch { xn: tokens * self.features, hidden: tokens * self.hidden, aux: 0 }
+    pub fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) {
+        let t = s.tokens();
+        self.fc1.fc1_gelu(n, s);
+        let a = View::dense(Slot::Hidden, t, self.hidden);
+        n.gemm(
+            Gemm::new(
+                GemmKind::Linear { rows: t, a },
+                self.fc2.w,
+                View::dense(s.x, t, self.features),
+            )
+            .bias(self.fc2.b)
+            .scale(ls)
+            .residual(),
+        );
     }
 }
 
@@ -188,19 +144,13 @@ pub enum TokenMixer {
 
 impl TokenMixer {
     /// `x += ls * mix(xn)`
-    fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
+    fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) -> Result<()> {
         match self {
-            TokenMixer::Mlp(m) => m.record(gpu, s, ls, ops),
-            TokenMixer::Linear(m) => m.record(gpu, s, ls, ops),
-            TokenMixer::Pool(m) => m.record(gpu, s, ls, ops),
+            TokenMixer::Mlp(m) => m.describe(n, s, ls),
+            TokenMixer::Linear(m) => m.describe(n, s, ls),
+            TokenMixer::Pool(m) => m.describe(n, s, ls)?,
         }
-    }
-    fn scratch(&self, tokens: usize, dim: usize) -> Scratch {
-        let xn = Scratch { xn: tokens * dim, ..Default::default() };
-        match self {
-            TokenMixer::Mlp(m) => xn.max(Scratch { hidden: m.0.hidden * dim, ..Default::default() }),
-            TokenMixer::Linear(_) | TokenMixer::Pool(_) => xn,
-        }
+        Ok(())
     }
 }
 
@@ -211,22 +161,10 @@ pub enum ChannelMixer {
 }
 
 impl ChannelMixer {
-    fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
+    fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) {
         match self {
-            ChannelMixer::Mlp(m) => m.record(gpu, s, ls, ops),
-            ChannelMixer::Gated(m) => m.record(gpu, s, ls, ops),
-        }
-    }
-    fn scratch(&self, tokens: usize) -> Scratch {
-        match self {
-            ChannelMixer::Mlp(m) => m.scratch(tokens),
-            ChannelMixer::Gated(m) => m.scratch(tokens),
-        }
-    }
-    pub fn hidden(&self) -> usize {
-        match self {
-            ChannelMixer::Mlp(m) => m.hidden,
-            ChannelMixer::Gated(m) => m.fc1.w.rows,
+            ChannelMixer::Mlp(m) => m.describe(n, s, ls),
+            ChannelMixer::Gated(m) => m.describe(n, s, ls),
         }
     }
 }
@@ -236,7 +174,7 @@ pub struct Branch<M> {
     pub norm: Norm,
     pub mixer: M,
     /// Per-channel layer scale [dim] (ResMLP's ls1/ls2, PoolFormer's layer_scale1/2).
-    pub layer_scale: Option<wgpu::Buffer>,
+    pub layer_scale: Option<W>,
 }
 
 pub struct Block {
@@ -246,19 +184,15 @@ pub struct Block {
 }
 
 impl Block {
-    pub fn record(&self, gpu: &Gpu, s: &Stream, ops: &mut Vec<Op>) -> Result<()> {
-        let (batch, tokens) = (s.batch, s.tokens());
+    /// Appends the block's steps.
+    pub fn describe(&self, n: &mut Builder, s: &Stream) -> Result<()> {
         if let Some(t) = &self.token {
-            ops.push(t.norm.record(gpu, batch, tokens, s.x, s.xn)?);
-            t.mixer.record(gpu, s, t.layer_scale.as_ref(), ops)?;
+            n.push(t.norm.step(s.tokens(), s.x, s.xn));
+            t.mixer.describe(n, s, t.layer_scale)?;
         }
         let c = &self.channel;
-        ops.push(c.norm.record(gpu, batch, tokens, s.x, s.xn)?);
-        c.mixer.record(gpu, s, c.layer_scale.as_ref(), ops)
-    }
-
-    pub fn scratch(&self, tokens: usize, dim: usize) -> Scratch {
-        let token = self.token.as_ref().map_or(Scratch::default(), |t| t.mixer.scratch(tokens, dim));
-        token.max(self.channel.mixer.scratch(tokens))
+        n.push(c.norm.step(s.tokens(), s.x, s.xn));
+        c.mixer.describe(n, s, c.layer_scale);
+        Ok(())
     }
 }

@@ -22,15 +22,13 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
-use crate::ops::{self, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
+use crate::net::{Builder, ConvGeometry, Gemm, GemmKind, Net, Slot, Step, View};
 use crate::preprocess::Preprocess;
 use crate::weights::Weights;
 
-use super::block::{upload, upload_matrix, Block, Branch, ChannelMixer, Mirrors, Mlp, Scratch, Stream, TokenMixer};
+use super::block::{Block, Branch, ChannelMixer, Mlp, Stream, TokenMixer};
 use super::norm::Norm;
 use super::pooling::Pooling;
-use super::Buffers;
 
 /// nn.GroupNorm's default eps, which timm's `GroupNorm1` keeps.
 const GN_EPS: f32 = 1e-5;
@@ -71,7 +69,10 @@ impl MetaFormerConfig {
     pub fn infer(w: &Weights, img_size: Option<[usize; 2]>) -> Result<Self> {
         let stem = w.require_shape("stem.conv.weight")?;
         let &[d0, in_chans, 7, 7] = stem else {
-            return Err(Error::tensor("stem.conv.weight", format!("has shape {stem:?}, expected [dim, in_chans, 7, 7]")));
+            return Err(Error::tensor(
+                "stem.conv.weight",
+                format!("has shape {stem:?}, expected [dim, in_chans, 7, 7]"),
+            ));
         };
         let stages = super::count_indexed(w, "stages.", ".blocks.0.norm1.weight");
         let (mut depths, mut dims, mut mlp_hidden) = (Vec::new(), Vec::new(), Vec::new());
@@ -85,7 +86,10 @@ impl MetaFormerConfig {
             dims.push(d);
             let fc1 = format!("{p}0.mlp.fc1.weight");
             let &[h, _, 1, 1] = w.require_shape(&fc1)? else {
-                return Err(Error::tensor(&fc1, "expected a 1x1 convolution [hidden, dim, 1, 1]"));
+                return Err(Error::tensor(
+                    &fc1,
+                    "expected a 1x1 convolution [hidden, dim, 1, 1]",
+                ));
             };
             mlp_hidden.push(h);
             let mixer = format!("{p}0.token_mixer");
@@ -94,24 +98,45 @@ impl MetaFormerConfig {
             }
         }
         if stages == 0 || dims[0] != d0 {
-            return Err(Error::tensor("stages.0.blocks.0.norm1.weight", "missing, or its width differs from the stem's"));
+            return Err(Error::tensor(
+                "stages.0.blocks.0.norm1.weight",
+                "missing, or its width differs from the stem's",
+            ));
         }
         if w.contains("head.fc.fc1.weight") {
             return Err(Error::tensor("head.fc.fc1.weight", "an MLP head (as in ConvFormer/CAFormer) is not supported; PoolFormer's head is one Linear"));
         }
         let head = w.require_shape("head.fc.weight")?;
         let &[num_classes, _] = head else {
-            return Err(Error::tensor("head.fc.weight", format!("has shape {head:?}, expected [classes, dim]")));
+            return Err(Error::tensor(
+                "head.fc.weight",
+                format!("has shape {head:?}, expected [classes, dim]"),
+            ));
         };
-        let cfg = MetaFormerConfig { img_size: img_size.unwrap_or([224, 224]), in_chans, depths, dims, mlp_hidden, num_classes };
+        let cfg = MetaFormerConfig {
+            img_size: img_size.unwrap_or([224, 224]),
+            in_chans,
+            depths,
+            dims,
+            mlp_hidden,
+            num_classes,
+        };
         cfg.validate()?;
         Ok(cfg)
     }
 
     fn validate(&self) -> Result<()> {
-        super::check_bounds(&[("stages", self.dims.len(), 8), ("in_chans", self.in_chans, 64), ("num_classes", self.num_classes, 1 << 16)])?;
+        super::check_bounds(&[
+            ("stages", self.dims.len(), 8),
+            ("in_chans", self.in_chans, 64),
+            ("num_classes", self.num_classes, 1 << 16),
+        ])?;
         for i in 0..self.dims.len() {
-            super::check_bounds(&[("depth", self.depths[i], 256), ("dim", self.dims[i], 1 << 14), ("mlp hidden", self.mlp_hidden[i], 1 << 16)])?;
+            super::check_bounds(&[
+                ("depth", self.depths[i], 256),
+                ("dim", self.dims[i], 1 << 14),
+                ("mlp hidden", self.mlp_hidden[i], 1 << 16),
+            ])?;
         }
         let grids = self.grids()?;
         let tokens = grids[0].0 * grids[0].1;
@@ -121,12 +146,23 @@ impl MetaFormerConfig {
     /// Token grid (h, w) of each stage.
     pub fn grids(&self) -> Result<Vec<(usize, usize)>> {
         let [h, w] = self.img_size;
-        let too_small = || Error::Input(format!("image {h}x{w} is too small for PoolFormer's stem and {} stages", self.dims.len()));
-        let mut g = (conv_out(h, STEM).ok_or_else(too_small)?, conv_out(w, STEM).ok_or_else(too_small)?);
+        let too_small = || {
+            Error::Input(format!(
+                "image {h}x{w} is too small for PoolFormer's stem and {} stages",
+                self.dims.len()
+            ))
+        };
+        let mut g = (
+            conv_out(h, STEM).ok_or_else(too_small)?,
+            conv_out(w, STEM).ok_or_else(too_small)?,
+        );
         let mut grids = Vec::new();
         for i in 0..self.dims.len() {
             if i > 0 && self.dims[i] != self.dims[i - 1] {
-                g = (conv_out(g.0, DOWNSAMPLE).ok_or_else(too_small)?, conv_out(g.1, DOWNSAMPLE).ok_or_else(too_small)?);
+                g = (
+                    conv_out(g.0, DOWNSAMPLE).ok_or_else(too_small)?,
+                    conv_out(g.1, DOWNSAMPLE).ok_or_else(too_small)?,
+                );
             }
             grids.push(g);
         }
@@ -135,12 +171,16 @@ impl MetaFormerConfig {
 
     fn preset_entry(&self) -> Option<&'static (&'static str, [usize; 4], [usize; 4], f32)> {
         PRESETS.iter().find(|(_, depths, dims, _)| {
-            self.depths == depths && self.dims == dims && self.mlp_hidden.iter().zip(dims).all(|(h, d)| *h == 4 * d)
+            self.depths == depths
+                && self.dims == dims
+                && self.mlp_hidden.iter().zip(dims).all(|(h, d)| *h == 4 * d)
         })
     }
 
     pub fn preset(&self) -> Option<&'static str> {
-        self.preset_entry().filter(|_| self.img_size == [224, 224]).map(|p| p.0)
+        self.preset_entry()
+            .filter(|_| self.img_size == [224, 224])
+            .map(|p| p.0)
     }
 
     pub fn macs(&self) -> u64 {
@@ -161,137 +201,134 @@ impl MetaFormerConfig {
 
     /// timm's pretrained config: ImageNet mean/std, crop 0.9 (0.95 for the m-models).
     pub fn default_preprocess(&self) -> Preprocess {
-        Preprocess::imagenet(self.in_chans, self.img_size, self.preset_entry().map_or(0.9, |p| p.3))
+        Preprocess::imagenet(
+            self.in_chans,
+            self.img_size,
+            self.preset_entry().map_or(0.9, |p| p.3),
+        )
     }
 }
 
-struct Stage {
-    /// The strided convolution into this stage's width (absent when the width is unchanged).
-    downsample: Option<(Matrix, wgpu::Buffer)>,
-    blocks: Vec<Block>,
-}
-
-pub struct MetaFormer {
-    pub cfg: MetaFormerConfig,
-    grids: Vec<(usize, usize)>,
-    stem_w: Matrix,
-    stem_b: wgpu::Buffer,
-    stages: Vec<Stage>,
-    head_norm: Norm,
-    head_w: Matrix,
-    head_b: wgpu::Buffer,
-}
-
-impl MetaFormer {
-    pub fn load(gpu: &Gpu, w: &mut Weights, cfg: MetaFormerConfig) -> Result<Self> {
-        let grids = cfg.grids()?;
-        let (cin, d0, last) = (cfg.in_chans, cfg.dims[0], cfg.dims[cfg.dims.len() - 1]);
-        let stem_w = upload_matrix(gpu, w, "stem.conv.weight", &[d0, cin, STEM.0, STEM.0])?;
-        let stem_b = upload(gpu, w, "stem.conv.bias", &[d0])?;
-        let mut stages = Vec::new();
-        for (i, (&d, &h)) in cfg.dims.iter().zip(&cfg.mlp_hidden).enumerate() {
-            let p = format!("stages.{i}");
-            let downsample = match i {
-                0 => None,
-                _ if cfg.dims[i - 1] == d => None,
-                _ => {
-                    let k = DOWNSAMPLE.0;
-                    let cw = upload_matrix(gpu, w, &format!("{p}.downsample.conv.weight"), &[d, cfg.dims[i - 1], k, k])?;
-                    Some((cw, upload(gpu, w, &format!("{p}.downsample.conv.bias"), &[d])?))
-                }
+/// timm `MetaFormer` (pooling mixer) as a [`Net`]. The residual stream alternates between
+/// slots `X` and `Xn` at each downsampling (the convolution reads one and writes the other).
+/// Each stage ends with a [`Step::Snapshot`] of its output (the page's per-stage energy).
+pub fn build(w: &mut Weights, cfg: &MetaFormerConfig) -> Result<Net> {
+    let grids = cfg.grids()?;
+    let (cin, d0, last) = (cfg.in_chans, cfg.dims[0], cfg.dims[cfg.dims.len() - 1]);
+    let mut builder = Builder::new(w);
+    let n = &mut builder;
+    let stem_w = n.take("stem.conv.weight", &[d0, cin, STEM.0, STEM.0])?;
+    let stem_b = n.take("stem.conv.bias", &[d0])?;
+    let (k, s, p) = STEM;
+    let geometry = ConvGeometry {
+        cin,
+        ih: cfg.img_size[0],
+        iw: cfg.img_size[1],
+        kh: k,
+        kw: k,
+        stride: s,
+        pad: p,
+    };
+    let (h0, w0) = grids[0];
+    n.gemm(
+        Gemm::new(
+            GemmKind::Conv {
+                input: Slot::Input,
+                geometry,
+                nhwc: false,
+            },
+            stem_w,
+            View::dense(Slot::X, h0 * w0, d0),
+        )
+        .bias(stem_b),
+    );
+    let (mut x, mut xn) = (Slot::X, Slot::Xn);
+    for (i, (&d, &hid)) in cfg.dims.iter().zip(&cfg.mlp_hidden).enumerate() {
+        let pre = format!("stages.{i}");
+        let (h, wd) = grids[i];
+        if i > 0 && cfg.dims[i - 1] != d {
+            let (k, s, p) = DOWNSAMPLE;
+            let cw = n.take(
+                &format!("{pre}.downsample.conv.weight"),
+                &[d, cfg.dims[i - 1], k, k],
+            )?;
+            let cb = n.take(&format!("{pre}.downsample.conv.bias"), &[d])?;
+            let (ph, pw) = grids[i - 1];
+            let geometry = ConvGeometry {
+                cin: cfg.dims[i - 1],
+                ih: ph,
+                iw: pw,
+                kh: k,
+                kw: k,
+                stride: s,
+                pad: p,
             };
-            let mut blocks = Vec::new();
-            for j in 0..cfg.depths[i] {
-                let b = format!("{p}.blocks.{j}");
-                blocks.push(Block {
-                    token: Some(Branch {
-                        norm: Norm::group(gpu, w, &format!("{b}.norm1"), d, GN_EPS)?,
-                        mixer: TokenMixer::Pool(Pooling),
-                        layer_scale: Some(layer_scale(gpu, w, &format!("{b}.layer_scale1.scale"), d)?),
-                    }),
-                    channel: Branch {
-                        norm: Norm::group(gpu, w, &format!("{b}.norm2"), d, GN_EPS)?,
-                        mixer: ChannelMixer::Mlp(Mlp::load(gpu, w, &format!("{b}.mlp"), d, h, true)?),
-                        layer_scale: Some(layer_scale(gpu, w, &format!("{b}.layer_scale2.scale"), d)?),
+            // Reads the previous stage's channels-last tokens in place.
+            n.gemm(
+                Gemm::new(
+                    GemmKind::Conv {
+                        input: x,
+                        geometry,
+                        nhwc: true,
                     },
-                });
-            }
-            stages.push(Stage { downsample, blocks });
+                    cw,
+                    View::dense(xn, h * wd, d),
+                )
+                .bias(cb),
+            );
+            (x, xn) = (xn, x);
         }
-        let head_norm = Norm::layer(gpu, w, "head.norm", last, HEAD_LN_EPS)?;
-        let head_w = upload_matrix(gpu, w, "head.fc.weight", &[cfg.num_classes, last])?;
-        let head_b = upload(gpu, w, "head.fc.bias", &[cfg.num_classes])?;
-        Ok(MetaFormer { cfg, grids, stem_w, stem_b, stages, head_norm, head_w, head_b })
-    }
-
-    /// Floats each activation buffer needs per image: (x, scratch, pooled). The residual
-    /// stream alternates between `x` and `xn` at each downsampling, so both hold any stage.
-    pub fn per_image(&self) -> (usize, Scratch, usize) {
-        let mut scratch = Scratch::default();
-        for (i, stage) in self.stages.iter().enumerate() {
-            let ((h, w), d) = (self.grids[i], self.cfg.dims[i]);
-            scratch = stage.blocks.iter().fold(scratch.max(Scratch { xn: h * w * d, ..Default::default() }), |s, b| s.max(b.scratch(h * w, d)));
+        let stream = Stream {
+            grid: (h, wd),
+            dim: d,
+            x,
+            xn,
+        };
+        for j in 0..cfg.depths[i] {
+            let b = format!("{pre}.blocks.{j}");
+            let block = Block {
+                token: Some(Branch {
+                    norm: Norm::group(n, &format!("{b}.norm1"), d, GN_EPS)?,
+                    mixer: TokenMixer::Pool(Pooling),
+                    layer_scale: Some(n.take_or(&format!("{b}.layer_scale1.scale"), d, 1.0)?),
+                }),
+                channel: Branch {
+                    norm: Norm::group(n, &format!("{b}.norm2"), d, GN_EPS)?,
+                    mixer: ChannelMixer::Mlp(Mlp::load(n, &format!("{b}.mlp"), d, hid, true)?),
+                    layer_scale: Some(n.take_or(&format!("{b}.layer_scale2.scale"), d, 1.0)?),
+                },
+            };
+            block.describe(n, &stream)?;
         }
-        let last = self.cfg.dims[self.cfg.dims.len() - 1];
-        scratch.aux = scratch.aux.max(last);
-        (scratch.xn, scratch, last)
+        n.push(Step::Snapshot {
+            stage: i,
+            x,
+            floats: h * wd * d,
+        });
+        n.stages.push(((h, wd), d));
     }
-
-    /// (token grid, width) of each stage's output.
-    pub fn stage_shapes(&self) -> Vec<((usize, usize), usize)> {
-        self.grids.iter().copied().zip(self.cfg.dims.iter().copied()).collect()
-    }
-
-    pub fn mirrors(&self, gpu: &Gpu, batch: usize) -> Vec<Mirrors> {
-        (0..self.stages.len())
-            .map(|i| {
-                let (h, w) = self.grids[i];
-                Mirrors::new(gpu, batch * h * w, self.cfg.dims[i], Some(self.cfg.mlp_hidden[i]), None)
-            })
-            .collect()
-    }
-
-    pub fn record(&self, gpu: &Gpu, batch: usize, buf: &Buffers, ops: &mut Vec<Op>) -> Result<()> {
-        let c = &self.cfg;
-        let (k, s, p) = STEM;
-        let g = ConvGeometry { cin: c.in_chans, ih: c.img_size[0], iw: c.img_size[1], kh: k, kw: k, stride: s, pad: p };
-        ops.push(Gemm::conv(batch, g, &buf.input, &self.stem_w, &buf.x)?.bias(&self.stem_b, Axis::N).build(gpu)?);
-        let (mut x, mut xn) = (&buf.x, &buf.xn);
-        let mut stage_offset = 0;
-        for (i, stage) in self.stages.iter().enumerate() {
-            let ((h, w), d) = (self.grids[i], c.dims[i]);
-            if let Some((cw, cb)) = &stage.downsample {
-                let (ph, pw) = self.grids[i - 1];
-                let (k, s, p) = DOWNSAMPLE;
-                let g = ConvGeometry { cin: c.dims[i - 1], ih: ph, iw: pw, kh: k, kw: k, stride: s, pad: p };
-                ops.push(Gemm::conv_nhwc(batch, g, x, cw, xn)?.bias(cb, Axis::N).build(gpu)?);
-                (x, xn) = (xn, x);
-            }
-            let stream = Stream { batch, grid: (h, w), dim: d, x, xn, hidden: &buf.hidden, aux: &buf.aux, tex: &buf.mirrors[i] };
-            for block in &stage.blocks {
-                block.record(gpu, &stream, ops)?;
-            }
-            if let Some(snapshot) = &buf.stages {
-                ops.push(Op::copy_buffer(x, snapshot, stage_offset, batch * h * w * d)?);
-                stage_offset += batch * h * w * d;
-            }
-        }
-        let ((h, w), d) = (self.grids[self.grids.len() - 1], c.dims[c.dims.len() - 1]);
-        ops.push(ops::reduce::mean_tokens(gpu, batch, h * w, d, x, &buf.pooled)?);
-        ops.push(self.head_norm.record(gpu, batch, 1, &buf.pooled, &buf.aux)?);
-        ops.push(Gemm::linear(batch, Operand::new(&buf.aux, d, 0), &self.head_w, Operand::new(&buf.logits, c.num_classes, 0))
-            .bias(&self.head_b, Axis::N)
-            .build(gpu)?);
-        Ok(())
-    }
-}
-
-/// A `Scale` module's vector; a MetaFormer built without layer scale (timm's
-/// `layer_scale_init_values=None`) has none, which is a scale of one.
-fn layer_scale(gpu: &Gpu, w: &mut Weights, name: &str, dim: usize) -> Result<wgpu::Buffer> {
-    if w.contains(name) {
-        upload(gpu, w, name, &[dim])
-    } else {
-        gpu.storage_init(name, &vec![1.0; dim])
-    }
+    let head_norm = Norm::layer(n, "head.norm", last, HEAD_LN_EPS)?;
+    let head_w = n.take("head.fc.weight", &[cfg.num_classes, last])?;
+    let head_b = n.take("head.fc.bias", &[cfg.num_classes])?;
+    let (h, wd) = grids[grids.len() - 1];
+    n.push(Step::MeanTokens {
+        tokens: h * wd,
+        d: last,
+        x,
+        y: Slot::Pooled,
+    });
+    n.push(head_norm.step(1, Slot::Pooled, Slot::Aux));
+    n.gemm(
+        Gemm::new(
+            GemmKind::Linear {
+                rows: 1,
+                a: View::dense(Slot::Aux, 1, last),
+            },
+            head_w,
+            View::dense(Slot::Logits, 1, cfg.num_classes),
+        )
+        .bias(head_b),
+    );
+    let input = cin * cfg.img_size[0] * cfg.img_size[1];
+    builder.finish(input, cfg.num_classes)
 }

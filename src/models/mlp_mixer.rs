@@ -15,17 +15,15 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
-use crate::ops::{self, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
+use crate::net::{Builder, ConvGeometry, Gemm, GemmKind, Net, Slot, Step, View};
 use crate::preprocess::Preprocess;
 use crate::weights::Weights;
 
-use super::block::{upload, upload_matrix, Block, Branch, ChannelMixer, Mirrors, Mlp, Scratch, Stream, TokenMixer};
+use super::block::{Block, Branch, ChannelMixer, Mlp, Stream, TokenMixer};
 use super::linear_tokens::LinearTokens;
 use super::norm::Norm;
 use super::spatial_gating::GatedMlp;
 use super::token_mlp::TokenMlp;
-use super::Buffers;
 
 /// timm's `partial(nn.LayerNorm, eps=1e-6)`, the Mixer and gMLP norm.
 const LN_EPS: f32 = 1e-6;
@@ -68,12 +66,60 @@ pub struct MlpMixerConfig {
 
 /// timm's named presets at 224²: (name, block, patch, dim, depth, tokens_hidden, channels_hidden).
 const PRESETS: &[(&str, BlockKind, usize, usize, usize, Option<usize>, usize)] = &[
-    ("mixer_s32_224", BlockKind::Mixer, 32, 512, 8, Some(256), 2048),
-    ("mixer_s16_224", BlockKind::Mixer, 16, 512, 8, Some(256), 2048),
-    ("mixer_b32_224", BlockKind::Mixer, 32, 768, 12, Some(384), 3072),
-    ("mixer_b16_224", BlockKind::Mixer, 16, 768, 12, Some(384), 3072),
-    ("mixer_l32_224", BlockKind::Mixer, 32, 1024, 24, Some(512), 4096),
-    ("mixer_l16_224", BlockKind::Mixer, 16, 1024, 24, Some(512), 4096),
+    (
+        "mixer_s32_224",
+        BlockKind::Mixer,
+        32,
+        512,
+        8,
+        Some(256),
+        2048,
+    ),
+    (
+        "mixer_s16_224",
+        BlockKind::Mixer,
+        16,
+        512,
+        8,
+        Some(256),
+        2048,
+    ),
+    (
+        "mixer_b32_224",
+        BlockKind::Mixer,
+        32,
+        768,
+        12,
+        Some(384),
+        3072,
+    ),
+    (
+        "mixer_b16_224",
+        BlockKind::Mixer,
+        16,
+        768,
+        12,
+        Some(384),
+        3072,
+    ),
+    (
+        "mixer_l32_224",
+        BlockKind::Mixer,
+        32,
+        1024,
+        24,
+        Some(512),
+        4096,
+    ),
+    (
+        "mixer_l16_224",
+        BlockKind::Mixer,
+        16,
+        1024,
+        24,
+        Some(512),
+        4096,
+    ),
     ("gmlp_ti16_224", BlockKind::Gmlp, 16, 128, 30, None, 768),
     ("gmlp_s16_224", BlockKind::Gmlp, 16, 256, 30, None, 1536),
     ("gmlp_b16_224", BlockKind::Gmlp, 16, 512, 30, None, 3072),
@@ -95,7 +141,10 @@ impl MlpMixerConfig {
         if !w.contains("stem.proj.weight") {
             return None;
         }
-        MARKERS.iter().find(|(_, name)| w.contains(name)).map(|&(k, _)| k)
+        MARKERS
+            .iter()
+            .find(|(_, name)| w.contains(name))
+            .map(|&(k, _)| k)
     }
 
     /// Infers the architecture from timm parameter names and shapes. The token count fixes
@@ -104,22 +153,37 @@ impl MlpMixerConfig {
     pub fn infer(w: &Weights, block: BlockKind, img_size: Option<[usize; 2]>) -> Result<Self> {
         let stem = w.require_shape("stem.proj.weight")?;
         let [dim, in_chans, ph, pw] = *stem else {
-            return Err(Error::tensor("stem.proj.weight", format!("has shape {stem:?}, expected [dim, in_chans, patch, patch]")));
+            return Err(Error::tensor(
+                "stem.proj.weight",
+                format!("has shape {stem:?}, expected [dim, in_chans, patch, patch]"),
+            ));
         };
         if ph != pw || ph == 0 {
-            return Err(Error::tensor("stem.proj.weight", format!("non-square patch {ph}x{pw}")));
+            return Err(Error::tensor(
+                "stem.proj.weight",
+                format!("non-square patch {ph}x{pw}"),
+            ));
         }
         let depth = super::count_indexed(w, "blocks.", ".mlp_channels.fc1.weight");
         if depth == 0 {
-            return Err(Error::tensor("blocks.0.mlp_channels.fc1.weight", "missing: the model needs at least one block"));
+            return Err(Error::tensor(
+                "blocks.0.mlp_channels.fc1.weight",
+                "missing: the model needs at least one block",
+            ));
         }
         let matrix = |name: &str| -> Result<[usize; 2]> {
             match *w.require_shape(name)? {
                 [r, c] => Ok([r, c]),
-                ref s => Err(Error::tensor(name, format!("has shape {s:?}, expected a matrix"))),
+                ref s => Err(Error::tensor(
+                    name,
+                    format!("has shape {s:?}, expected a matrix"),
+                )),
             }
         };
-        let marker = MARKERS.iter().find(|(k, _)| *k == block).map_or("", |m| m.1);
+        let marker = MARKERS
+            .iter()
+            .find(|(k, _)| *k == block)
+            .map_or("", |m| m.1);
         let [rows, tokens] = matrix(marker)?;
         let tokens_hidden = (block == BlockKind::Mixer).then_some(rows);
         let [channels_hidden, _] = matrix("blocks.0.mlp_channels.fc1.weight")?;
@@ -136,7 +200,17 @@ impl MlpMixerConfig {
                 [side * ph, side * ph]
             }
         };
-        let cfg = MlpMixerConfig { block, img_size, patch: ph, in_chans, dim, depth, tokens_hidden, channels_hidden, num_classes };
+        let cfg = MlpMixerConfig {
+            block,
+            img_size,
+            patch: ph,
+            in_chans,
+            dim,
+            depth,
+            tokens_hidden,
+            channels_hidden,
+            num_classes,
+        };
         cfg.validate(tokens)?;
         Ok(cfg)
     }
@@ -154,11 +228,20 @@ impl MlpMixerConfig {
         if self.tokens() != tokens {
             return Err(Error::Config(format!(
                 "image {}x{} with patch {} gives {} tokens, the weights expect {tokens}",
-                self.img_size[0], self.img_size[1], self.patch, self.tokens()
+                self.img_size[0],
+                self.img_size[1],
+                self.patch,
+                self.tokens()
             )));
         }
         if self.block == BlockKind::Gmlp && self.channels_hidden % 2 != 0 {
-            return Err(Error::tensor("blocks.0.mlp_channels.fc1.weight", format!("gMLP needs an even hidden width, not {}", self.channels_hidden)));
+            return Err(Error::tensor(
+                "blocks.0.mlp_channels.fc1.weight",
+                format!(
+                    "gMLP needs an even hidden width, not {}",
+                    self.channels_hidden
+                ),
+            ));
         }
         super::check_bounds(&[
             ("dim", self.dim, 1 << 14),
@@ -172,16 +255,29 @@ impl MlpMixerConfig {
     }
 
     pub fn preset(&self) -> Option<&'static str> {
-        let key = (self.block, self.patch, self.dim, self.depth, self.tokens_hidden, self.channels_hidden);
+        let key = (
+            self.block,
+            self.patch,
+            self.dim,
+            self.depth,
+            self.tokens_hidden,
+            self.channels_hidden,
+        );
         PRESETS
             .iter()
-            .find(|&&(_, b, p, d, depth, t, c)| (b, p, d, depth, t, c) == key && self.img_size == [224, 224])
+            .find(|&&(_, b, p, d, depth, t, c)| {
+                (b, p, d, depth, t, c) == key && self.img_size == [224, 224]
+            })
             .map(|p| p.0)
     }
 
     /// Multiply-accumulates for one image (what timm/fvcore count as MACs).
     pub fn macs(&self) -> u64 {
-        let (s, d, h) = (self.tokens() as u64, self.dim as u64, self.channels_hidden as u64);
+        let (s, d, h) = (
+            self.tokens() as u64,
+            self.dim as u64,
+            self.channels_hidden as u64,
+        );
         let stem = s * d * (self.in_chans * self.patch * self.patch) as u64;
         let block = match self.block {
             BlockKind::Mixer => 2 * d * s * self.tokens_hidden.unwrap_or(0) as u64 + 2 * s * d * h,
@@ -195,105 +291,140 @@ impl MlpMixerConfig {
     /// ImageNet statistics; all crop 0.875.
     pub fn default_preprocess(&self) -> Preprocess {
         match self.block {
-            BlockKind::Mixer | BlockKind::Gmlp => Preprocess::half_normalised(self.in_chans, self.img_size),
+            BlockKind::Mixer | BlockKind::Gmlp => {
+                Preprocess::half_normalised(self.in_chans, self.img_size)
+            }
             BlockKind::Resmlp => Preprocess::imagenet(self.in_chans, self.img_size, 0.875),
         }
     }
 }
 
-pub struct MlpMixer {
-    pub cfg: MlpMixerConfig,
-    stem_w: Matrix,
-    stem_b: wgpu::Buffer,
-    pub blocks: Vec<Block>,
-    norm: Norm,
-    head_w: Matrix,
-    head_b: wgpu::Buffer,
-}
-
-impl MlpMixer {
-    pub fn load(gpu: &Gpu, w: &mut Weights, cfg: MlpMixerConfig) -> Result<Self> {
-        let MlpMixerConfig { patch, in_chans, dim, num_classes, channels_hidden, .. } = cfg;
-        let tokens = cfg.tokens();
-        let stem_w = upload_matrix(gpu, w, "stem.proj.weight", &[dim, in_chans, patch, patch])?;
-        let stem_b = upload(gpu, w, "stem.proj.bias", &[dim])?;
-        let blocks = (0..cfg.depth)
-            .map(|i| {
-                let p = format!("blocks.{i}");
-                let channels = format!("{p}.mlp_channels");
-                Ok(match cfg.block {
-                    BlockKind::Mixer => Block {
-                        token: Some(Branch {
-                            norm: Norm::layer(gpu, w, &format!("{p}.norm1"), dim, LN_EPS)?,
-                            mixer: TokenMixer::Mlp(TokenMlp::load(gpu, w, &format!("{p}.mlp_tokens"), tokens, cfg.tokens_hidden.unwrap_or(0))?),
-                            layer_scale: None,
-                        }),
-                        channel: Branch { norm: Norm::layer(gpu, w, &format!("{p}.norm2"), dim, LN_EPS)?, mixer: ChannelMixer::Mlp(Mlp::load(gpu, w, &channels, dim, channels_hidden, false)?), layer_scale: None },
-                    },
-                    BlockKind::Gmlp => Block {
-                        token: None,
-                        channel: Branch {
-                            norm: Norm::layer(gpu, w, &format!("{p}.norm"), dim, LN_EPS)?,
-                            mixer: ChannelMixer::Gated(GatedMlp::load(gpu, w, &channels, dim, channels_hidden, tokens)?),
-                            layer_scale: None,
-                        },
-                    },
-                    BlockKind::Resmlp => Block {
-                        token: Some(Branch {
-                            norm: Norm::affine(gpu, w, &format!("{p}.norm1"), dim)?,
-                            mixer: TokenMixer::Linear(LinearTokens::load(gpu, w, &format!("{p}.linear_tokens"), tokens)?),
-                            layer_scale: Some(upload(gpu, w, &format!("{p}.ls1"), &[dim])?),
-                        }),
-                        channel: Branch {
-                            norm: Norm::affine(gpu, w, &format!("{p}.norm2"), dim)?,
-                            mixer: ChannelMixer::Mlp(Mlp::load(gpu, w, &channels, dim, channels_hidden, false)?),
-                            layer_scale: Some(upload(gpu, w, &format!("{p}.ls2"), &[dim])?),
-                        },
-                    },
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let norm = match cfg.block {
-            BlockKind::Resmlp => Norm::affine(gpu, w, "norm", dim)?,
-            _ => Norm::layer(gpu, w, "norm", dim, LN_EPS)?,
-        };
-        let head_w = upload_matrix(gpu, w, "head.weight", &[num_classes, dim])?;
-        let head_b = upload(gpu, w, "head.bias", &[num_classes])?;
-        Ok(MlpMixer { cfg, stem_w, stem_b, blocks, norm, head_w, head_b })
+/// timm `MlpMixer` as a [`Net`]: stem, blocks, final norm, mean over tokens, head.
+pub fn build(w: &mut Weights, cfg: &MlpMixerConfig) -> Result<Net> {
+    let MlpMixerConfig {
+        patch,
+        in_chans,
+        dim,
+        num_classes,
+        channels_hidden,
+        ..
+    } = *cfg;
+    let tokens = cfg.tokens();
+    let mut builder = Builder::new(w);
+    let n = &mut builder;
+    let stem_w = n.take("stem.proj.weight", &[dim, in_chans, patch, patch])?;
+    let stem_b = n.take("stem.proj.bias", &[dim])?;
+    let mut blocks = Vec::with_capacity(cfg.depth);
+    for i in 0..cfg.depth {
+        let p = format!("blocks.{i}");
+        let channels = format!("{p}.mlp_channels");
+        blocks.push(match cfg.block {
+            BlockKind::Mixer => Block {
+                token: Some(Branch {
+                    norm: Norm::layer(n, &format!("{p}.norm1"), dim, LN_EPS)?,
+                    mixer: TokenMixer::Mlp(TokenMlp::load(
+                        n,
+                        &format!("{p}.mlp_tokens"),
+                        tokens,
+                        cfg.tokens_hidden.unwrap_or(0),
+                    )?),
+                    layer_scale: None,
+                }),
+                channel: Branch {
+                    norm: Norm::layer(n, &format!("{p}.norm2"), dim, LN_EPS)?,
+                    mixer: ChannelMixer::Mlp(Mlp::load(n, &channels, dim, channels_hidden, false)?),
+                    layer_scale: None,
+                },
+            },
+            BlockKind::Gmlp => Block {
+                token: None,
+                channel: Branch {
+                    norm: Norm::layer(n, &format!("{p}.norm"), dim, LN_EPS)?,
+                    mixer: ChannelMixer::Gated(GatedMlp::load(
+                        n,
+                        &channels,
+                        dim,
+                        channels_hidden,
+                        tokens,
+                    )?),
+                    layer_scale: None,
+                },
+            },
+            BlockKind::Resmlp => Block {
+                token: Some(Branch {
+                    norm: Norm::affine(n, &format!("{p}.norm1"), dim)?,
+                    mixer: TokenMixer::Linear(LinearTokens::load(
+                        n,
+                        &format!("{p}.linear_tokens"),
+                        tokens,
+                    )?),
+                    layer_scale: Some(n.take(&format!("{p}.ls1"), &[dim])?),
+                }),
+                channel: Branch {
+                    norm: Norm::affine(n, &format!("{p}.norm2"), dim)?,
+                    mixer: ChannelMixer::Mlp(Mlp::load(n, &channels, dim, channels_hidden, false)?),
+                    layer_scale: Some(n.take(&format!("{p}.ls2"), &[dim])?),
+                },
+            },
+        });
     }
+    let norm = match cfg.block {
+        BlockKind::Resmlp => Norm::affine(n, "norm", dim)?,
+        _ => Norm::layer(n, "norm", dim, LN_EPS)?,
+    };
+    let head_w = n.take("head.weight", &[num_classes, dim])?;
+    let head_b = n.take("head.bias", &[num_classes])?;
 
-    /// Floats each activation buffer needs per image: (x, scratch, pooled).
-    pub fn per_image(&self) -> (usize, Scratch, usize) {
-        let (t, d) = (self.cfg.tokens(), self.cfg.dim);
-        let scratch = self.blocks.iter().fold(Scratch { xn: t * d, ..Default::default() }, |s, b| s.max(b.scratch(t, d)));
-        (t * d, scratch, d)
+    // Patch embedding: a stride-`patch` convolution as an implicit-im2col GEMM, written
+    // straight into token-major [tokens, dim] order.
+    let geometry = ConvGeometry {
+        cin: in_chans,
+        ih: cfg.img_size[0],
+        iw: cfg.img_size[1],
+        kh: patch,
+        kw: patch,
+        stride: patch,
+        pad: 0,
+    };
+    n.gemm(
+        Gemm::new(
+            GemmKind::Conv {
+                input: Slot::Input,
+                geometry,
+                nhwc: false,
+            },
+            stem_w,
+            View::dense(Slot::X, tokens, dim),
+        )
+        .bias(stem_b),
+    );
+    let stream = Stream {
+        grid: cfg.grid(),
+        dim,
+        x: Slot::X,
+        xn: Slot::Xn,
+    };
+    for block in &blocks {
+        block.describe(n, &stream)?;
     }
-
-    /// Texture mirrors of the GEMM inputs, for adapters whose GEMM gathers from textures.
-    pub fn mirrors(&self, gpu: &Gpu, batch: usize) -> Vec<Mirrors> {
-        let (t, d) = (self.cfg.tokens(), self.cfg.dim);
-        // gMLP's fc2 reads the gated half-width rows, which no mirror covers.
-        let hidden = (self.cfg.block != BlockKind::Gmlp).then_some(self.cfg.channels_hidden);
-        vec![Mirrors::new(gpu, batch * t, d, hidden, self.cfg.tokens_hidden.map(|h| batch * h))]
-    }
-
-    pub fn record(&self, gpu: &Gpu, batch: usize, buf: &Buffers, ops: &mut Vec<Op>) -> Result<()> {
-        let c = &self.cfg;
-        let (t, d) = (c.tokens(), c.dim);
-        // Patch embedding: a stride-`patch` convolution as an implicit-im2col GEMM, written
-        // straight into token-major [batch * tokens, dim] order.
-        let g = ConvGeometry { cin: c.in_chans, ih: c.img_size[0], iw: c.img_size[1], kh: c.patch, kw: c.patch, stride: c.patch, pad: 0 };
-        ops.push(Gemm::conv(batch, g, &buf.input, &self.stem_w, &buf.x)?.bias(&self.stem_b, Axis::N).build(gpu)?);
-
-        let stream = Stream { batch, grid: c.grid(), dim: d, x: &buf.x, xn: &buf.xn, hidden: &buf.hidden, aux: &buf.aux, tex: &buf.mirrors[0] };
-        for block in &self.blocks {
-            block.record(gpu, &stream, ops)?;
-        }
-        ops.push(self.norm.record(gpu, batch, t, &buf.x, &buf.xn)?);
-        ops.push(ops::reduce::mean_tokens(gpu, batch, t, d, &buf.xn, &buf.pooled)?);
-        ops.push(Gemm::linear(batch, Operand::new(&buf.pooled, d, 0), &self.head_w, Operand::new(&buf.logits, c.num_classes, 0))
-            .bias(&self.head_b, Axis::N)
-            .build(gpu)?);
-        Ok(())
-    }
+    n.push(norm.step(tokens, Slot::X, Slot::Xn));
+    n.push(Step::MeanTokens {
+        tokens,
+        d: dim,
+        x: Slot::Xn,
+        y: Slot::Pooled,
+    });
+    n.gemm(
+        Gemm::new(
+            GemmKind::Linear {
+                rows: 1,
+                a: View::dense(Slot::Pooled, 1, dim),
+            },
+            head_w,
+            View::dense(Slot::Logits, 1, num_classes),
+        )
+        .bias(head_b),
+    );
+    let input = in_chans * cfg.img_size[0] * cfg.img_size[1];
+    builder.finish(input, num_classes)
 }

@@ -6,12 +6,10 @@
 //! x = x + ls1 * (AvgPool3x3(GN1(x)) - GN1(x))
 //! ```
 //!
-//! One kernel (`shaders/pool.wgsl`) does the pooling, the subtraction, the layer scale and the
-//! residual add.
+//! One step does the pooling, the subtraction, the layer scale and the residual add.
 
-use crate::error::Result;
-use crate::gpu::Gpu;
-use crate::ops::{self, Op};
+use crate::error::{Error, Result};
+use crate::net::{Builder, Step, W};
 
 use super::block::Stream;
 
@@ -19,10 +17,18 @@ use super::block::Stream;
 pub struct Pooling;
 
 impl Pooling {
-    pub fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
-        let ls = ls.ok_or_else(|| crate::error::Error::Config("PoolFormer blocks need a layer scale".into()))?;
+    pub fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) -> Result<()> {
+        let scale =
+            ls.ok_or_else(|| Error::Config("PoolFormer blocks need a layer scale".into()))?;
         let (h, w) = s.grid;
-        ops.push(ops::pool::pool_mix(gpu, s.batch, h, w, s.dim, s.xn, ls, s.x)?);
+        n.push(Step::PoolMix {
+            h,
+            w,
+            d: s.dim,
+            xn: s.xn,
+            scale,
+            x: s.x,
+        });
         Ok(())
     }
 }

@@ -8,25 +8,23 @@
 //! x    = x + fc2(s)
 //! ```
 //!
-//! Four ops: fc1 (+bias, GELU) → LayerNorm of the second half of each row, read in place →
+//! Four steps: fc1 (+bias, GELU) → LayerNorm of the second half of each row, read in place →
 //! the token projection W · v_n with bias and the gate u ⊙ fused in its epilogue → fc2
 //! (+bias, residual). The MetaFormer resemblance: it is a channel MLP whose hidden layer
 //! mixes tokens, where Mixer and ResMLP put that mixing in a branch of its own.
 
 use crate::error::Result;
-use crate::gpu::Gpu;
-use crate::ops::{self, norm::Rows, Axis, Gemm, Op, Operand};
-use crate::weights::Weights;
+use crate::net::{Builder, Gemm, GemmKind, Slot, Step, View, W};
 
-use super::block::{upload, Linear, Scratch, Stream};
+use super::block::{Linear, Stream};
 
 /// torch's default LayerNorm eps, which timm's `SpatialGatingUnit` keeps.
 const SGU_LN_EPS: f32 = 1e-5;
 
 /// timm `SpatialGatingUnit`: `gate.norm` over hidden/2 channels, `gate.proj` [tokens, tokens].
 pub struct SpatialGatingUnit {
-    pub norm_weight: wgpu::Buffer,
-    pub norm_bias: wgpu::Buffer,
+    pub norm_weight: W,
+    pub norm_bias: W,
     pub proj: Linear,
 }
 
@@ -39,44 +37,64 @@ pub struct GatedMlp {
 }
 
 impl GatedMlp {
-    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, dim: usize, hidden: usize, tokens: usize) -> Result<Self> {
+    pub fn load(
+        n: &mut Builder,
+        prefix: &str,
+        dim: usize,
+        hidden: usize,
+        tokens: usize,
+    ) -> Result<Self> {
         let half = hidden / 2;
         Ok(GatedMlp {
-            fc1: Linear::load(gpu, w, &format!("{prefix}.fc1"), hidden, dim, false)?,
+            fc1: Linear::load(n, &format!("{prefix}.fc1"), hidden, dim, false)?,
             gate: SpatialGatingUnit {
-                norm_weight: upload(gpu, w, &format!("{prefix}.gate.norm.weight"), &[half])?,
-                norm_bias: upload(gpu, w, &format!("{prefix}.gate.norm.bias"), &[half])?,
-                proj: Linear::load(gpu, w, &format!("{prefix}.gate.proj"), tokens, tokens, false)?,
+                norm_weight: n.take(&format!("{prefix}.gate.norm.weight"), &[half])?,
+                norm_bias: n.take(&format!("{prefix}.gate.norm.bias"), &[half])?,
+                proj: Linear::load(n, &format!("{prefix}.gate.proj"), tokens, tokens, false)?,
             },
-            fc2: Linear::load(gpu, w, &format!("{prefix}.fc2"), dim, half, false)?,
+            fc2: Linear::load(n, &format!("{prefix}.fc2"), dim, half, false)?,
             dim,
         })
     }
 
-    fn half(&self) -> usize {
-        self.fc1.w.rows / 2
-    }
-
     /// `x += fc2(u ⊙ (W · LN(v) + b))` with `[u, v] = gelu(fc1(xn))`.
-    pub fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
-        let (rows, t, d) = (s.rows(), s.tokens(), self.dim);
-        let (h, half) = (self.fc1.w.rows, self.half());
-        self.fc1.record_fc1_gelu(gpu, s, ops)?;
+    pub fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) {
+        let (t, d) = (s.tokens(), self.dim);
+        let (h, half) = (self.fc1.out, self.fc1.out / 2);
+        self.fc1.fc1_gelu(n, s);
         // v_n = LayerNorm(v), v being columns [half, h) of each hidden row; written dense to aux.
-        let v = Rows { buf: s.hidden, off: half, ld: h };
-        ops.push(ops::norm::layer_norm_rows(gpu, rows, half, SGU_LN_EPS, v, &self.gate.norm_weight, &self.gate.norm_bias, s.aux)?);
+        let v = View {
+            slot: Slot::Hidden,
+            off: half,
+            ld: h,
+            bs: t * h,
+        };
+        let g = &self.gate;
+        n.push(Step::LayerNorm {
+            rows: t,
+            d: half,
+            eps: SGU_LN_EPS,
+            x: v,
+            gamma: g.norm_weight,
+            beta: g.norm_bias,
+            y: Slot::Aux,
+        });
         // s = u ⊙ (W · v_n + b) per image, into xn (free again after fc1).
-        let proj = Gemm::across_tokens(s.batch, &self.gate.proj.w, Operand::new(s.aux, half, t * half), half, Operand::new(s.xn, half, t * half));
-        ops.push(proj.token_bias(&self.gate.proj.b).gate(Operand::new(s.hidden, h, t * h)).build(gpu)?);
-        let mut fc2 = Gemm::linear(rows, Operand::new(s.xn, half, 0), &self.fc2.w, Operand::new(s.x, d, 0)).bias(&self.fc2.b, Axis::N);
-        if let Some(ls) = ls {
-            fc2 = fc2.scale(ls, Axis::N);
-        }
-        ops.push(fc2.residual().build(gpu)?);
-        Ok(())
-    }
-
-    pub fn scratch(&self, tokens: usize) -> Scratch {
-        Scratch { xn: tokens * self.dim.max(self.half()), hidden: tokens * self.fc1.w.rows, aux: tokens * self.half() }
+        let gated = View::dense(s.xn, t, half);
+        let proj = Gemm::new(
+            GemmKind::Tokens {
+                x: View::dense(Slot::Aux, t, half),
+                channels: half,
+            },
+            g.proj.w,
+            gated,
+        );
+        n.gemm(proj.bias(g.proj.b).gate(View::dense(Slot::Hidden, t, h)));
+        let fc2 = Gemm::new(
+            GemmKind::Linear { rows: t, a: gated },
+            self.fc2.w,
+            View::dense(s.x, t, d),
+        );
+        n.gemm(fc2.bias(self.fc2.b).scale(ls).residual());
     }
 }

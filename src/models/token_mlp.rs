@@ -3,30 +3,47 @@
 //! matrix. Written as weight · activations, the GEMMs read X in its own layout: no transpose.
 
 use crate::error::Result;
-use crate::gpu::Gpu;
-use crate::ops::{Gemm, Op, Operand};
-use crate::weights::Weights;
+use crate::net::{Builder, Gemm, GemmKind, Slot, View, W};
 
-use super::block::{mirror, Mlp, Stream};
+use super::block::{Mlp, Stream};
 
 /// An [`Mlp`] whose features are the tokens: fc1 [hidden, tokens], fc2 [tokens, hidden].
 pub struct TokenMlp(pub Mlp);
 
 impl TokenMlp {
-    pub fn load(gpu: &Gpu, w: &mut Weights, prefix: &str, tokens: usize, hidden: usize) -> Result<Self> {
-        Ok(TokenMlp(Mlp::load(gpu, w, prefix, tokens, hidden, false)?))
+    pub fn load(n: &mut Builder, prefix: &str, tokens: usize, hidden: usize) -> Result<Self> {
+        Ok(TokenMlp(Mlp::load(n, prefix, tokens, hidden, false)?))
     }
 
     /// `x += ls * (W2 · gelu(W1 · xn + b1) + b2)` per image, biases along the token axis.
-    pub fn record(&self, gpu: &Gpu, s: &Stream, ls: Option<&wgpu::Buffer>, ops: &mut Vec<Op>) -> Result<()> {
+    pub fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) {
         let (m, d) = (&self.0, s.dim);
         let (t, h) = (m.features, m.hidden);
-        let xn_tex = mirror(s.xn, &s.tex.xn, ops)?;
-        let fc1 = Gemm::across_tokens(s.batch, &m.fc1.w, Operand::new(s.xn, d, t * d), d, Operand::new(s.hidden, d, h * d)).a_texture(xn_tex);
-        ops.push(fc1.token_bias(&m.fc1.b).gelu().build(gpu)?);
-        let hidden_tex = mirror(s.hidden, &s.tex.tokens_hidden, ops)?;
-        let fc2 = Gemm::across_tokens(s.batch, &m.fc2.w, Operand::new(s.hidden, d, h * d), d, Operand::new(s.x, d, t * d)).a_texture(hidden_tex);
-        ops.push(fc2.token_bias(&m.fc2.b).channel_scale(ls).residual().build(gpu)?);
-        Ok(())
+        let hidden = View::dense(Slot::Hidden, h, d);
+        n.gemm(
+            Gemm::new(
+                GemmKind::Tokens {
+                    x: View::dense(s.xn, t, d),
+                    channels: d,
+                },
+                m.fc1.w,
+                hidden,
+            )
+            .bias(m.fc1.b)
+            .gelu(),
+        );
+        n.gemm(
+            Gemm::new(
+                GemmKind::Tokens {
+                    x: hidden,
+                    channels: d,
+                },
+                m.fc2.w,
+                View::dense(s.x, t, d),
+            )
+            .bias(m.fc2.b)
+            .scale(ls)
+            .residual(),
+        );
     }
 }

@@ -7,14 +7,34 @@ use crate::gpu::{Binding, Gpu, Kernel};
 use super::{check_extent, grid, Op};
 
 const SOURCE: &str = include_str!("../../shaders/pool.wgsl");
-const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::ReadWrite];
+const BINDINGS: &[Binding] = &[
+    Binding::Uniform,
+    Binding::Read,
+    Binding::Read,
+    Binding::ReadWrite,
+];
 
 /// `x += layer_scale * (avgpool3x3(xn) - xn)` over `batch` channels-last images [h, w, d].
-pub fn pool_mix(gpu: &Gpu, batch: usize, h: usize, w: usize, d: usize, xn: &wgpu::Buffer, layer_scale: &wgpu::Buffer, x: &wgpu::Buffer) -> Result<Op> {
+pub fn pool_mix(
+    gpu: &Gpu,
+    batch: usize,
+    h: usize,
+    w: usize,
+    d: usize,
+    xn: &wgpu::Buffer,
+    layer_scale: &wgpu::Buffer,
+    x: &wgpu::Buffer,
+) -> Result<Op> {
     let n = batch * h * w * d;
     check_extent("pool xn", xn, 0, n as u64)?;
     check_extent("pool x", x, 0, n as u64)?;
     check_extent("pool layer scale", layer_scale, 0, d as u64)?;
     let pipeline = gpu.pipeline(&Kernel::new("pool", SOURCE, BINDINGS))?;
-    Op::new(gpu, pipeline, &[batch as u32, h as u32, w as u32, d as u32], &[xn, layer_scale, x], grid(gpu, n)?)
+    Op::new(
+        gpu,
+        pipeline,
+        &[batch as u32, h as u32, w as u32, d as u32],
+        &[xn, layer_scale, x],
+        grid(gpu, n)?,
+    )
 }

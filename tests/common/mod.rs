@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use tokenmix::gpu::GemmVariant;
-use tokenmix::Gpu;
+use tokenmix::{Device, Gpu};
 
 /// Named tolerances (Burn-style presets) instead of magic numbers in each test.
 pub mod tol {
@@ -18,7 +18,9 @@ pub mod tol {
 }
 
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
 }
 
 /// Creates a device with the given GEMM variant (or the adapter's default) and prints the
@@ -47,9 +49,45 @@ pub fn limited(variant: GemmVariant, limit: u64) -> Arc<Gpu> {
     Arc::new(gpu)
 }
 
-/// Every GEMM variant the adapter supports, each on its own device.
+/// `TOKENMIX_TEST_GEMM` narrows the suites to one executor: a GPU GEMM variant's name or
+/// `cpu`. A value that names nothing fails loudly rather than running zero cases.
+fn wanted(name: &str) -> bool {
+    std::env::var("TOKENMIX_TEST_GEMM").map_or(true, |o| o == name)
+}
+
+/// Every GEMM variant the adapter supports, each on its own device (WGSL kernel tests).
 pub fn all_variants() -> Vec<Arc<Gpu>> {
-    gpu().gemm_variants().into_iter().filter(|v| std::env::var("TOKENMIX_TEST_GEMM").map_or(true, |o| o == v.name())).map(|v| gpu_with(Some(v))).collect()
+    let v: Vec<_> = gpu()
+        .gemm_variants()
+        .into_iter()
+        .filter(|v| wanted(v.name()))
+        .map(|v| gpu_with(Some(v)))
+        .collect();
+    if v.is_empty() && !wanted("cpu") {
+        panic!(
+            "TOKENMIX_TEST_GEMM={:?} names no GEMM variant of this adapter",
+            std::env::var("TOKENMIX_TEST_GEMM")
+        );
+    }
+    v
+}
+
+/// Every executor: the WGSL path with each GEMM variant the adapter has (lavapipe in CI),
+/// then the CPU executor. Never empty.
+pub fn all_devices() -> Vec<Device> {
+    let mut v: Vec<Device> = all_variants().into_iter().map(Device::from).collect();
+    if wanted("cpu") {
+        v.push(cpu());
+    }
+    assert!(!v.is_empty(), "no executor to test");
+    v
+}
+
+/// The CPU executor.
+pub fn cpu() -> Device {
+    let d = Device::cpu();
+    eprintln!("executor: {}", d.describe());
+    d
 }
 
 /// Reads named F32 tensors from a safetensors file: (shape, data).
@@ -60,7 +98,11 @@ pub fn read_tensors(path: &std::path::Path, names: &[&str]) -> Vec<(Vec<usize>, 
         .iter()
         .map(|n| {
             let t = st.tensor(n).expect("fixture tensor");
-            let data = t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let data = t
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
             (t.shape().to_vec(), data)
         })
         .collect()

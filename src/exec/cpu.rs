@@ -1,0 +1,804 @@
+//! The CPU executor: runs a [`Net`] where the GPU is software or missing. GEMMs go to
+//! `matrixmultiply` (SIMD microkernels: AVX2/FMA, AVX-512, NEON natively, simd128 in wasm;
+//! threads natively), which takes any row and column stride, so Linear layers read PyTorch's
+//! [out, in] weights transposed in place, token mixing reads the activations in their own
+//! layout and convolutions run on an im2col copy. Epilogues, norms, pooling and reductions are
+//! plain loops over contiguous rows that the compiler vectorises; GELU is the exact erf.
+//!
+//! Weights are f32 from load on; activations live in a per-batch [`Workspace`] made once and
+//! reused, so a forward pass allocates nothing but its outputs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, Step};
+use crate::preprocess::{Geometry, Preprocess};
+
+use super::{Output, RunTimes, MAX_BATCH};
+
+pub const GEMM_NAME: &str = "matrixmultiply";
+
+/// The CPU as a device: its thread count and SIMD level, for reports.
+#[derive(Clone, Debug)]
+pub struct Cpu {
+    pub threads: usize,
+}
+
+impl Default for Cpu {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cpu {
+    pub fn new() -> Cpu {
+        #[cfg(not(target_arch = "wasm32"))]
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        #[cfg(target_arch = "wasm32")]
+        let threads = 1;
+        Cpu { threads }
+    }
+
+    /// The SIMD instructions the GEMM kernels can use on this machine.
+    pub fn simd() -> &'static str {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return "avx512";
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return "avx2+fma";
+            }
+            return "sse2";
+        }
+        #[cfg(target_arch = "aarch64")]
+        return "neon";
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return "wasm simd128";
+        #[allow(unreachable_code)]
+        "scalar"
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "CPU: {} thread{}, {} ({GEMM_NAME})",
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            Self::simd()
+        )
+    }
+}
+
+/// Activations for one batch size.
+struct Workspace {
+    batch: usize,
+    slots: Vec<Vec<f32>>,
+    /// A GEMM's product before its epilogue, and im2col columns.
+    scratch: Vec<f32>,
+    cols: Vec<f32>,
+    /// Each stage's output of the last image (nets with snapshots).
+    stages: Vec<f32>,
+}
+
+pub struct CpuExec {
+    net: Net,
+    slot_floats: [usize; 7],
+    work: Mutex<HashMap<usize, Workspace>>,
+}
+
+impl CpuExec {
+    pub fn new(net: Net) -> Result<CpuExec> {
+        let slot_floats = net.slot_floats();
+        for step in &net.steps {
+            if let Step::Gemm(g) = step {
+                let reads = match g.kind {
+                    GemmKind::Linear { a, .. } => a.slot,
+                    GemmKind::Tokens { x, .. } => x.slot,
+                    GemmKind::Conv { input, .. } => input,
+                };
+                if reads == g.c.slot || g.gate.is_some_and(|v| v.slot == g.c.slot) {
+                    return Err(Error::Config(format!(
+                        "a GEMM with `{}` reads the slot it writes",
+                        net.weight(g.w).name
+                    )));
+                }
+            }
+        }
+        let exec = CpuExec {
+            net,
+            slot_floats,
+            work: Mutex::default(),
+        };
+        // Like the GPU executor, make the batch-1 workspace at load.
+        exec.with_workspace(1, |_| Ok(()))?;
+        Ok(exec)
+    }
+
+    pub fn input_len(&self) -> usize {
+        self.net.input
+    }
+
+    pub fn widest_activation_bytes(&self) -> u64 {
+        self.slot_floats.iter().max().copied().unwrap_or(1).max(1) as u64 * 4
+    }
+
+    pub fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
+    fn with_workspace<T>(
+        &self,
+        batch: usize,
+        f: impl FnOnce(&mut Workspace) -> Result<T>,
+    ) -> Result<T> {
+        let mut work = self
+            .work
+            .lock()
+            .map_err(|_| Error::Input("CPU workspace poisoned by an earlier failure".into()))?;
+        if !work.contains_key(&batch) {
+            // Keep at most the batch-1 workspace and one other, so a long eval does not pile up.
+            work.retain(|&b, _| b == 1);
+            work.insert(batch, self.workspace(batch));
+        }
+        let ws = work
+            .get_mut(&batch)
+            .ok_or_else(|| Error::Input("no workspace".into()))?;
+        f(ws)
+    }
+
+    fn workspace(&self, batch: usize) -> Workspace {
+        let mut scratch = 0;
+        let mut cols = 0;
+        for step in &self.net.steps {
+            if let Step::Gemm(g) = step {
+                let (m, n, k) = self.net.gemm_dims(g);
+                scratch = scratch.max(batch * m * n);
+                if matches!(g.kind, GemmKind::Conv { .. }) {
+                    cols = cols.max(batch * m * k);
+                }
+            }
+        }
+        let stages = self.net.stages.iter().map(|((h, w), d)| h * w * d).sum();
+        Workspace {
+            batch,
+            slots: self
+                .slot_floats
+                .iter()
+                .map(|&n| vec![0f32; batch * n.max(1)])
+                .collect(),
+            scratch: vec![0f32; scratch],
+            cols: vec![0f32; cols],
+            stages: vec![0f32; stages],
+        }
+    }
+
+    /// Runs `input` ([batch, C, H, W], preprocessed) through the net.
+    pub fn forward(&self, input: &[f32]) -> Result<Output> {
+        let per = self.net.input;
+        let classes = self.net.classes;
+        let total = input.len() / per.max(1);
+        let mut out = Output {
+            classes,
+            logits: Vec::with_capacity(total * classes),
+            probs: Vec::with_capacity(total * classes),
+        };
+        for chunk in input.chunks(MAX_BATCH * per) {
+            let batch = chunk.len() / per;
+            self.with_workspace(batch, |ws| {
+                ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
+                self.run(ws)?;
+                let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
+                out.logits.extend_from_slice(logits);
+                for row in logits.chunks(classes) {
+                    softmax(row, &mut out.probs);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// One RGBA8 image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`),
+    /// then the forward pass. Returns the output, the model input, the stage snapshots and
+    /// the timings.
+    pub fn classify_rgba(
+        &self,
+        pp: &Preprocess,
+        rgba: &[u8],
+        width: usize,
+        height: usize,
+        now: fn() -> f64,
+    ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
+        let t0 = now();
+        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
+        let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
+        let t1 = now();
+        let out = self.forward(&input)?;
+        let stages = self.with_workspace(1, |ws| Ok(ws.stages.clone()))?;
+        let t2 = now();
+        Ok((
+            out,
+            input,
+            stages,
+            RunTimes {
+                preprocess_ms: t1 - t0,
+                forward_ms: t2 - t1,
+                readback_ms: 0.0,
+            },
+        ))
+    }
+
+    fn run(&self, ws: &mut Workspace) -> Result<()> {
+        let mut stage_at = 0;
+        for step in &self.net.steps {
+            match step {
+                Step::Gemm(g) => self.gemm(ws, g)?,
+                Step::LayerNorm {
+                    rows,
+                    d,
+                    eps,
+                    x,
+                    gamma,
+                    beta,
+                    y,
+                } => {
+                    let (gamma, beta) =
+                        (&self.net.weight(*gamma).data, &self.net.weight(*beta).data);
+                    let mut out = std::mem::take(&mut ws.slots[y.index()]);
+                    let src = &ws.slots[x.slot.index()];
+                    for r in 0..ws.batch * rows {
+                        let at = x.off + r * x.ld;
+                        let row = src
+                            .get(at..at + d)
+                            .ok_or_else(|| overrun("layer norm input"))?;
+                        layer_norm(row, &mut out[r * d..(r + 1) * d], gamma, beta, *eps);
+                    }
+                    ws.slots[y.index()] = out;
+                }
+                Step::Affine {
+                    rows,
+                    d,
+                    x,
+                    alpha,
+                    beta,
+                    y,
+                } => {
+                    let (alpha, beta) =
+                        (&self.net.weight(*alpha).data, &self.net.weight(*beta).data);
+                    let n = ws.batch * rows * d;
+                    let mut out = std::mem::take(&mut ws.slots[y.index()]);
+                    for (o, i) in out[..n]
+                        .chunks_mut(*d)
+                        .zip(ws.slots[x.index()][..n].chunks(*d))
+                    {
+                        for c in 0..*d {
+                            o[c] = alpha[c] * i[c] + beta[c];
+                        }
+                    }
+                    ws.slots[y.index()] = out;
+                }
+                Step::GroupNorm {
+                    tokens,
+                    d,
+                    eps,
+                    x,
+                    gamma,
+                    beta,
+                    y,
+                } => {
+                    let (gamma, beta) =
+                        (&self.net.weight(*gamma).data, &self.net.weight(*beta).data);
+                    let per = tokens * d;
+                    let mut out = std::mem::take(&mut ws.slots[y.index()]);
+                    for b in 0..ws.batch {
+                        let img = &ws.slots[x.index()][b * per..(b + 1) * per];
+                        group_norm(img, &mut out[b * per..(b + 1) * per], *d, gamma, beta, *eps);
+                    }
+                    ws.slots[y.index()] = out;
+                }
+                Step::PoolMix {
+                    h,
+                    w,
+                    d,
+                    xn,
+                    scale,
+                    x,
+                } => {
+                    let scale = &self.net.weight(*scale).data;
+                    let per = h * w * d;
+                    let mut acc = std::mem::take(&mut ws.scratch);
+                    let mut dst = std::mem::take(&mut ws.slots[x.index()]);
+                    for b in 0..ws.batch {
+                        let src = &ws.slots[xn.index()][b * per..(b + 1) * per];
+                        pool_mix(
+                            src,
+                            &mut dst[b * per..(b + 1) * per],
+                            (*h, *w, *d),
+                            scale,
+                            &mut acc,
+                        );
+                    }
+                    ws.slots[x.index()] = dst;
+                    ws.scratch = acc;
+                }
+                Step::MeanTokens { tokens, d, x, y } => {
+                    let per = tokens * d;
+                    let mut out = std::mem::take(&mut ws.slots[y.index()]);
+                    for b in 0..ws.batch {
+                        let img = &ws.slots[x.index()][b * per..(b + 1) * per];
+                        let o = &mut out[b * d..(b + 1) * d];
+                        o.fill(0.0);
+                        for t in img.chunks(*d) {
+                            for (a, v) in o.iter_mut().zip(t) {
+                                *a += v;
+                            }
+                        }
+                        let inv = 1.0 / *tokens as f32;
+                        o.iter_mut().for_each(|v| *v *= inv);
+                    }
+                    ws.slots[y.index()] = out;
+                }
+                Step::Snapshot { x, floats, .. } => {
+                    // The last image's stage output (batch-1 runs are the page's).
+                    let b = ws.batch - 1;
+                    let src = &ws.slots[x.index()][b * floats..(b + 1) * floats];
+                    ws.stages[stage_at..stage_at + floats].copy_from_slice(src);
+                    stage_at += floats;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn gemm(&self, ws: &mut Workspace, g: &Gemm) -> Result<()> {
+        let (m, n, k) = self.net.gemm_dims(g);
+        let w = &self.net.weight(g.w).data;
+        let batch = ws.batch;
+        let bias = g.bias.map(|b| &self.net.weight(b).data[..]);
+        let scale = g.scale.map(|s| &self.net.weight(s).data[..]);
+        let plain = bias.is_none() && scale.is_none() && !g.gelu && g.gate.is_none();
+        let mut c = std::mem::take(&mut ws.slots[g.c.slot.index()]);
+        let mut scratch = std::mem::take(&mut ws.scratch);
+        let result = (|| -> Result<()> {
+            match g.kind {
+                GemmKind::Linear { .. } | GemmKind::Conv { .. } => {
+                    let rows = batch * m;
+                    // A: the activations, or the im2col columns of a convolution.
+                    let (a, lda): (&[f32], usize) = match g.kind {
+                        GemmKind::Linear { a, .. } => (
+                            ws.slots[a.slot.index()]
+                                .get(a.off..)
+                                .ok_or_else(|| overrun("GEMM A"))?,
+                            a.ld,
+                        ),
+                        GemmKind::Conv {
+                            input,
+                            geometry,
+                            nhwc,
+                        } => {
+                            im2col(
+                                &ws.slots[input.index()],
+                                batch,
+                                &geometry,
+                                nhwc,
+                                &mut ws.cols,
+                            )?;
+                            (&ws.cols[..], k)
+                        }
+                        GemmKind::Tokens { .. } => unreachable!(),
+                    };
+                    check(a.len(), rows, k, lda, "GEMM A")?;
+                    let cv = g.c;
+                    let cs = c.get_mut(cv.off..).ok_or_else(|| overrun("GEMM C"))?;
+                    check(cs.len(), rows, n, cv.ld, "GEMM C")?;
+                    if plain {
+                        // C (+)= A · Wᵀ straight into C.
+                        sgemm(rows, k, n, a, (lda, 1), w, (1, k), cs, cv.ld, g.residual);
+                        return Ok(());
+                    }
+                    let prod = &mut scratch[..rows * n];
+                    sgemm(rows, k, n, a, (lda, 1), w, (1, k), prod, n, false);
+                    let gate = match &g.gate {
+                        Some(v) => Some((
+                            ws.slots[v.slot.index()]
+                                .get(v.off..)
+                                .ok_or_else(|| overrun("GEMM gate"))?,
+                            v.ld,
+                        )),
+                        None => None,
+                    };
+                    if let Some((gs, ld)) = gate {
+                        check(gs.len(), rows, n, ld, "GEMM gate")?;
+                    }
+                    for r in 0..rows {
+                        let out = &mut cs[r * cv.ld..r * cv.ld + n];
+                        let gate_row = gate.map(|(gs, ld)| &gs[r * ld..r * ld + n]);
+                        epilogue_row(
+                            &prod[r * n..(r + 1) * n],
+                            out,
+                            |j| bias.map_or(0.0, |b| b[j]),
+                            scale,
+                            g.gelu,
+                            gate_row,
+                            g.residual,
+                        );
+                    }
+                }
+                GemmKind::Tokens { x, .. } => {
+                    for b in 0..batch {
+                        let xs = ws.slots[x.slot.index()]
+                            .get(x.off + b * x.bs..)
+                            .ok_or_else(|| overrun("token-mixing input"))?;
+                        check(xs.len(), k, n, x.ld, "token-mixing input")?;
+                        let cv = g.c;
+                        let cs = c
+                            .get_mut(cv.off + b * cv.bs..)
+                            .ok_or_else(|| overrun("token-mixing output"))?;
+                        check(cs.len(), m, n, cv.ld, "token-mixing output")?;
+                        if plain {
+                            sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), cs, cv.ld, g.residual);
+                            continue;
+                        }
+                        let prod = &mut scratch[..m * n];
+                        sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), prod, n, false);
+                        let gate = match &g.gate {
+                            Some(v) => Some((
+                                ws.slots[v.slot.index()]
+                                    .get(v.off + b * v.bs..)
+                                    .ok_or_else(|| overrun("GEMM gate"))?,
+                                v.ld,
+                            )),
+                            None => None,
+                        };
+                        if let Some((gs, ld)) = gate {
+                            check(gs.len(), m, n, ld, "GEMM gate")?;
+                        }
+                        for i in 0..m {
+                            let out = &mut cs[i * cv.ld..i * cv.ld + n];
+                            let gate_row = gate.map(|(gs, ld)| &gs[i * ld..i * ld + n]);
+                            let row_bias = bias.map_or(0.0, |b| b[i]);
+                            epilogue_row(
+                                &prod[i * n..(i + 1) * n],
+                                out,
+                                |_| row_bias,
+                                scale,
+                                g.gelu,
+                                gate_row,
+                                g.residual,
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })();
+        ws.slots[g.c.slot.index()] = c;
+        ws.scratch = scratch;
+        result
+    }
+}
+
+fn overrun(what: &str) -> Error {
+    Error::Input(format!("{what}: view outside its activation buffer"))
+}
+
+/// A [rows, cols] matrix with row stride `ld` must fit in `len` floats.
+fn check(len: usize, rows: usize, cols: usize, ld: usize, what: &str) -> Result<()> {
+    if rows == 0 || cols == 0 || cols > ld.max(cols) || (rows - 1) * ld + cols > len {
+        return Err(overrun(what));
+    }
+    Ok(())
+}
+
+/// `C = A · B` (or `C += A · B`), A [m, k] and B [k, n] with (row, column) strides, C [m, n]
+/// with row stride `ldc`. Callers check every extent first ([`check`]).
+#[allow(clippy::too_many_arguments)]
+fn sgemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    (rsa, csa): (usize, usize),
+    b: &[f32],
+    (rsb, csb): (usize, usize),
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    debug_assert!(a.len() > (m - 1) * rsa + (k - 1) * csa);
+    debug_assert!(b.len() > (k - 1) * rsb + (n - 1) * csb);
+    debug_assert!(c.len() >= (m - 1) * ldc + n);
+    // SAFETY: the extents above are checked by the callers (`check`) for every operand: each
+    // pointer plus its largest offset stays inside its slice, and C does not alias A or B
+    // (they are different slices; `CpuExec::new` refuses GEMMs that read the slot they write).
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rsa as isize,
+            csa as isize,
+            b.as_ptr(),
+            rsb as isize,
+            csb as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            c.as_mut_ptr(),
+            ldc as isize,
+            1,
+        );
+    }
+}
+
+/// `C = A · Wᵀ`, A [m, k], W [n, k] (a Linear layer's weight), C [m, n] (for benchmarks).
+pub fn linear(m: usize, k: usize, n: usize, a: &[f32], w: &[f32], c: &mut [f32]) -> Result<()> {
+    check(a.len(), m, k, k, "A")?;
+    check(w.len(), n, k, k, "W")?;
+    check(c.len(), m, n, n, "C")?;
+    sgemm(m, k, n, a, (k, 1), w, (1, k), c, n, false);
+    Ok(())
+}
+
+/// `C = W · X`, W [m, k], X [k, n], C [m, n] (token mixing, for benchmarks).
+pub fn weight_times(
+    m: usize,
+    k: usize,
+    n: usize,
+    w: &[f32],
+    x: &[f32],
+    c: &mut [f32],
+) -> Result<()> {
+    check(w.len(), m, k, k, "W")?;
+    check(x.len(), k, n, n, "X")?;
+    check(c.len(), m, n, n, "C")?;
+    sgemm(m, k, n, w, (k, 1), x, (n, 1), c, n, false);
+    Ok(())
+}
+
+/// `out (+)= gate ⊙ (act(prod + bias) * scale)` for one row.
+#[inline]
+fn epilogue_row(
+    prod: &[f32],
+    out: &mut [f32],
+    bias: impl Fn(usize) -> f32,
+    scale: Option<&[f32]>,
+    gelu: bool,
+    gate: Option<&[f32]>,
+    residual: bool,
+) {
+    for j in 0..prod.len() {
+        let mut v = prod[j] + bias(j);
+        if gelu {
+            v = gelu_erf(v);
+        }
+        if let Some(s) = scale {
+            v *= s[j];
+        }
+        if let Some(g) = gate {
+            v *= g[j];
+        }
+        out[j] = if residual { out[j] + v } else { v };
+    }
+}
+
+/// GELU with the exact erf, as torch.nn.GELU().
+#[inline]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// LayerNorm of one row, statistics in f64 (two passes, so a large common offset cannot
+/// cancel the variance).
+fn layer_norm(x: &[f32], y: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
+    let d = x.len() as f64;
+    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / d;
+    let var = x
+        .iter()
+        .map(|&v| (v as f64 - mean) * (v as f64 - mean))
+        .sum::<f64>()
+        / d;
+    let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+    let mean = mean as f32;
+    for i in 0..x.len() {
+        y[i] = (x[i] - mean) * inv * gamma[i] + beta[i];
+    }
+}
+
+/// GroupNorm with one group over one image's [tokens, d].
+fn group_norm(x: &[f32], y: &mut [f32], d: usize, gamma: &[f32], beta: &[f32], eps: f32) {
+    let n = x.len() as f64;
+    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let var = x
+        .iter()
+        .map(|&v| (v as f64 - mean) * (v as f64 - mean))
+        .sum::<f64>()
+        / n;
+    let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+    let mean = mean as f32;
+    for (yo, xi) in y.chunks_mut(d).zip(x.chunks(d)) {
+        for c in 0..d {
+            yo[c] = (xi[c] - mean) * inv * gamma[c] + beta[c];
+        }
+    }
+}
+
+/// `x += scale * (AvgPool3x3(xn) - xn)` over one channels-last [h, w, d] image,
+/// count_include_pad = False. `acc` is scratch of at least d floats.
+fn pool_mix(
+    xn: &[f32],
+    x: &mut [f32],
+    (h, w, d): (usize, usize, usize),
+    scale: &[f32],
+    acc: &mut Vec<f32>,
+) {
+    if acc.len() < d {
+        acc.resize(d, 0.0);
+    }
+    let acc = &mut acc[..d];
+    for y in 0..h {
+        let (y0, y1) = (y.saturating_sub(1), (y + 2).min(h));
+        for xx in 0..w {
+            let (x0, x1) = (xx.saturating_sub(1), (xx + 2).min(w));
+            acc.fill(0.0);
+            for ny in y0..y1 {
+                for nx in x0..x1 {
+                    let t = &xn[(ny * w + nx) * d..(ny * w + nx + 1) * d];
+                    for c in 0..d {
+                        acc[c] += t[c];
+                    }
+                }
+            }
+            let inv = 1.0 / ((y1 - y0) * (x1 - x0)) as f32;
+            let at = (y * w + xx) * d;
+            let (own, out) = (&xn[at..at + d], &mut x[at..at + d]);
+            for c in 0..d {
+                out[c] += scale[c] * (acc[c] * inv - own[c]);
+            }
+        }
+    }
+}
+
+/// Columns of an implicit-im2col convolution made explicit: row (img, oy, ox), column
+/// (ci, ky, kx) in PyTorch's weight order; zero outside the image.
+fn im2col(src: &[f32], batch: usize, g: &ConvGeometry, nhwc: bool, cols: &mut [f32]) -> Result<()> {
+    let (oh, ow) = g.out_hw()?;
+    let k = g.cin * g.kh * g.kw;
+    let per = g.cin * g.ih * g.iw;
+    if src.len() < batch * per || cols.len() < batch * oh * ow * k {
+        return Err(overrun("convolution input"));
+    }
+    for img in 0..batch {
+        let x = &src[img * per..(img + 1) * per];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let row = &mut cols[((img * oh + oy) * ow + ox) * k..][..k];
+                for ci in 0..g.cin {
+                    for ky in 0..g.kh {
+                        let iy = (oy * g.stride + ky) as isize - g.pad as isize;
+                        for kx in 0..g.kw {
+                            let ix = (ox * g.stride + kx) as isize - g.pad as isize;
+                            let inside =
+                                iy >= 0 && ix >= 0 && (iy as usize) < g.ih && (ix as usize) < g.iw;
+                            row[(ci * g.kh + ky) * g.kw + kx] = if inside {
+                                let (iy, ix) = (iy as usize, ix as usize);
+                                if nhwc {
+                                    x[(iy * g.iw + ix) * g.cin + ci]
+                                } else {
+                                    x[(ci * g.ih + iy) * g.iw + ix]
+                                }
+                            } else {
+                                0.0
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Appends the softmax of one row of logits.
+fn softmax(row: &[f32], out: &mut Vec<f32>) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let sum: f64 = row.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    out.extend(row.iter().map(|&v| (((v - max) as f64).exp() / sum) as f32));
+}
+
+/// timm's eval transform of RGBA pixels (one u32 per pixel, R in the low byte) on the CPU: the
+/// same antialiased Catmull-Rom footprint as `preprocess.wgsl`, applied as two 1-D passes
+/// (the 2-D weights are their product), rounded to 8 bits, cropped, normalised, CHW.
+pub fn rgba_to_input(
+    pp: &Preprocess,
+    g: &Geometry,
+    pixels: &[u32],
+    width: usize,
+    height: usize,
+) -> Result<Vec<f32>> {
+    pp.validate()?;
+    if width == 0 || height == 0 || pixels.len() != width * height {
+        return Err(Error::Input(format!(
+            "{} pixels for a {width}x{height} image",
+            pixels.len()
+        )));
+    }
+    let [oh, ow] = pp.size;
+    let (rw, rh) = g.resized;
+    let taps = |o: usize, src: usize, dst: usize| -> (usize, Vec<f32>) {
+        let scale = src as f32 / dst as f32;
+        let filter_scale = scale.max(1.0);
+        let support = 2.0 * filter_scale;
+        let centre = (o as f32 + 0.5) * scale;
+        let lo = ((centre - support + 0.5).floor() as i64).max(0) as usize;
+        let hi = ((centre + support + 0.5).floor() as i64)
+            .min(src as i64)
+            .max(lo as i64) as usize;
+        let weights = (lo..hi)
+            .map(|i| cubic((i as f32 - centre + 0.5) / filter_scale))
+            .collect();
+        (lo, weights)
+    };
+    let xs: Vec<_> = (0..ow).map(|x| taps(x + g.left, width, rw)).collect();
+    let ys: Vec<_> = (0..oh).map(|y| taps(y + g.top, height, rh)).collect();
+    let channel = |p: u32, c: usize| ((p >> (8 * c)) & 0xff) as f32;
+    let mut out = vec![0f32; pp.channels * oh * ow];
+    // Horizontal pass for one source row, cached by row index.
+    let mut rows: HashMap<usize, Vec<[f32; 3]>> = HashMap::new();
+    for (oy, (ylo, wy)) in ys.iter().enumerate() {
+        let mut acc = vec![[0f32; 3]; ow];
+        let mut wsum_y = 0f32;
+        for (dy, &wyv) in wy.iter().enumerate() {
+            let sy = ylo + dy;
+            let row = rows.entry(sy).or_insert_with(|| {
+                xs.iter()
+                    .map(|(xlo, wx)| {
+                        let (mut s, mut wsum) = ([0f32; 3], 0f32);
+                        for (dx, &wxv) in wx.iter().enumerate() {
+                            let p = pixels[sy * width + xlo + dx];
+                            for (c, sc) in s.iter_mut().enumerate() {
+                                *sc += wxv * channel(p, c);
+                            }
+                            wsum += wxv;
+                        }
+                        s.map(|v| v / wsum)
+                    })
+                    .collect()
+            });
+            for (a, r) in acc.iter_mut().zip(row.iter()) {
+                for c in 0..3 {
+                    a[c] += wyv * r[c];
+                }
+            }
+            wsum_y += wyv;
+        }
+        // Rows above this footprint are not needed again (footprints move down).
+        rows.retain(|&r, _| r >= *ylo);
+        for (ox, a) in acc.iter().enumerate() {
+            let rgb = a.map(|v| (v / wsum_y).round().clamp(0.0, 255.0));
+            let at = oy * ow + ox;
+            if pp.channels == 1 {
+                let l = ((rgb[0] * 299.0 + rgb[1] * 587.0 + rgb[2] * 114.0) / 1000.0).floor();
+                out[at] = (l / 255.0 - pp.mean[0]) / pp.std[0];
+            } else {
+                for c in 0..3 {
+                    out[c * oh * ow + at] = (rgb[c] / 255.0 - pp.mean[c]) / pp.std[c];
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn cubic(x: f32) -> f32 {
+    let a = -0.5;
+    let t = x.abs();
+    if t < 1.0 {
+        ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0
+    } else if t < 2.0 {
+        (((t - 5.0) * t + 8.0) * t - 4.0) * a
+    } else {
+        0.0
+    }
+}

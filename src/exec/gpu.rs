@@ -1,0 +1,544 @@
+//! The wgpu executor: runs a [`Net`] as WGSL compute shaders. Weights are uploaded once
+//! (GEMM weights as [`Matrix`], split into row blocks past the binding limit, with texture
+//! copies where the adapter's GEMM gathers from textures); per batch size a [`Plan`] owns the
+//! slot buffers, the texture mirrors and the recorded ops, so a forward pass is one command
+//! encoder, one submission and one read-back of logits and probabilities.
+//!
+//! Everything adapter-specific lives here and in `ops/`: which GEMM kernel runs (`Gpu::gemm`),
+//! which activations get texture mirrors (any dense GEMM input whose rows are a multiple of 64
+//! floats, on the texture kernel), how weights are split.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::gpu::{GemmVariant, Gpu};
+use crate::net::{GemmKind, Net, Slot, Step, Tensor, View, W};
+use crate::ops::{self, norm::Rows, ActTexture, Axis, Matrix, Op, Operand};
+use crate::preprocess::Preprocess;
+
+use super::{Output, RunTimes};
+
+enum GpuWeight {
+    Matrix(Matrix),
+    Vector(wgpu::Buffer),
+}
+
+/// Slot buffers, mirrors and recorded ops for one batch size.
+struct Plan {
+    batch: usize,
+    slots: Vec<wgpu::Buffer>,
+    probs: wgpu::Buffer,
+    /// Batch-1 plans of nets with snapshots: each stage's output, one after the other.
+    stages: Option<wgpu::Buffer>,
+    ops: Vec<Op>,
+}
+
+pub struct GpuExec {
+    pub gpu: Arc<Gpu>,
+    steps: Vec<Step>,
+    /// (name, rows, cols) of each weight, for shapes and messages; the data lives on the GPU.
+    shapes: Vec<(String, usize, usize)>,
+    weights: Vec<GpuWeight>,
+    slot_floats: [usize; 7],
+    input: usize,
+    classes: usize,
+    stage_floats: Vec<usize>,
+    plans: Mutex<HashMap<usize, Arc<Plan>>>,
+}
+
+impl GpuExec {
+    /// Uploads the weights and builds the batch-1 plan, which compiles every pipeline: the
+    /// first forward pass compiles nothing.
+    pub fn new(gpu: Arc<Gpu>, net: Net) -> Result<GpuExec> {
+        let slot_floats = net.slot_floats();
+        let limit = gpu.binding_limit();
+        let widest = slot_floats.iter().max().copied().unwrap_or(1) as u64 * 4;
+        if widest > limit {
+            return Err(Error::Config(format!(
+                "one image's widest activation needs {widest} bytes, over the adapter's binding limit of {limit} bytes"
+            )));
+        }
+        let is_matrix = net.gemm_weights();
+        let mut shapes = Vec::with_capacity(net.weights.len());
+        let mut weights = Vec::with_capacity(net.weights.len());
+        for (t, matrix) in net.weights.iter().zip(is_matrix) {
+            let Tensor { name, data, .. } = t;
+            let (rows, cols) = (t.rows(), t.cols());
+            weights.push(if matrix {
+                GpuWeight::Matrix(Matrix::upload(&gpu, name, data, rows, cols)?)
+            } else {
+                GpuWeight::Vector(gpu.storage_init(name, data)?)
+            });
+            shapes.push((name.clone(), rows, cols));
+        }
+        let stage_floats = net
+            .steps
+            .iter()
+            .filter_map(|s| {
+                if let Step::Snapshot { floats, .. } = s {
+                    Some(*floats)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let exec = GpuExec {
+            gpu,
+            steps: net.steps,
+            shapes,
+            weights,
+            slot_floats,
+            input: net.input,
+            classes: net.classes,
+            stage_floats,
+            plans: Mutex::default(),
+        };
+        exec.plan(1)?;
+        Ok(exec)
+    }
+
+    /// Bytes of the widest activation buffer for one image.
+    pub fn widest_activation_bytes(&self) -> u64 {
+        self.slot_floats.iter().max().copied().unwrap_or(1).max(1) as u64 * 4
+    }
+
+    /// The largest batch one plan runs: [`super::MAX_BATCH`], or fewer when a batch's
+    /// activations would pass the adapter's storage-binding limit. Longer inputs run in chunks.
+    pub fn max_batch(&self) -> usize {
+        ((self.gpu.binding_limit() / self.widest_activation_bytes()) as usize)
+            .clamp(1, super::MAX_BATCH)
+    }
+
+    fn matrix(&self, w: W) -> Result<&Matrix> {
+        match &self.weights[w.0] {
+            GpuWeight::Matrix(m) => Ok(m),
+            GpuWeight::Vector(_) => Err(Error::Config(format!(
+                "`{}` is not uploaded as a matrix",
+                self.shapes[w.0].0
+            ))),
+        }
+    }
+
+    fn vector(&self, w: W) -> &wgpu::Buffer {
+        match &self.weights[w.0] {
+            GpuWeight::Vector(b) => b,
+            GpuWeight::Matrix(m) => &m.blocks()[0].buf,
+        }
+    }
+
+    fn plan(&self, batch: usize) -> Result<Arc<Plan>> {
+        let mut plans = self
+            .plans
+            .lock()
+            .map_err(|_| Error::Gpu("plan cache poisoned".into()))?;
+        if let Some(p) = plans.get(&batch) {
+            return Ok(p.clone());
+        }
+        let gpu = &self.gpu;
+        let slots = Slot::ALL
+            .iter()
+            .map(|s| gpu.storage(s.name(), batch * self.slot_floats[s.index()].max(1)))
+            .collect::<Result<Vec<_>>>()?;
+        let probs = gpu.storage("probs", batch * self.classes)?;
+        let stages = match self.stage_floats.iter().sum::<usize>() {
+            n if n > 0 && batch == 1 => Some(gpu.storage("stages", n)?),
+            _ => None,
+        };
+        let mirrors = self.mirrors(batch);
+        let mut ops = Vec::new();
+        let mut stage_offset = 0;
+        for step in &self.steps {
+            self.record(batch, step, &slots, &mirrors, &mut ops)?;
+            if let (Step::Snapshot { x, floats, .. }, Some(st)) = (step, &stages) {
+                ops.push(Op::copy_buffer(
+                    &slots[x.index()],
+                    st,
+                    stage_offset,
+                    *floats,
+                )?);
+                stage_offset += floats;
+            }
+        }
+        ops.push(ops::reduce::softmax(
+            gpu,
+            batch,
+            self.classes,
+            &slots[Slot::Logits.index()],
+            &probs,
+        )?);
+        gpu.check()?;
+        let plan = Arc::new(Plan {
+            batch,
+            slots,
+            probs,
+            stages,
+            ops,
+        });
+        plans.insert(batch, plan.clone());
+        Ok(plan)
+    }
+
+    /// The dense activation matrix a GEMM reads as its A operand (rows over the whole batch).
+    fn gemm_input(&self, batch: usize, g: &crate::net::Gemm) -> Option<(Slot, usize, usize)> {
+        let (_, rows, cols) = &self.shapes[g.w.0];
+        match g.kind {
+            GemmKind::Linear { rows: r, a } if a.off == 0 && a.ld == *cols => {
+                Some((a.slot, batch * r, *cols))
+            }
+            GemmKind::Tokens { x, channels }
+                if x.off == 0 && x.ld == channels && x.bs == cols * channels =>
+            {
+                let _ = rows;
+                Some((x.slot, batch * cols, channels))
+            }
+            _ => None,
+        }
+    }
+
+    /// Texture mirrors of the GEMM inputs, for adapters whose GEMM gathers from textures.
+    fn mirrors(&self, batch: usize) -> HashMap<(Slot, usize, usize), ActTexture> {
+        let mut out = HashMap::new();
+        if self.gpu.gemm != GemmVariant::Texture {
+            return out;
+        }
+        for step in &self.steps {
+            if let Step::Gemm(g) = step {
+                if let Some(key @ (slot, rows, cols)) = self.gemm_input(batch, g) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = out.entry(key) {
+                        if let Some(t) = ActTexture::new(&self.gpu, slot.name(), rows, cols) {
+                            e.insert(t);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Records one step as ops on this batch's slot buffers.
+    fn record(
+        &self,
+        batch: usize,
+        step: &Step,
+        slots: &[wgpu::Buffer],
+        mirrors: &HashMap<(Slot, usize, usize), ActTexture>,
+        ops: &mut Vec<Op>,
+    ) -> Result<()> {
+        let gpu = &self.gpu;
+        let buf = |s: Slot| &slots[s.index()];
+        // Linear GEMMs fold the batch into rows (bs = 0); the others keep the view's stride.
+        let operand = |v: &View, fold: bool| -> Result<Operand> {
+            let word = |n: usize| {
+                u32::try_from(n).map_err(|_| {
+                    Error::Input(format!(
+                        "activation offset {n} is too large for 32-bit indexing"
+                    ))
+                })
+            };
+            Ok(Operand {
+                buf: buf(v.slot),
+                off: word(v.off)?,
+                ld: word(v.ld)?,
+                bs: if fold { 0 } else { word(v.bs)? },
+            })
+        };
+        match step {
+            Step::Gemm(g) => {
+                let w = self.matrix(g.w)?;
+                let mirror = self.gemm_input(batch, g).and_then(|k| mirrors.get(&k));
+                if let Some(t) = mirror {
+                    let slot = self.gemm_input(batch, g).map_or(Slot::Input, |k| k.0);
+                    ops.push(Op::copy_to_texture(buf(slot), t)?);
+                }
+                let mut gemm = match g.kind {
+                    GemmKind::Linear { rows, a } => {
+                        let mut k = ops::Gemm::linear(
+                            batch * rows,
+                            operand(&a, true)?,
+                            w,
+                            operand(&g.c, true)?,
+                        )
+                        .a_texture(mirror);
+                        if let Some(b) = g.bias {
+                            k = k.bias(self.vector(b), Axis::N);
+                        }
+                        if let Some(s) = g.scale {
+                            k = k.scale(self.vector(s), Axis::N);
+                        }
+                        if let Some(gate) = &g.gate {
+                            k = k.gate(operand(gate, true)?);
+                        }
+                        k
+                    }
+                    GemmKind::Tokens { x, channels } => {
+                        let mut k = ops::Gemm::across_tokens(
+                            batch,
+                            w,
+                            operand(&x, false)?,
+                            channels,
+                            operand(&g.c, false)?,
+                        )
+                        .a_texture(mirror);
+                        if let Some(b) = g.bias {
+                            k = k.token_bias(self.vector(b));
+                        }
+                        k = k.channel_scale(g.scale.map(|s| self.vector(s)));
+                        if let Some(gate) = &g.gate {
+                            k = k.gate(operand(gate, false)?);
+                        }
+                        k
+                    }
+                    GemmKind::Conv {
+                        input,
+                        geometry,
+                        nhwc,
+                    } => {
+                        if g.c.off != 0 || g.c.ld != w.rows || g.gate.is_some() || g.scale.is_some()
+                        {
+                            return Err(Error::Config(
+                                "a convolution writes dense channels-last rows, with a bias only"
+                                    .into(),
+                            ));
+                        }
+                        let k = if nhwc {
+                            ops::Gemm::conv_nhwc(batch, geometry, buf(input), w, buf(g.c.slot))?
+                        } else {
+                            ops::Gemm::conv(batch, geometry, buf(input), w, buf(g.c.slot))?
+                        };
+                        match g.bias {
+                            Some(b) => k.bias(self.vector(b), Axis::N),
+                            None => k,
+                        }
+                    }
+                };
+                if g.gelu {
+                    gemm = gemm.gelu();
+                }
+                if g.residual {
+                    gemm = gemm.residual();
+                }
+                ops.push(gemm.build(gpu)?);
+            }
+            Step::LayerNorm {
+                rows,
+                d,
+                eps,
+                x,
+                gamma,
+                beta,
+                y,
+            } => {
+                let x = Rows {
+                    buf: buf(x.slot),
+                    off: x.off,
+                    ld: x.ld,
+                };
+                ops.push(ops::norm::layer_norm_rows(
+                    gpu,
+                    batch * rows,
+                    *d,
+                    *eps,
+                    x,
+                    self.vector(*gamma),
+                    self.vector(*beta),
+                    buf(*y),
+                )?);
+            }
+            Step::Affine {
+                rows,
+                d,
+                x,
+                alpha,
+                beta,
+                y,
+            } => {
+                ops.push(ops::norm::affine(
+                    gpu,
+                    batch * rows,
+                    *d,
+                    buf(*x),
+                    self.vector(*alpha),
+                    self.vector(*beta),
+                    buf(*y),
+                )?);
+            }
+            Step::GroupNorm {
+                tokens,
+                d,
+                eps,
+                x,
+                gamma,
+                beta,
+                y,
+            } => {
+                ops.push(ops::norm::group_norm(
+                    gpu,
+                    batch,
+                    *tokens,
+                    *d,
+                    *eps,
+                    buf(*x),
+                    self.vector(*gamma),
+                    self.vector(*beta),
+                    buf(*y),
+                )?);
+            }
+            Step::PoolMix {
+                h,
+                w,
+                d,
+                xn,
+                scale,
+                x,
+            } => {
+                ops.push(ops::pool::pool_mix(
+                    gpu,
+                    batch,
+                    *h,
+                    *w,
+                    *d,
+                    buf(*xn),
+                    self.vector(*scale),
+                    buf(*x),
+                )?);
+            }
+            Step::MeanTokens { tokens, d, x, y } => {
+                ops.push(ops::reduce::mean_tokens(
+                    gpu,
+                    batch,
+                    *tokens,
+                    *d,
+                    buf(*x),
+                    buf(*y),
+                )?);
+            }
+            // Recorded by the caller when the plan keeps snapshots.
+            Step::Snapshot { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Runs `input` ([batch, C, H, W], preprocessed) through the net, in chunks of at most
+    /// [`Self::max_batch`] images.
+    pub async fn forward(&self, input: &[f32]) -> Result<Output> {
+        let per = self.input;
+        let total = input.len() / per.max(1);
+        let mut out = Output {
+            classes: self.classes,
+            logits: Vec::with_capacity(total * self.classes),
+            probs: Vec::with_capacity(total * self.classes),
+        };
+        for chunk in input.chunks(self.max_batch() * per) {
+            let plan = self.plan(chunk.len() / per)?;
+            let staging = self.submit(&plan, Some(chunk), None)?;
+            let mut data = self.gpu.read_back(&staging).await?;
+            let probs = data.split_off(data.len() / 2);
+            out.logits.extend(data);
+            out.probs.extend(probs);
+        }
+        Ok(out)
+    }
+
+    /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the
+    /// forward pass, and copies logits, probabilities and — with a prologue — the input and
+    /// stage snapshots into a fresh staging buffer, returned for mapping. A fresh staging
+    /// buffer per call keeps concurrent calls (the web's async classify) independent.
+    fn submit(
+        &self,
+        plan: &Plan,
+        input: Option<&[f32]>,
+        prologue: Option<&Op>,
+    ) -> Result<wgpu::Buffer> {
+        let gpu = &self.gpu;
+        gpu.check()?;
+        let n = (plan.batch * self.classes) as u64 * 4;
+        let input_bytes = if prologue.is_some() {
+            (plan.batch * self.input) as u64 * 4
+        } else {
+            0
+        };
+        let snapshot = prologue.and(plan.stages.as_ref());
+        let stage_bytes = snapshot.map_or(0, |st| st.size());
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("staging"),
+            size: 2 * n + input_bytes + stage_bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let slot = |s: Slot| &plan.slots[s.index()];
+        if let Some(input) = input {
+            gpu.queue
+                .write_buffer(slot(Slot::Input), 0, bytemuck::cast_slice(input));
+        }
+        let mut encoder = gpu
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("forward"),
+            });
+        if let Some(op) = prologue {
+            ops::encode_all(&mut encoder, std::slice::from_ref(op));
+        }
+        ops::encode_all(&mut encoder, &plan.ops);
+        encoder.copy_buffer_to_buffer(slot(Slot::Logits), 0, &staging, 0, n);
+        encoder.copy_buffer_to_buffer(&plan.probs, 0, &staging, n, n);
+        if input_bytes > 0 {
+            encoder.copy_buffer_to_buffer(slot(Slot::Input), 0, &staging, 2 * n, input_bytes);
+        }
+        if let Some(st) = snapshot {
+            encoder.copy_buffer_to_buffer(st, 0, &staging, 2 * n + input_bytes, stage_bytes);
+        }
+        gpu.queue.submit([encoder.finish()]);
+        Ok(staging)
+    }
+
+    /// One RGBA8 image, preprocessed by `preprocess.wgsl` in the same submission as the
+    /// forward pass. Returns the output, the model input, the stage snapshots and the timings.
+    pub async fn classify_rgba(
+        &self,
+        pp: &Preprocess,
+        rgba: &[u8],
+        width: usize,
+        height: usize,
+        now: fn() -> f64,
+    ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
+        let t0 = now();
+        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
+        let buf = self.gpu.storage_words("image", &pixels)?;
+        let plan = self.plan(1)?;
+        let op = ops::preprocess::rgba_to_input(
+            &self.gpu,
+            pp,
+            &g,
+            &buf,
+            sw,
+            sh,
+            &plan.slots[Slot::Input.index()],
+        )?;
+        let staging = self.submit(&plan, None, Some(&op))?;
+        let t1 = now();
+        self.gpu.map_read(&staging).await?;
+        let t2 = now();
+        let mut data = self.gpu.copy_mapped(&staging)?;
+        let classes = self.classes;
+        let mut input = data.split_off(2 * classes);
+        let stages = input.split_off(self.input);
+        let probs = data.split_off(classes);
+        let t3 = now();
+        let times = RunTimes {
+            preprocess_ms: t1 - t0,
+            forward_ms: t2 - t1,
+            readback_ms: t3 - t2,
+        };
+        Ok((
+            Output {
+                classes,
+                logits: data,
+                probs,
+            },
+            input,
+            stages,
+            times,
+        ))
+    }
+}

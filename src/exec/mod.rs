@@ -1,0 +1,253 @@
+//! Executors: what runs a [`crate::net::Net`]. The wgpu executor (`gpu.rs`) records WGSL
+//! dispatches; the CPU executor (`cpu.rs`) runs SIMD kernels (a GEMM crate plus plain loops the
+//! compiler vectorises), multi-threaded natively. A [`Device`] says which one a model gets, and
+//! [`select`] picks it: `auto` takes the CPU where there is no GPU adapter or the adapter is a
+//! software rasteriser (lavapipe/llvmpipe, SwiftShader, WebGPU's fallback adapter), else the GPU.
+
+pub mod cpu;
+pub mod gpu;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+
+pub use cpu::Cpu;
+
+/// The largest batch one plan is built for; longer inputs run in chunks.
+pub const MAX_BATCH: usize = 64;
+
+/// The result of a forward pass, both [batch, classes] row-major.
+#[derive(Clone, Debug)]
+pub struct Output {
+    pub classes: usize,
+    pub logits: Vec<f32>,
+    pub probs: Vec<f32>,
+}
+
+impl Output {
+    /// Class indices of image `i`, most probable first, at most `k` (at least one). Ties keep
+    /// the lower index first (a stable sort), as torch's argmax/topk do.
+    pub fn top_k(&self, i: usize, k: usize) -> Vec<usize> {
+        let probs = &self.probs[i * self.classes..(i + 1) * self.classes];
+        let mut order: Vec<usize> = (0..self.classes).collect();
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        order.truncate(k.max(1));
+        order
+    }
+}
+
+/// Wall-clock milliseconds of one image's run: preprocessing (CPU work and upload), the
+/// forward pass (until the results are there), the read-back copy.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RunTimes {
+    pub preprocess_ms: f64,
+    pub forward_ms: f64,
+    pub readback_ms: f64,
+}
+
+/// Which executor to use, as a user asks for it (`--backend`, `TOKENMIX_BACKEND`, the JS
+/// option `backend`, the page's `?backend=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    #[default]
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+impl BackendChoice {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(BackendChoice::Auto),
+            "gpu" => Ok(BackendChoice::Gpu),
+            "cpu" => Ok(BackendChoice::Cpu),
+            other => Err(Error::Input(format!(
+                "backend `{other}`: expected auto, gpu or cpu"
+            ))),
+        }
+    }
+
+    /// `TOKENMIX_BACKEND`, when set (a bad value is an error, not a silent default).
+    pub fn from_env() -> Result<Option<Self>> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Ok(v) = std::env::var("TOKENMIX_BACKEND") {
+            return Self::parse(&v)
+                .map(Some)
+                .map_err(|e| Error::Input(format!("TOKENMIX_BACKEND: {e}")));
+        }
+        Ok(None)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Gpu => "gpu",
+            BackendChoice::Cpu => "cpu",
+        }
+    }
+}
+
+/// Where a model runs.
+#[derive(Clone)]
+pub enum Device {
+    Gpu(Arc<Gpu>),
+    Cpu(Arc<Cpu>),
+}
+
+impl From<Arc<Gpu>> for Device {
+    fn from(g: Arc<Gpu>) -> Self {
+        Device::Gpu(g)
+    }
+}
+
+impl From<Arc<Cpu>> for Device {
+    fn from(c: Arc<Cpu>) -> Self {
+        Device::Cpu(c)
+    }
+}
+
+impl Device {
+    /// The CPU executor with the machine's threads.
+    pub fn cpu() -> Device {
+        Device::Cpu(Arc::new(Cpu::new()))
+    }
+
+    /// `"gpu"` or `"cpu"`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Device::Gpu(_) => "gpu",
+            Device::Cpu(_) => "cpu",
+        }
+    }
+
+    /// What runs the kernels: "llvmpipe (…) [Vulkan, Cpu]" or "CPU: 2 threads, avx2+fma".
+    pub fn describe(&self) -> String {
+        match self {
+            Device::Gpu(g) => g.describe(),
+            Device::Cpu(c) => c.describe(),
+        }
+    }
+
+    /// The kernel family: the GPU's GEMM variant, or the CPU's GEMM.
+    pub fn kernels(&self) -> &'static str {
+        match self {
+            Device::Gpu(g) => g.gemm.name(),
+            Device::Cpu(_) => cpu::GEMM_NAME,
+        }
+    }
+
+    /// A short label for test logs: "gpu/texture", "cpu".
+    pub fn label(&self) -> String {
+        match self {
+            Device::Gpu(g) => format!("gpu/{}", g.gemm.name()),
+            Device::Cpu(_) => "cpu".into(),
+        }
+    }
+
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        match self {
+            Device::Gpu(g) => Some(g),
+            Device::Cpu(_) => None,
+        }
+    }
+}
+
+/// A [`Device`] and why it was chosen (shown by `info`, `bench --json`, `adapterInfo()`).
+#[derive(Clone)]
+pub struct Selected {
+    pub device: Device,
+    pub choice: BackendChoice,
+    pub reason: String,
+}
+
+/// Adapter names of software rasterisers, lower-case.
+const SOFTWARE: &[&str] = &[
+    "llvmpipe",
+    "lavapipe",
+    "swiftshader",
+    "softpipe",
+    "microsoft basic render",
+    "warp",
+];
+
+/// Is this adapter a CPU pretending to be a GPU? (wgpu's `DeviceType::Cpu`, WebGPU's fallback
+/// adapter — which wgpu maps to `Cpu` — or a known software rasteriser by name.)
+pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
+    let name = info.name.to_lowercase();
+    info.device_type == wgpu::DeviceType::Cpu || SOFTWARE.iter().any(|s| name.contains(s))
+}
+
+/// Picks the executor for `choice` (see the module docs). `gpu` fails where there is no
+/// adapter; `auto` never fails for want of one.
+pub async fn select(choice: BackendChoice) -> Result<Selected> {
+    match choice {
+        BackendChoice::Cpu => Ok(Selected {
+            device: Device::cpu(),
+            choice,
+            reason: "the CPU backend was asked for".into(),
+        }),
+        BackendChoice::Gpu => {
+            let gpu = Gpu::new().await?;
+            let reason = format!("the GPU backend was asked for ({})", gpu.describe());
+            Ok(Selected {
+                device: Device::Gpu(Arc::new(gpu)),
+                choice,
+                reason,
+            })
+        }
+        BackendChoice::Auto => match Gpu::adapter().await {
+            Err(e) => Ok(Selected {
+                device: Device::cpu(),
+                choice,
+                reason: format!("no GPU adapter ({e})"),
+            }),
+            Ok(adapter) => {
+                let info = adapter.get_info();
+                if is_software(&info) {
+                    let reason = format!("the only adapter, {} [{:?}], is a software rasteriser: the CPU backend is faster", info.name, info.device_type);
+                    Ok(Selected {
+                        device: Device::cpu(),
+                        choice,
+                        reason,
+                    })
+                } else {
+                    let gpu = Gpu::from_adapter(adapter).await?;
+                    let reason = format!("{} is a hardware GPU", gpu.describe());
+                    Ok(Selected {
+                        device: Device::Gpu(Arc::new(gpu)),
+                        choice,
+                        reason,
+                    })
+                }
+            }
+        },
+    }
+}
+
+/// Per-token L2 norms of each stage's output (PoolFormer's per-stage energy) from the stage
+/// snapshots of one image, laid one after the other.
+pub fn stage_energy(
+    stages: &[((usize, usize), usize)],
+    data: &[f32],
+) -> Vec<((usize, usize), Vec<f32>)> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    for &((h, w), d) in stages {
+        let Some(stage) = data.get(at..at + h * w * d) else {
+            break;
+        };
+        out.push((
+            (h, w),
+            stage
+                .chunks(d.max(1))
+                .map(|t| t.iter().map(|v| v * v).sum::<f32>().sqrt())
+                .collect(),
+        ));
+        at += h * w * d;
+    }
+    out
+}
