@@ -13,11 +13,7 @@ use tokenmix::ops::{ActTexture, Gemm, Matrix, Op, Operand};
 use tokenmix::{labels, preprocess, Device, Error, Gpu, Model, Result};
 
 #[derive(Parser)]
-#[command(
-    name = "tokenmix",
-    version,
-    about = "MLP-Mixer and friends: every layer a WGSL compute shader on the GPU, or SIMD kernels on the CPU"
-)]
+#[command(name = "tokenmix", version, about = "MLP-Mixer and friends: every layer a WGSL compute shader on the GPU, or SIMD kernels on the CPU")]
 struct Cli {
     /// Executor: auto (the GPU unless it is missing or a software rasteriser, then the CPU),
     /// gpu (WGSL on wgpu) or cpu (SIMD kernels). Default: TOKENMIX_BACKEND, else auto.
@@ -96,22 +92,13 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
-    let choice = match cli
-        .backend
-        .as_deref()
-        .map(BackendChoice::parse)
-        .transpose()
-        .and_then(|c| match c {
-            Some(c) => Ok(c),
-            None => BackendChoice::from_env().map(Option::unwrap_or_default),
-        }) {
+    let choice = match cli.backend.as_deref().map(BackendChoice::parse).transpose().and_then(|c| match c {
+        Some(c) => Ok(c),
+        None => BackendChoice::from_env().map(Option::unwrap_or_default),
+    }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -130,31 +117,11 @@ pub fn main() -> ExitCode {
 
 fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Logits {
-            weights,
-            input,
-            out,
-        } => logits(&weights, &input, &out),
-        Command::Classify {
-            weights,
-            images,
-            top_k,
-            json,
-        } => classify(weights.as_deref(), &images, top_k, json),
+        Command::Logits { weights, input, out } => logits(&weights, &input, &out),
+        Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &images, top_k, json),
         Command::Info { weights, json } => info(weights.as_deref(), json),
-        Command::Eval {
-            weights,
-            data,
-            batch,
-            json,
-        } => eval(weights.as_deref(), &data, batch, json),
-        Command::Bench {
-            weights,
-            batch,
-            iters,
-            gemm,
-            json,
-        } => match gemm {
+        Command::Eval { weights, data, batch, json } => eval(weights.as_deref(), &data, batch, json),
+        Command::Bench { weights, batch, iters, gemm, json } => match gemm {
             Some(shape) => bench_gemm(&shape, iters, json),
             None => bench_model(weights.as_deref(), &batch, iters, json),
         },
@@ -190,42 +157,24 @@ fn load_or_default(dev: Device, path: Option<&Path>) -> Result<Model> {
 }
 
 fn model_name(path: Option<&Path>) -> String {
-    path.map_or_else(
-        || tokenmix::DEFAULT_MODEL_NAME.to_string(),
-        |p| p.display().to_string(),
-    )
+    path.map_or_else(|| tokenmix::DEFAULT_MODEL_NAME.to_string(), |p| p.display().to_string())
 }
 
 fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
     let bytes = read(input)?;
-    let npy = npyz::NpyFile::new(&bytes[..])
-        .map_err(|e| Error::Input(format!("{}: not a .npy file: {e}", input.display())))?;
+    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| Error::Input(format!("{}: not a .npy file: {e}", input.display())))?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let [n, c, h, w] = shape[..] else {
-        return Err(Error::Input(format!(
-            "{}: shape {shape:?}, expected [N, C, H, W]",
-            input.display()
-        )));
+        return Err(Error::Input(format!("{}: shape {shape:?}, expected [N, C, H, W]", input.display())));
     };
-    if npy.dtype()
-        != npyz::DType::new_scalar("<f4".parse().map_err(|_| Error::Input("dtype".into()))?)
-    {
-        return Err(Error::Input(format!(
-            "{}: dtype {}, expected float32 (<f4)",
-            input.display(),
-            npy.dtype().descr()
-        )));
+    if npy.dtype() != npyz::DType::new_scalar("<f4".parse().map_err(|_| Error::Input("dtype".into()))?) {
+        return Err(Error::Input(format!("{}: dtype {}, expected float32 (<f4)", input.display(), npy.dtype().descr())));
     }
-    let data: Vec<f32> = npy
-        .into_vec()
-        .map_err(|e| Error::Input(format!("{}: {e}", input.display())))?;
+    let data: Vec<f32> = npy.into_vec().map_err(|e| Error::Input(format!("{}: {e}", input.display())))?;
     let model = load(device()?.device, weights, Some([h, w]))?;
     let [mc, _, _] = model.info.arch.input_shape();
     if c != mc {
-        return Err(Error::Input(format!(
-            "{}: {c} channels, the model takes {mc}",
-            input.display()
-        )));
+        return Err(Error::Input(format!("{}: {c} channels, the model takes {mc}", input.display())));
     }
     let result = model.forward_blocking(&data)?;
     let file = std::fs::File::create(out).map_err(|e| Error::io(out, e))?;
@@ -236,9 +185,7 @@ fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
         .writer(std::io::BufWriter::new(file))
         .begin_nd()
         .map_err(|e| Error::io(out, e))?;
-    writer
-        .extend(result.logits.iter().copied())
-        .map_err(|e| Error::io(out, e))?;
+    writer.extend(result.logits.iter().copied()).map_err(|e| Error::io(out, e))?;
     writer.finish().map_err(|e| Error::io(out, e))?;
     Ok(())
 }
@@ -262,12 +209,7 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
         if !json {
             println!("{}", path.display());
             for p in &preds {
-                println!(
-                    "  {:>6.2}%  {:>4}  {}",
-                    p["probability"].as_f64().unwrap_or(0.0) * 100.0,
-                    p["index"],
-                    p["label"].as_str().unwrap_or("")
-                );
+                println!("  {:>6.2}%  {:>4}  {}", p["probability"].as_f64().unwrap_or(0.0) * 100.0, p["index"], p["label"].as_str().unwrap_or(""));
             }
         }
         report.push(serde_json::json!({"image": path.display().to_string(), "predictions": preds}));
@@ -294,16 +236,19 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     }
     println!("model:       {}", model_name(weights));
     println!("family:      {}", i.family);
-    println!(
-        "preset:      {}",
-        i.preset
-            .unwrap_or("(none: no timm preset has these shapes)")
-    );
+    println!("preset:      {}", i.preset.unwrap_or("(none: no timm preset has these shapes)"));
     match &i.arch {
         tokenmix::models::Arch::MlpMixer(c) => println!(
             "config:      image {}x{}, patch {}, in_chans {}, dim {}, depth {}, {}channels_hidden {}, classes {}",
-            c.img_size[0], c.img_size[1], c.patch, c.in_chans, c.dim, c.depth,
-            c.tokens_hidden.map_or(String::new(), |t| format!("tokens_hidden {t}, ")), c.channels_hidden, c.num_classes
+            c.img_size[0],
+            c.img_size[1],
+            c.patch,
+            c.in_chans,
+            c.dim,
+            c.depth,
+            c.tokens_hidden.map_or(String::new(), |t| format!("tokens_hidden {t}, ")),
+            c.channels_hidden,
+            c.num_classes
         ),
         tokenmix::models::Arch::MetaFormer(c) => println!(
             "config:      image {}x{}, in_chans {}, depths {:?}, dims {:?}, mlp_hidden {:?}, classes {}",
@@ -313,34 +258,16 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("parameters:  {} ({:.2} M)", i.params, i.params as f64 / 1e6);
     println!("GMACs:       {:.3} per image", i.macs as f64 / 1e9);
     let p = &i.preprocess;
-    println!(
-        "preprocess:  {}x{}x{}, crop_pct {}, mean {:?}, std {:?}",
-        p.channels, p.size[0], p.size[1], p.crop_pct, p.mean, p.std
-    );
-    println!(
-        "labels:      {}",
-        if i.labels.is_empty() {
-            "none in file".to_string()
-        } else {
-            format!("{}", i.labels.len())
-        }
-    );
-    println!(
-        "backend:     {} ({}; asked for: {})",
-        sel.device.backend(),
-        sel.reason,
-        sel.choice.name()
-    );
+    println!("preprocess:  {}x{}x{}, crop_pct {}, mean {:?}, std {:?}", p.channels, p.size[0], p.size[1], p.crop_pct, p.mean, p.std);
+    println!("labels:      {}", if i.labels.is_empty() { "none in file".to_string() } else { format!("{}", i.labels.len()) });
+    println!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
     println!("runs on:     {adapter}");
     Ok(())
 }
 
 fn check_batch(batch: usize) -> Result<()> {
     if batch == 0 || batch > tokenmix::models::MAX_BATCH {
-        return Err(Error::Input(format!(
-            "batch {batch} is outside 1..={}",
-            tokenmix::models::MAX_BATCH
-        )));
+        return Err(Error::Input(format!("batch {batch} is outside 1..={}", tokenmix::models::MAX_BATCH)));
     }
     Ok(())
 }
@@ -361,11 +288,7 @@ fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result
         )));
     }
     if model.info.arch.num_classes() < 10 {
-        return Err(Error::Input(format!(
-            "{}: {} classes, Fashion-MNIST has 10",
-            model_name(weights),
-            model.info.arch.num_classes()
-        )));
+        return Err(Error::Input(format!("{}: {} classes, Fashion-MNIST has 10", model_name(weights), model.info.arch.num_classes())));
     }
     let (mean, std) = (model.info.preprocess.mean[0], model.info.preprocess.std[0]);
     let per = h * w;
@@ -376,15 +299,10 @@ fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result
     let start = Instant::now();
     let mut correct = 0usize;
     for (pixels, labels) in set.pixels.chunks(batch * per).zip(set.labels.chunks(batch)) {
-        let input: Vec<f32> = pixels
-            .iter()
-            .map(|&p| (p as f32 / 255.0 - mean) / std)
-            .collect();
+        let input: Vec<f32> = pixels.iter().map(|&p| (p as f32 / 255.0 - mean) / std).collect();
         let out = model.forward_blocking(&input)?;
         for (row, &label) in out.logits.chunks(out.classes).zip(labels) {
-            let pred = (0..out.classes)
-                .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))
-                .unwrap_or(0);
+            let pred = (0..out.classes).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap_or(0);
             correct += (pred == label as usize) as usize;
         }
         bar.inc(labels.len() as u64);
@@ -393,17 +311,9 @@ fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result
     let secs = start.elapsed().as_secs_f64();
     let (total, top1) = (set.count, correct as f64 / set.count.max(1) as f64);
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"top1": top1, "correct": correct, "total": total, "images_per_s": total as f64 / secs})
-        );
+        println!("{}", serde_json::json!({"top1": top1, "correct": correct, "total": total, "images_per_s": total as f64 / secs}));
     } else {
-        println!(
-            "{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})",
-            model_name(weights),
-            top1 * 100.0,
-            total as f64 / secs
-        );
+        println!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top1 * 100.0, total as f64 / secs);
     }
     Ok(())
 }
@@ -428,9 +338,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
     let dev = &sel.device;
     let model = load_or_default(dev.clone(), weights)?;
     let per = model.input_len();
-    let first_input: Vec<f32> = (0..per)
-        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-        .collect();
+    let first_input: Vec<f32> = (0..per).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     model.forward_blocking(&first_input)?;
     let first = start.elapsed();
     let macs = model.info.macs as f64;
@@ -438,24 +346,12 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
     if !json {
         println!("backend: {} ({})", dev.backend(), sel.reason);
         println!("runs on: {}   gemm: {}", dev.describe(), dev.kernels());
-        println!(
-            "model:   {} ({})",
-            model.info.preset.unwrap_or(model.info.family),
-            model_name(weights)
-        );
-        println!(
-            "time to first result (load + pipelines + first forward, batch 1): {:.1} ms",
-            first.as_secs_f64() * 1e3
-        );
+        println!("model:   {} ({})", model.info.preset.unwrap_or(model.info.family), model_name(weights));
+        println!("time to first result (load + pipelines + first forward, batch 1): {:.1} ms", first.as_secs_f64() * 1e3);
     }
     for &batch in batches {
         check_batch(batch)?;
-        let input: Vec<f32> = first_input
-            .iter()
-            .cycle()
-            .take(batch * per)
-            .copied()
-            .collect();
+        let input: Vec<f32> = first_input.iter().cycle().take(batch * per).copied().collect();
         model.forward_blocking(&input)?; // build the plan, warm up
         let bar = progress(iters, &format!("batch {batch}"));
         if json {
@@ -501,11 +397,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
         .split('x')
         .map(|s| s.trim().parse::<usize>())
         .collect::<std::result::Result<_, _>>()
-        .map_err(|_| {
-            Error::Input(format!(
-                "--gemm {shape}: expected MxKxN, e.g. 1568x512x2048"
-            ))
-        })?;
+        .map_err(|_| Error::Input(format!("--gemm {shape}: expected MxKxN, e.g. 1568x512x2048")))?;
     let [m, k, n] = dims[..] else {
         return Err(Error::Input(format!("--gemm {shape}: expected MxKxN")));
     };
@@ -528,9 +420,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             Ok(t.elapsed())
         };
         run()?;
-        let times = (0..iters.max(1))
-            .map(|_| run())
-            .collect::<Result<Vec<_>>>()?;
+        let times = (0..iters.max(1)).map(|_| run()).collect::<Result<Vec<_>>>()?;
         let med = median(times).as_secs_f64();
         if !json {
             println!(
@@ -557,10 +447,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     };
     let Some(gpu) = gpu else {
         if json {
-            println!(
-                "{}",
-                serde_json::json!({"adapter": Device::cpu().describe(), "m": m, "k": k, "n": n, "runs": rows})
-            );
+            println!("{}", serde_json::json!({"adapter": Device::cpu().describe(), "m": m, "k": k, "n": n, "runs": rows}));
         }
         return Ok(());
     };
@@ -574,52 +461,25 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let xtex = ActTexture::new(&gpu, "x", k, n);
     let cbuf = gpu.storage("c", m * n)?;
     if !json {
-        println!(
-            "adapter: {}   default gemm: {}",
-            gpu.describe(),
-            gpu.gemm.name()
-        );
+        println!("adapter: {}   default gemm: {}", gpu.describe(), gpu.gemm.name());
     }
     for variant in gpu.gemm_variants() {
         for (layout, b_trans) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)] {
             let mut ops = Vec::new();
-            let tex =
-                |t: &Option<ActTexture>, buf: &wgpu::Buffer, ops: &mut Vec<Op>| -> Result<()> {
-                    if let (GemmVariant::Texture, Some(t)) = (variant, t) {
-                        ops.push(Op::copy_to_texture(buf, t)?);
-                    }
-                    Ok(())
-                };
+            let tex = |t: &Option<ActTexture>, buf: &wgpu::Buffer, ops: &mut Vec<Op>| -> Result<()> {
+                if let (GemmVariant::Texture, Some(t)) = (variant, t) {
+                    ops.push(Op::copy_to_texture(buf, t)?);
+                }
+                Ok(())
+            };
             let op = if b_trans {
                 tex(&atex, &abuf, &mut ops)?;
-                Gemm::linear(
-                    m,
-                    Operand::new(&abuf, k, 0),
-                    &wlin,
-                    Operand::new(&cbuf, n, 0),
-                )
-                .a_texture(atex.as_ref())
-                .build_with(&gpu, variant)?
+                Gemm::linear(m, Operand::new(&abuf, k, 0), &wlin, Operand::new(&cbuf, n, 0)).a_texture(atex.as_ref()).build_with(&gpu, variant)?
             } else {
                 tex(&xtex, &xbuf, &mut ops)?;
-                let mut tok = Gemm::across_tokens(
-                    1,
-                    &wtok,
-                    Operand::new(&xbuf, n, 0),
-                    n,
-                    Operand::new(&cbuf, n, 0),
-                )
-                .a_texture(xtex.as_ref());
+                let mut tok = Gemm::across_tokens(1, &wtok, Operand::new(&xbuf, n, 0), n, Operand::new(&cbuf, n, 0)).a_texture(xtex.as_ref());
                 if variant != GemmVariant::Texture {
-                    tok = Gemm::new(
-                        1,
-                        m,
-                        n,
-                        k,
-                        Operand::new(&wtok.blocks()[0].buf, k, 0),
-                        Operand::new(&xbuf, n, 0),
-                        Operand::new(&cbuf, n, 0),
-                    );
+                    tok = Gemm::new(1, m, n, k, Operand::new(&wtok.blocks()[0].buf, k, 0), Operand::new(&xbuf, n, 0), Operand::new(&cbuf, n, 0));
                 }
                 tok.build_with(&gpu, variant)?
             };
@@ -642,21 +502,13 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             bar.finish_and_clear();
             let med = median(times).as_secs_f64();
             if !json {
-                println!(
-                    "{:>8} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s",
-                    variant.name(),
-                    med * 1e3,
-                    flops / med / 1e9
-                );
+                println!("{:>8} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s", variant.name(), med * 1e3, flops / med / 1e9);
             }
             rows.push(serde_json::json!({"variant": variant.name(), "layout": layout, "median_ms": med * 1e3, "gflops": flops / med / 1e9}));
         }
     }
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"adapter": gpu.describe(), "m": m, "k": k, "n": n, "runs": rows})
-        );
+        println!("{}", serde_json::json!({"adapter": gpu.describe(), "m": m, "k": k, "n": n, "runs": rows}));
     }
     Ok(())
 }

@@ -30,47 +30,26 @@ pub fn read_idx(path: &Path) -> Result<Idx> {
             .read_to_end(&mut out)
             .map_err(|e| bad(path, format!("not a valid gzip file: {e}")))?;
         if out.len() as u64 > MAX_IDX_BYTES {
-            return Err(bad(
-                path,
-                format!("decompresses to over {MAX_IDX_BYTES} bytes"),
-            ));
+            return Err(bad(path, format!("decompresses to over {MAX_IDX_BYTES} bytes")));
         }
         out
     } else {
         raw
     };
     if bytes.len() < 4 || bytes[0] != 0 || bytes[1] != 0 || bytes[2] != 0x08 {
-        return Err(bad(
-            path,
-            "not an IDX file of unsigned bytes (magic 00 00 08 ndim)",
-        ));
+        return Err(bad(path, "not an IDX file of unsigned bytes (magic 00 00 08 ndim)"));
     }
     let ndim = bytes[3] as usize;
     let header = 4 + 4 * ndim;
     if ndim == 0 || bytes.len() < header {
-        return Err(bad(
-            path,
-            format!("IDX header for {ndim} dimensions is truncated"),
-        ));
+        return Err(bad(path, format!("IDX header for {ndim} dimensions is truncated")));
     }
-    let dims: Vec<usize> = bytes[4..header]
-        .chunks_exact(4)
-        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
-        .collect();
+    let dims: Vec<usize> = bytes[4..header].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
     let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     if count != Some(bytes.len() - header) {
-        return Err(bad(
-            path,
-            format!(
-                "dimensions {dims:?} need {count:?} bytes of data, the file has {}",
-                bytes.len() - header
-            ),
-        ));
+        return Err(bad(path, format!("dimensions {dims:?} need {count:?} bytes of data, the file has {}", bytes.len() - header)));
     }
-    Ok(Idx {
-        dims,
-        data: bytes[header..].to_vec(),
-    })
+    Ok(Idx { dims, data: bytes[header..].to_vec() })
 }
 
 /// `DIR/{name}` or `DIR/{name}.gz`, whichever exists.
@@ -78,12 +57,7 @@ fn find(dir: &Path, name: &str) -> Result<PathBuf> {
     [dir.join(name), dir.join(format!("{name}.gz"))]
         .into_iter()
         .find(|p| p.is_file())
-        .ok_or_else(|| {
-            Error::Input(format!(
-                "{}: no {name} or {name}.gz (the Fashion-MNIST IDX files)",
-                dir.display()
-            ))
-        })
+        .ok_or_else(|| Error::Input(format!("{}: no {name} or {name}.gz (the Fashion-MNIST IDX files)", dir.display())))
 }
 
 /// A labelled set of greyscale images.
@@ -102,28 +76,10 @@ pub fn fashion_mnist_test(dir: &Path) -> Result<Images> {
     let images = read_idx(&images_path)?;
     let labels = read_idx(&labels_path)?;
     let [count, height, width] = images.dims[..] else {
-        return Err(bad(
-            &images_path,
-            format!(
-                "dimensions {:?}, expected [count, height, width]",
-                images.dims
-            ),
-        ));
+        return Err(bad(&images_path, format!("dimensions {:?}, expected [count, height, width]", images.dims)));
     };
     if labels.dims != [count] {
-        return Err(bad(
-            &labels_path,
-            format!(
-                "dimensions {:?}, expected [{count}] to match the images",
-                labels.dims
-            ),
-        ));
+        return Err(bad(&labels_path, format!("dimensions {:?}, expected [{count}] to match the images", labels.dims)));
     }
-    Ok(Images {
-        count,
-        height,
-        width,
-        pixels: images.data,
-        labels: labels.data,
-    })
+    Ok(Images { count, height, width, pixels: images.data, labels: labels.data })
 }

@@ -33,16 +33,10 @@ pub enum Error {
 
 impl Error {
     pub fn tensor(name: impl Into<String>, msg: impl Into<String>) -> Self {
-        Error::Tensor {
-            name: name.into(),
-            msg: msg.into(),
-        }
+        Error::Tensor { name: name.into(), msg: msg.into() }
     }
     pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.as_ref().display().to_string(),
-            source,
-        }
+        Error::Io { path: path.as_ref().display().to_string(), source }
     }
 }
 

@@ -33,13 +33,7 @@ pub fn preprocess_image(data: &[u8]) {
     let size = [u16_at(4) % 1024, u16_at(6) % 1024];
     let crop_pct = f32::from(data[8]) / 128.0;
     let channels = if data[9] % 2 == 0 { 1 } else { 3 };
-    let pp = Preprocess {
-        size,
-        crop_pct,
-        mean: vec![0.5; channels],
-        std: vec![0.25; channels],
-        channels,
-    };
+    let pp = Preprocess { size, crop_pct, mean: vec![0.5; channels], std: vec![0.25; channels], channels };
     if pp.validate().is_err() {
         return;
     }
@@ -48,18 +42,10 @@ pub fn preprocess_image(data: &[u8]) {
     let _ = pp.prepare_rgba(pixels, width, height);
     // ... and, when small enough to allocate, a buffer of the right length made from them.
     if data[10] % 2 == 0 && width * height <= 1 << 20 {
-        let img: Vec<u8> = pixels
-            .iter()
-            .copied()
-            .cycle()
-            .take(width * height * 4)
-            .collect();
+        let img: Vec<u8> = pixels.iter().copied().cycle().take(width * height * 4).collect();
         if let Ok((words, w, h, g)) = pp.prepare_rgba(&img, width, height) {
             assert_eq!(words.len(), w * h, "one word per shrunk pixel");
-            assert!(
-                g.left + size[1] <= g.resized.0 && g.top + size[0] <= g.resized.1,
-                "crop outside the resized image"
-            );
+            assert!(g.left + size[1] <= g.resized.0 && g.top + size[0] <= g.resized.1, "crop outside the resized image");
         }
     }
 }

@@ -1,8 +1,5 @@
 //! Class labels: from the model file's metadata when present, else "class N".
 
 pub fn label(labels: &[String], index: usize) -> String {
-    labels
-        .get(index)
-        .cloned()
-        .unwrap_or_else(|| format!("class {index}"))
+    labels.get(index).cloned().unwrap_or_else(|| format!("class {index}"))
 }

@@ -49,15 +49,7 @@ pub enum Slot {
 }
 
 impl Slot {
-    pub const ALL: [Slot; 7] = [
-        Slot::Input,
-        Slot::X,
-        Slot::Xn,
-        Slot::Hidden,
-        Slot::Aux,
-        Slot::Pooled,
-        Slot::Logits,
-    ];
+    pub const ALL: [Slot; 7] = [Slot::Input, Slot::X, Slot::Xn, Slot::Hidden, Slot::Aux, Slot::Pooled, Slot::Logits];
     pub fn index(self) -> usize {
         self as usize
     }
@@ -78,12 +70,7 @@ pub struct View {
 impl View {
     /// A dense [rows, ld] matrix at the start of `slot`, images `rows * ld` apart.
     pub fn dense(slot: Slot, rows: usize, ld: usize) -> View {
-        View {
-            slot,
-            off: 0,
-            ld,
-            bs: rows * ld,
-        }
+        View { slot, off: 0, ld, bs: rows * ld }
     }
 }
 
@@ -101,17 +88,12 @@ pub struct ConvGeometry {
 
 impl ConvGeometry {
     pub fn out_hw(&self) -> Result<(usize, usize)> {
-        let span = |i: usize, k: usize| {
-            (i + 2 * self.pad)
-                .checked_sub(k)
-                .map(|v| v / self.stride + 1)
-        };
+        let span = |i: usize, k: usize| (i + 2 * self.pad).checked_sub(k).map(|v| v / self.stride + 1);
         match (span(self.ih, self.kh), span(self.iw, self.kw)) {
             (Some(h), Some(w)) if self.stride > 0 => Ok((h, w)),
-            _ => Err(Error::Input(format!(
-                "image {}x{} is smaller than the {}x{} kernel (padding {})",
-                self.ih, self.iw, self.kh, self.kw, self.pad
-            ))),
+            _ => {
+                Err(Error::Input(format!("image {}x{} is smaller than the {}x{} kernel (padding {})", self.ih, self.iw, self.kh, self.kw, self.pad)))
+            }
         }
     }
 }
@@ -125,11 +107,7 @@ pub enum GemmKind {
     Tokens { x: View, channels: usize },
     /// A convolution of `input` (NCHW, or channels-last tokens with `nhwc`); the output is
     /// channels-last [oh * ow, out].
-    Conv {
-        input: Slot,
-        geometry: ConvGeometry,
-        nhwc: bool,
-    },
+    Conv { input: Slot, geometry: ConvGeometry, nhwc: bool },
 }
 
 /// One GEMM with its fused epilogue, in this order:
@@ -151,16 +129,7 @@ pub struct Gemm {
 
 impl Gemm {
     pub fn new(kind: GemmKind, w: W, c: View) -> Gemm {
-        Gemm {
-            kind,
-            w,
-            c,
-            bias: None,
-            scale: None,
-            gelu: false,
-            gate: None,
-            residual: false,
-        }
+        Gemm { kind, w, c, bias: None, scale: None, gelu: false, gate: None, residual: false }
     }
     pub fn bias(mut self, b: W) -> Self {
         self.bias = Some(b);
@@ -271,11 +240,7 @@ impl Net {
         }
         // A view of `rows` x `cols` whose images are `bs` apart.
         fn view_in(need: &mut [usize; 7], v: &View, rows: usize, cols: usize) {
-            grow_to(
-                need,
-                v.slot,
-                v.bs.max(v.off + rows.saturating_sub(1) * v.ld + cols),
-            );
+            grow_to(need, v.slot, v.bs.max(v.off + rows.saturating_sub(1) * v.ld + cols));
         }
         let need = &mut need;
         for step in &self.steps {
@@ -283,53 +248,27 @@ impl Net {
                 Step::Gemm(g) => {
                     let (m, n, _) = self.gemm_dims(g);
                     if let GemmKind::Linear { a, rows } = g.kind {
-                        view_in(
-                            need,
-                            &View {
-                                bs: rows * a.ld,
-                                ..a
-                            },
-                            rows,
-                            self.weight(g.w).cols(),
-                        );
+                        view_in(need, &View { bs: rows * a.ld, ..a }, rows, self.weight(g.w).cols());
                     }
                     if let GemmKind::Tokens { x, channels } = g.kind {
                         view_in(need, &x, self.weight(g.w).cols(), channels);
                     }
-                    let c_bs = if matches!(g.kind, GemmKind::Tokens { .. }) {
-                        g.c.bs
-                    } else {
-                        m * g.c.ld
-                    };
+                    let c_bs = if matches!(g.kind, GemmKind::Tokens { .. }) { g.c.bs } else { m * g.c.ld };
                     view_in(need, &View { bs: c_bs, ..g.c }, m, n);
                     if let Some(gate) = &g.gate {
-                        let bs = if matches!(g.kind, GemmKind::Tokens { .. }) {
-                            gate.bs
-                        } else {
-                            m * gate.ld
-                        };
+                        let bs = if matches!(g.kind, GemmKind::Tokens { .. }) { gate.bs } else { m * gate.ld };
                         view_in(need, &View { bs, ..*gate }, m, n);
                     }
                 }
                 Step::LayerNorm { rows, d, x, y, .. } => {
-                    view_in(
-                        need,
-                        &View {
-                            bs: rows * x.ld,
-                            ..*x
-                        },
-                        *rows,
-                        *d,
-                    );
+                    view_in(need, &View { bs: rows * x.ld, ..*x }, *rows, *d);
                     grow_to(need, *y, rows * d);
                 }
                 Step::Affine { rows, d, x, y, .. } => {
                     grow_to(need, *x, rows * d);
                     grow_to(need, *y, rows * d);
                 }
-                Step::GroupNorm {
-                    tokens, d, x, y, ..
-                } => {
+                Step::GroupNorm { tokens, d, x, y, .. } => {
                     grow_to(need, *x, tokens * d);
                     grow_to(need, *y, tokens * d);
                 }
@@ -375,44 +314,26 @@ impl Net {
     /// vectors long enough, conv weights matching the geometry, views inside their slots.
     pub fn validate(&self) -> Result<()> {
         let vector = |w: W, len: usize, what: &str| -> Result<()> {
-            let t = self
-                .weights
-                .get(w.0)
-                .ok_or_else(|| Error::Config(format!("{what}: no weight {}", w.0)))?;
+            let t = self.weights.get(w.0).ok_or_else(|| Error::Config(format!("{what}: no weight {}", w.0)))?;
             if t.data.len() != len {
-                return Err(Error::tensor(
-                    &t.name,
-                    format!("has {} values, the {what} needs {len}", t.data.len()),
-                ));
+                return Err(Error::tensor(&t.name, format!("has {} values, the {what} needs {len}", t.data.len())));
             }
             Ok(())
         };
         for step in &self.steps {
             match step {
                 Step::Gemm(g) => {
-                    let t = self
-                        .weights
-                        .get(g.w.0)
-                        .ok_or_else(|| Error::Config("GEMM weight missing".into()))?;
+                    let t = self.weights.get(g.w.0).ok_or_else(|| Error::Config("GEMM weight missing".into()))?;
                     if t.rows() * t.cols() != t.data.len() || t.data.is_empty() {
                         return Err(Error::tensor(&t.name, "is not a matrix"));
                     }
                     let (m, n, k) = self.gemm_dims(g);
                     if m == 0 || n == 0 || k == 0 {
-                        return Err(Error::Input(format!(
-                            "`{}`: GEMM with an empty dimension m={m} n={n} k={k}",
-                            t.name
-                        )));
+                        return Err(Error::Input(format!("`{}`: GEMM with an empty dimension m={m} n={n} k={k}", t.name)));
                     }
                     if let GemmKind::Conv { geometry: g2, .. } = g.kind {
                         if g2.cin * g2.kh * g2.kw != k {
-                            return Err(Error::tensor(
-                                &t.name,
-                                format!(
-                                    "has {k} columns, the convolution needs {}",
-                                    g2.cin * g2.kh * g2.kw
-                                ),
-                            ));
+                            return Err(Error::tensor(&t.name, format!("has {k} columns, the convolution needs {}", g2.cin * g2.kh * g2.kw)));
                         }
                     }
                     let (bias_len, scale_len) = match g.kind {
@@ -452,12 +373,7 @@ pub struct Builder<'w, 'a> {
 
 impl<'w, 'a> Builder<'w, 'a> {
     pub fn new(weights: &'w mut Weights<'a>) -> Self {
-        Builder {
-            weights,
-            tensors: Vec::new(),
-            steps: Vec::new(),
-            stages: Vec::new(),
-        }
+        Builder { weights, tensors: Vec::new(), steps: Vec::new(), stages: Vec::new() }
     }
 
     /// Takes the named tensor after checking its shape.
@@ -478,11 +394,7 @@ impl<'w, 'a> Builder<'w, 'a> {
 
     /// A tensor that is not in the file (tests, synthetic layers).
     pub fn add(&mut self, name: &str, shape: Vec<usize>, data: Vec<f32>) -> W {
-        self.tensors.push(Tensor {
-            name: name.to_string(),
-            shape,
-            data,
-        });
+        self.tensors.push(Tensor { name: name.to_string(), shape, data });
         W(self.tensors.len() - 1)
     }
 
@@ -499,32 +411,15 @@ impl<'w, 'a> Builder<'w, 'a> {
     }
 
     pub fn finish(self, input: usize, classes: usize) -> Result<Net> {
-        let net = Net {
-            weights: self.tensors,
-            steps: self.steps,
-            input,
-            classes,
-            stages: self.stages,
-        };
+        let net = Net { weights: self.tensors, steps: self.steps, input, classes, stages: self.stages };
         net.validate()?;
         Ok(net)
     }
 }
 
 /// A net put together by hand (tests of single steps): tensors and steps as given.
-pub fn from_parts(
-    weights: Vec<Tensor>,
-    steps: Vec<Step>,
-    input: usize,
-    classes: usize,
-) -> Result<Net> {
-    let net = Net {
-        weights,
-        steps,
-        input,
-        classes,
-        stages: Vec::new(),
-    };
+pub fn from_parts(weights: Vec<Tensor>, steps: Vec<Step>, input: usize, classes: usize) -> Result<Net> {
+    let net = Net { weights, steps, input, classes, stages: Vec::new() };
     net.validate()?;
     Ok(net)
 }

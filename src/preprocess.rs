@@ -24,13 +24,7 @@ pub struct Preprocess {
 impl Preprocess {
     /// Mixer/gMLP defaults in timm: mean = std = 0.5, crop_pct 0.875.
     pub fn half_normalised(channels: usize, size: [usize; 2]) -> Self {
-        Preprocess {
-            size,
-            crop_pct: 0.875,
-            mean: vec![0.5; channels],
-            std: vec![0.5; channels],
-            channels,
-        }
+        Preprocess { size, crop_pct: 0.875, mean: vec![0.5; channels], std: vec![0.5; channels], channels }
     }
 
     /// ResMLP/PoolFormer defaults in timm: ImageNet mean/std (their average for one channel).
@@ -38,18 +32,9 @@ impl Preprocess {
         let (mean, std) = if channels == 3 {
             (IMAGENET_MEAN.to_vec(), IMAGENET_STD.to_vec())
         } else {
-            (
-                vec![IMAGENET_MEAN.iter().sum::<f32>() / 3.0; channels],
-                vec![IMAGENET_STD.iter().sum::<f32>() / 3.0; channels],
-            )
+            (vec![IMAGENET_MEAN.iter().sum::<f32>() / 3.0; channels], vec![IMAGENET_STD.iter().sum::<f32>() / 3.0; channels])
         };
-        Preprocess {
-            size,
-            crop_pct,
-            mean,
-            std,
-            channels,
-        }
+        Preprocess { size, crop_pct, mean, std, channels }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -60,9 +45,7 @@ impl Preprocess {
         if self.mean.len() != self.channels || self.std.len() != self.channels {
             return bad(format!("mean/std need {} values", self.channels));
         }
-        if self.std.iter().any(|s| !s.is_finite() || *s == 0.0)
-            || self.mean.iter().any(|m| !m.is_finite())
-        {
+        if self.std.iter().any(|s| !s.is_finite() || *s == 0.0) || self.mean.iter().any(|m| !m.is_finite()) {
             return bad("mean/std must be finite and std non-zero".into());
         }
         if !(self.crop_pct > 0.05 && self.crop_pct <= 1.0) {
@@ -81,15 +64,9 @@ impl Preprocess {
         if h == w {
             let short = (h as f64 / self.crop_pct as f64).floor() as usize;
             if width <= height {
-                (
-                    short,
-                    (short as f64 * height as f64 / width as f64) as usize,
-                )
+                (short, (short as f64 * height as f64 / width as f64) as usize)
             } else {
-                (
-                    (short as f64 * width as f64 / height as f64) as usize,
-                    short,
-                )
+                ((short as f64 * width as f64 / height as f64) as usize, short)
             }
         } else {
             let f = |s: usize| (s as f64 / self.crop_pct as f64).floor() as usize;
@@ -118,39 +95,21 @@ impl Preprocess {
     /// 4x larger than the resize target — box-shrinks by an integer factor, which keeps the GPU
     /// filter's footprint (and its run time) bounded. Returns the pixels as one u32 per RGBA
     /// texel, their width and height, and the geometry for `preprocess.wgsl`.
-    pub fn prepare_rgba(
-        &self,
-        rgba: &[u8],
-        width: usize,
-        height: usize,
-    ) -> Result<(Vec<u32>, usize, usize, Geometry)> {
+    pub fn prepare_rgba(&self, rgba: &[u8], width: usize, height: usize) -> Result<(Vec<u32>, usize, usize, Geometry)> {
         if width == 0 || height == 0 {
-            return Err(Error::Input(format!(
-                "image is {width}x{height}: it has no pixels"
-            )));
+            return Err(Error::Input(format!("image is {width}x{height}: it has no pixels")));
         }
-        if width > MAX_IMAGE_SIDE
-            || height > MAX_IMAGE_SIDE
-            || width.saturating_mul(height) > MAX_IMAGE_PIXELS
-        {
+        if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width.saturating_mul(height) > MAX_IMAGE_PIXELS {
             return Err(Error::Input(format!(
                 "image is {width}x{height}; tokenmix takes at most {MAX_IMAGE_SIDE} px a side and {MAX_IMAGE_PIXELS} pixels"
             )));
         }
         if rgba.len() != width * height * 4 {
-            return Err(Error::Input(format!(
-                "{} bytes of pixels for a {width}x{height} RGBA image (needs {})",
-                rgba.len(),
-                width * height * 4
-            )));
+            return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
         }
         let g = self.geometry(width, height)?;
         let scale = (width as f64 / g.resized.0 as f64).min(height as f64 / g.resized.1 as f64);
-        let k = if scale > 4.0 {
-            (scale / 2.0).floor() as usize
-        } else {
-            1
-        };
+        let k = if scale > 4.0 { (scale / 2.0).floor() as usize } else { 1 };
         let (pixels, sw, sh) = shrink_rgba(rgba, width, height, k);
         Ok((pixels, sw, sh, g))
     }
@@ -164,17 +123,11 @@ impl Preprocess {
         let (rw, rh) = self.resize_to(width, height);
         let [ch, cw] = self.size;
         if rw < cw || rh < ch {
-            return Err(Error::Input(format!(
-                "{width}x{height} image: resized to {rw}x{rh}, smaller than the {cw}x{ch} crop"
-            )));
+            return Err(Error::Input(format!("{width}x{height} image: resized to {rw}x{rh}, smaller than the {cw}x{ch} crop")));
         }
         let top = ((rh - ch) as f64 / 2.0).round() as usize;
         let left = ((rw - cw) as f64 / 2.0).round() as usize;
-        Ok(Geometry {
-            resized: (rw, rh),
-            left,
-            top,
-        })
+        Ok(Geometry { resized: (rw, rh), left, top })
     }
 }
 
@@ -190,23 +143,15 @@ mod native {
     pub const MAX_SIDE: u32 = 16384;
 
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
-        let reader = image::ImageReader::open(path)
-            .map_err(|e| Error::io(path, e))?
-            .with_guessed_format()
-            .map_err(|e| Error::io(path, e))?;
+        let reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?.with_guessed_format().map_err(|e| Error::io(path, e))?;
         let mut limits = image::Limits::default();
         limits.max_image_width = Some(MAX_SIDE);
         limits.max_image_height = Some(MAX_SIDE);
         let mut reader = reader;
         reader.limits(limits);
-        let img = reader
-            .decode()
-            .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        let img = reader.decode().map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
         if img.width() == 0 || img.height() == 0 {
-            return Err(Error::Input(format!(
-                "{}: image has zero size",
-                path.display()
-            )));
+            return Err(Error::Input(format!("{}: image has zero size", path.display())));
         }
         Ok(img.to_rgb8())
     }
@@ -230,8 +175,7 @@ mod native {
                     out[y * cw + x] = (l as f32 / 255.0 - pp.mean[0]) / pp.std[0];
                 } else {
                     for c in 0..3 {
-                        out[(c * ch + y) * cw + x] =
-                            (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
+                        out[(c * ch + y) * cw + x] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
                     }
                 }
             }
@@ -245,13 +189,7 @@ mod native {
 fn shrink_rgba(rgba: &[u8], width: usize, height: usize, k: usize) -> (Vec<u32>, usize, usize) {
     let word = |p: [u8; 4]| u32::from_le_bytes(p);
     if k <= 1 {
-        return (
-            rgba.chunks_exact(4)
-                .map(|p| word([p[0], p[1], p[2], p[3]]))
-                .collect(),
-            width,
-            height,
-        );
+        return (rgba.chunks_exact(4).map(|p| word([p[0], p[1], p[2], p[3]])).collect(), width, height);
     }
     let (sw, sh) = (width / k, height / k);
     let mut out = Vec::with_capacity(sw * sh);

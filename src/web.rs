@@ -1,10 +1,16 @@
 //! The browser API (wasm32 only), exported by wasm-bindgen as an ES module (`make web` →
 //! `www/pkg/tokenmix.js`):
 //!
-//! - `adapterInfo()` → `{name, backend, deviceType, gemm}`
-//! - `loadModel(source, {onProgress})` → description; `source` is a URL, ArrayBuffer or
-//!   Uint8Array. On failure it rejects with an `Error` naming the problem and the previous
-//!   model stays loaded.
+//! - `setBackend(choice)` → `'auto'` (default), `'gpu'` or `'cpu'`: the executor the state is
+//!   made with at the first call (the page passes its `?backend=`); a bad value rejects
+//! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
+//!   gemm}`: which executor runs and why. `auto` takes the CPU (WebAssembly SIMD) where
+//!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
+//!   adapter), else the GPU
+//! - `loadModel(source, {onProgress, name, backend})` → description; `source` is a URL,
+//!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
+//!   for this and later calls. On failure it rejects with an `Error` naming the problem and
+//!   the previous model stays loaded.
 //! - `modelInfo()` → description of the current model (the embedded default until one loads)
 //! - `classify(imageData, topK = 5)` → `[{index, label, probability}]`, sorted; preprocessing
 //!   runs in `preprocess.wgsl` in the same GPU submission as the forward pass
@@ -23,13 +29,12 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use js_sys::{Array, Float32Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
-use crate::gpu::Gpu;
+use crate::exec::{self, BackendChoice, Device, Selected};
 use crate::models::Model;
 
 #[wasm_bindgen(inline_js = r#"
@@ -54,15 +59,17 @@ export async function fetch_bytes(url, onProgress) {
   return out;
 }
 export function now() { return performance.now(); }
+export function has_webgpu() { return typeof navigator !== 'undefined' && Boolean(navigator.gpu); }
 "#)]
 extern "C" {
     #[wasm_bindgen(catch)]
     async fn fetch_bytes(url: &str, on_progress: &JsValue) -> Result<JsValue, JsValue>;
     fn now() -> f64;
+    fn has_webgpu() -> bool;
 }
 
 struct State {
-    gpu: Arc<Gpu>,
+    sel: Selected,
     model: Rc<Model>,
     name: String,
     /// PoolFormer's per-stage token energy from the latest classify.
@@ -71,6 +78,8 @@ struct State {
 
 thread_local! {
     static STATE: RefCell<Option<Rc<RefCell<State>>>> = const { RefCell::new(None) };
+    /// The backend the state is first made with (`setBackend`).
+    static CHOICE: RefCell<BackendChoice> = const { RefCell::new(BackendChoice::Auto) };
 }
 
 fn js_err(e: impl std::fmt::Display) -> JsError {
@@ -82,24 +91,29 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
     if let Some(s) = STATE.with(|s| s.borrow().clone()) {
         return Ok(s);
     }
-    let gpu = new_gpu().await?;
-    let model = Model::load_scoped(gpu.clone(), crate::DEFAULT_MODEL, None)
-        .await
-        .map_err(js_err)?;
-    let fresh = Rc::new(RefCell::new(State {
-        gpu,
-        model: Rc::new(model),
-        name: crate::DEFAULT_MODEL_NAME.into(),
-        energy: Vec::new(),
-    }));
+    let sel = select(CHOICE.with(|c| *c.borrow())).await?;
+    let model = Model::load_scoped(sel.device.clone(), crate::DEFAULT_MODEL, None).await.map_err(js_err)?;
+    let fresh = Rc::new(RefCell::new(State { sel, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new() }));
     // Two first calls may race through the awaits above; keep whichever finished first.
     Ok(STATE.with(|s| s.borrow_mut().get_or_insert(fresh).clone()))
 }
 
-async fn new_gpu() -> Result<Arc<Gpu>, JsError> {
-    Ok(Arc::new(Gpu::new().await.map_err(|e| {
-        js_err(format!("WebGPU is not available: {e}"))
-    })?))
+async fn select(choice: BackendChoice) -> Result<Selected, JsError> {
+    if choice == BackendChoice::Auto && !has_webgpu() {
+        return Ok(Selected { device: Device::cpu(), choice, reason: "this browser has no WebGPU (navigator.gpu is missing)".into() });
+    }
+    exec::select(choice)
+        .await
+        .map_err(|e| js_err(format!("WebGPU is not available: {e} (the CPU backend works without it: backend 'cpu' or 'auto')")))
+}
+
+/// Chooses the executor the first call makes the state with: `'auto'`, `'gpu'` or `'cpu'`.
+/// After the state exists, `loadModel(source, {backend})` switches it.
+#[wasm_bindgen(js_name = setBackend)]
+pub fn set_backend(choice: &str) -> Result<(), JsError> {
+    let c = BackendChoice::parse(choice).map_err(js_err)?;
+    CHOICE.with(|x| *x.borrow_mut() = c);
+    Ok(())
 }
 
 fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
@@ -127,18 +141,27 @@ fn describe(model: &Model, name: &str) -> Result<JsValue, JsError> {
         "preprocess": i.preprocess,
         "arch": i.arch,
         "mixingLayers": model.mixing_layers(),
+        "backend": model.backend(),
     }))
 }
 
 #[wasm_bindgen(js_name = adapterInfo)]
 pub async fn adapter_info() -> Result<JsValue, JsError> {
     let s = state().await?;
-    let gpu = s.borrow().gpu.clone();
+    let sel = s.borrow().sel.clone();
+    let d = &sel.device;
+    let (name, api, device_type) = match d {
+        Device::Gpu(g) => (g.info.name.clone(), format!("{:?}", g.info.backend), format!("{:?}", g.info.device_type)),
+        Device::Cpu(_) => (d.describe(), "WebAssembly".to_string(), "Cpu".to_string()),
+    };
     json(&serde_json::json!({
-        "name": gpu.info.name,
-        "backend": format!("{:?}", gpu.info.backend),
-        "deviceType": format!("{:?}", gpu.info.device_type),
-        "gemm": gpu.gemm.name(),
+        "backend": d.backend(),
+        "reason": sel.reason,
+        "requested": sel.choice.name(),
+        "name": name,
+        "apiBackend": api,
+        "deviceType": device_type,
+        "gemm": d.kernels(),
     }))
 }
 
@@ -163,38 +186,42 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     };
     let on_progress = option("onProgress");
     let (bytes, name) = if source.is_null() || source.is_undefined() {
-        (
-            crate::DEFAULT_MODEL.to_vec(),
-            crate::DEFAULT_MODEL_NAME.to_string(),
-        )
+        (crate::DEFAULT_MODEL.to_vec(), crate::DEFAULT_MODEL_NAME.to_string())
     } else if let Some(url) = source.as_string() {
         let data = fetch_bytes(&url, &on_progress).await.map_err(|e| {
-            let msg = e
-                .dyn_ref::<js_sys::Error>()
-                .map(|e| String::from(e.message()))
-                .unwrap_or_else(|| format!("{e:?}"));
+            let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
             js_err(format!("download failed: {msg}"))
         })?;
         (Uint8Array::new(&data).to_vec(), url)
-    } else if source.is_instance_of::<js_sys::ArrayBuffer>()
-        || source.is_instance_of::<Uint8Array>()
-    {
+    } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
         (Uint8Array::new(&source).to_vec(), "(bytes)".to_string())
     } else {
-        return Err(js_err(
-            "loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array",
-        ));
+        return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
     };
     let name = option("name").as_string().unwrap_or(name);
-    // After a device loss, loading (the same or another model) starts on a new device.
-    let old = s.borrow().gpu.clone();
-    let gpu = if old.is_lost() { new_gpu().await? } else { old };
-    let model = Model::load_scoped(gpu.clone(), &bytes, None)
-        .await
-        .map_err(|e| js_err(format!("{name}: {e}")))?;
+    // A backend option switches the executor; after a device loss, loading (the same or
+    // another model) starts on a new device.
+    let wanted = option("backend");
+    let wanted = if wanted.is_undefined() || wanted.is_null() {
+        None
+    } else {
+        let text = wanted.as_string().ok_or_else(|| js_err("loadModel: options.backend must be 'auto', 'gpu' or 'cpu'"))?;
+        Some(BackendChoice::parse(&text).map_err(js_err)?)
+    };
+    let old = s.borrow().sel.clone();
+    let lost = old.device.gpu().is_some_and(|g| g.is_lost());
+    let sel = match wanted {
+        Some(c) if c != old.choice => select(c).await?,
+        _ if lost => select(old.choice).await?,
+        _ => old,
+    };
+    let model = Model::load_scoped(sel.device.clone(), &bytes, None).await.map_err(|e| js_err(format!("{name}: {e}")))?;
     let desc = describe(&model, &name)?;
+    if let Some(c) = wanted {
+        CHOICE.with(|x| *x.borrow_mut() = c);
+    }
     let mut st = s.borrow_mut();
-    st.gpu = gpu;
+    st.sel = sel;
     st.model = Rc::new(model);
     st.name = name;
     st.energy.clear();
@@ -212,18 +239,12 @@ pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result
 /// As `classify`, plus what the page shows beside the predictions:
 /// `{predictions, timings: {preprocessMs, forwardMs, readbackMs}, input: {channels, height, width, data}}`.
 #[wasm_bindgen(js_name = classifyDetailed)]
-pub async fn classify_detailed(
-    image: web_sys::ImageData,
-    top_k: Option<usize>,
-) -> Result<JsValue, JsError> {
+pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<usize>) -> Result<JsValue, JsError> {
     let s = state().await?;
     let model = s.borrow().model.clone();
     let (w, h) = (image.width() as usize, image.height() as usize);
     let pixels = image.data();
-    let mut run = model
-        .classify_rgba(&pixels, w, h, now)
-        .await
-        .map_err(js_err)?;
+    let mut run = model.classify_rgba(&pixels, w, h, now).await.map_err(js_err)?;
     {
         // Only if the model was not swapped while this call ran.
         let mut st = s.borrow_mut();
@@ -266,11 +287,7 @@ pub async fn stage_energy() -> Result<JsValue, JsError> {
     for (i, ((h, w), energy)) in s.borrow().energy.iter().enumerate() {
         let e = Object::new();
         set(&e, "stage", i as u32);
-        set(
-            &e,
-            "grid",
-            Array::of2(&(*h as u32).into(), &(*w as u32).into()),
-        );
+        set(&e, "grid", Array::of2(&(*h as u32).into(), &(*w as u32).into()));
         set(&e, "energy", Float32Array::from(&energy[..]));
         out.push(&e);
     }
@@ -283,11 +300,7 @@ pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
     let s = state().await?;
     let model = s.borrow().model.clone();
     let layers = model.mixing_layers();
-    let m = model.token_mixing(layer).ok_or_else(|| {
-        js_err(Error::Input(format!(
-            "layer {layer} is out of range: the model has {layers}"
-        )))
-    })?;
+    let m = model.token_mixing(layer).ok_or_else(|| js_err(Error::Input(format!("layer {layer} is out of range: the model has {layers}"))))?;
     let out = Object::new();
     set(&out, "kind", m.kind);
     set(&out, "layer", layer as u32);
@@ -307,7 +320,12 @@ pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
 #[wasm_bindgen(js_name = loseDevice)]
 pub async fn lose_device() -> Result<(), JsError> {
     let s = state().await?;
-    let gpu = s.borrow().gpu.clone();
-    gpu.device.destroy();
-    Ok(())
+    let dev = s.borrow().sel.device.clone();
+    match dev.gpu() {
+        Some(g) => {
+            g.device.destroy();
+            Ok(())
+        }
+        None => Err(js_err("loseDevice: the model runs on the CPU backend, which has no device to lose")),
+    }
 }

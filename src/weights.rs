@@ -19,40 +19,23 @@ pub struct Weights<'a> {
 
 impl<'a> Weights<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
-        let (header_len, meta) =
-            SafeTensors::read_metadata(bytes).map_err(|e| Error::Format(e.to_string()))?;
+        let (header_len, meta) = SafeTensors::read_metadata(bytes).map_err(|e| Error::Format(e.to_string()))?;
         // serde keeps the last of two equal keys: a header naming a tensor twice is refused
         // here rather than silently resolved.
         if let Some(header) = bytes.get(8..8 + header_len) {
             if let Some(name) = duplicate_key(header) {
-                return Err(Error::Format(format!(
-                    "the header lists `{name}` more than once"
-                )));
+                return Err(Error::Format(format!("the header lists `{name}` more than once")));
             }
         }
         let metadata = meta.metadata().clone().unwrap_or_default();
         let file = SafeTensors::deserialize(bytes).map_err(|e| Error::Format(e.to_string()))?;
         for (name, view) in file.iter() {
             if !matches!(view.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16) {
-                return Err(Error::tensor(
-                    name,
-                    format!(
-                        "has dtype {:?}; tokenmix reads F32, F16 and BF16",
-                        view.dtype()
-                    ),
-                ));
+                return Err(Error::tensor(name, format!("has dtype {:?}; tokenmix reads F32, F16 and BF16", view.dtype())));
             }
         }
-        let shapes = file
-            .iter()
-            .map(|(name, view)| (name.to_string(), view.shape().to_vec()))
-            .collect();
-        Ok(Weights {
-            file,
-            shapes,
-            taken: BTreeSet::new(),
-            metadata,
-        })
+        let shapes = file.iter().map(|(name, view)| (name.to_string(), view.shape().to_vec())).collect();
+        Ok(Weights { file, shapes, taken: BTreeSet::new(), metadata })
     }
 
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
@@ -69,31 +52,21 @@ impl<'a> Weights<'a> {
 
     /// The shape of a tensor that must exist (for config inference).
     pub fn require_shape(&self, name: &str) -> Result<&[usize]> {
-        self.shape(name)
-            .ok_or_else(|| Error::tensor(name, "missing"))
+        self.shape(name).ok_or_else(|| Error::tensor(name, "missing"))
     }
 
     /// Converts the named tensor to f32 after checking its shape; marks it as used.
     pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let view = self
-            .file
-            .tensor(name)
-            .map_err(|_| Error::tensor(name, format!("missing (expected shape {shape:?})")))?;
+        let view = self.file.tensor(name).map_err(|_| Error::tensor(name, format!("missing (expected shape {shape:?})")))?;
         if view.shape() != shape {
-            return Err(Error::tensor(
-                name,
-                format!("has shape {:?}, expected {shape:?}", view.shape()),
-            ));
+            return Err(Error::tensor(name, format!("has shape {:?}, expected {shape:?}", view.shape())));
         }
         let data = to_f32(name, view.dtype(), view.data())?;
         if data.len() != shape.iter().product::<usize>() {
             return Err(Error::tensor(name, "data length does not match its shape"));
         }
         if let Some(i) = data.iter().position(|v| !v.is_finite()) {
-            return Err(Error::tensor(
-                name,
-                format!("holds a non-finite value ({}) at index {i}", data[i]),
-            ));
+            return Err(Error::tensor(name, format!("holds a non-finite value ({}) at index {i}", data[i])));
         }
         self.taken.insert(name.to_string());
         Ok(data)
@@ -101,10 +74,7 @@ impl<'a> Weights<'a> {
 
     /// The named tensor as f32, without marking it used (for CPU copies, e.g. the visualiser).
     pub fn read(&self, name: &str) -> Result<Vec<f32>> {
-        let view = self
-            .file
-            .tensor(name)
-            .map_err(|_| Error::tensor(name, "missing"))?;
+        let view = self.file.tensor(name).map_err(|_| Error::tensor(name, "missing"))?;
         to_f32(name, view.dtype(), view.data())
     }
 
@@ -114,50 +84,26 @@ impl<'a> Weights<'a> {
         let unused: Vec<&str> = self.names().filter(|n| !self.taken.contains(*n)).collect();
         match unused.as_slice() {
             [] => Ok(()),
-            [one] => Err(Error::tensor(
-                *one,
-                "unexpected (not used by the inferred architecture)",
-            )),
+            [one] => Err(Error::tensor(*one, "unexpected (not used by the inferred architecture)")),
             many => Err(Error::Tensor {
                 name: many[0].to_string(),
-                msg: format!(
-                    "unexpected, with {} other unused tensors: {}",
-                    many.len() - 1,
-                    many[1..many.len().min(6)].join(", ")
-                ),
+                msg: format!("unexpected, with {} other unused tensors: {}", many.len() - 1, many[1..many.len().min(6)].join(", ")),
             }),
         }
     }
 
     /// Number of scalar parameters in the file.
     pub fn parameter_count(&self) -> usize {
-        self.shapes
-            .values()
-            .map(|s| s.iter().product::<usize>())
-            .sum()
+        self.shapes.values().map(|s| s.iter().product::<usize>()).sum()
     }
 }
 
 fn to_f32(name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
     Ok(match dtype {
-        Dtype::F32 => bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        Dtype::F16 => bytes
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        Dtype::BF16 => bytes
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        other => {
-            return Err(Error::tensor(
-                name,
-                format!("has dtype {other:?}; tokenmix reads F32, F16 and BF16"),
-            ))
-        }
+        Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        other => return Err(Error::tensor(name, format!("has dtype {other:?}; tokenmix reads F32, F16 and BF16"))),
     })
 }
 
@@ -169,10 +115,7 @@ fn duplicate_key(json: &[u8]) -> Option<String> {
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            mut self,
-            mut map: A,
-        ) -> std::result::Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
             let mut seen = BTreeSet::new();
             while let Some(key) = map.next_key::<String>()? {
                 map.next_value::<serde::de::IgnoredAny>()?;
@@ -184,7 +127,5 @@ fn duplicate_key(json: &[u8]) -> Option<String> {
         }
     }
     let mut de = serde_json::Deserializer::from_slice(json);
-    serde::Deserializer::deserialize_map(&mut de, Keys(None))
-        .ok()
-        .flatten()
+    serde::Deserializer::deserialize_map(&mut de, Keys(None)).ok().flatten()
 }

@@ -9,10 +9,7 @@ use std::process::{Command, Output};
 use common::{fixtures, max_abs, max_abs_diff, read_tensors, tol};
 
 fn tokenmix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tokenmix"))
-        .args(args)
-        .output()
-        .expect("runs tokenmix")
+    Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(args).output().expect("runs tokenmix")
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -24,12 +21,7 @@ fn tmp(name: &str) -> PathBuf {
 fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
     use npyz::WriterBuilder;
     let f = std::fs::File::create(path).unwrap();
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(f)
-        .begin_nd()
-        .unwrap();
+    let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(f).begin_nd().unwrap();
     w.extend(data.iter().copied()).unwrap();
     w.finish().unwrap();
 }
@@ -44,49 +36,23 @@ fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
 fn assert_clean_error(out: &Output) {
     assert!(!out.status.success(), "should fail");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.starts_with("error: "),
-        "stderr should be one clear line: {err}"
-    );
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line, no backtrace: {err}"
-    );
+    assert!(err.starts_with("error: "), "stderr should be one clear line: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line, no backtrace: {err}");
     assert!(!err.contains("panicked"), "no panic: {err}");
 }
 
 #[test]
 fn logits_command_matches_timm() {
     for name in ["mixer_p4_rgb", "mixer_p8_grey_nonsquare"] {
-        let io = read_tensors(
-            &fixtures().join(format!("{name}.io.safetensors")),
-            &["input", "logits"],
-        );
+        let io = read_tensors(&fixtures().join(format!("{name}.io.safetensors")), &["input", "logits"]);
         let (shape, input) = &io[0];
         let (eshape, expected) = &io[1];
         let x = tmp(&format!("{name}.x.npy"));
         let y = tmp(&format!("{name}.y.npy"));
-        write_npy(
-            &x,
-            &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(),
-            input,
-        );
+        write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), input);
         let weights = fixtures().join(format!("{name}.safetensors"));
-        let out = tokenmix(&[
-            "logits",
-            "--weights",
-            weights.to_str().unwrap(),
-            "--input",
-            x.to_str().unwrap(),
-            "--out",
-            y.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = tokenmix(&["logits", "--weights", weights.to_str().unwrap(), "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let (yshape, got) = read_npy(&y);
         assert_eq!(yshape, eshape.iter().map(|&d| d as u64).collect::<Vec<_>>());
         assert!(max_abs_diff(&got, expected) <= tol::GOLDEN * max_abs(expected).max(1.0));
@@ -97,11 +63,7 @@ fn logits_command_matches_timm() {
 fn info_names_family_and_counts() {
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let out = tokenmix(&["info", "--weights", weights.to_str().unwrap(), "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["family"], "MLP-Mixer");
     assert_eq!(v["arch"]["depth"], 2);
@@ -109,51 +71,25 @@ fn info_names_family_and_counts() {
     // Parameter count as torch counts it: sum of numel over the state dict.
     let bytes = std::fs::read(&weights).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let numel: usize = st
-        .iter()
-        .map(|(_, t)| t.shape().iter().product::<usize>())
-        .sum();
+    let numel: usize = st.iter().map(|(_, t)| t.shape().iter().product::<usize>()).sum();
     assert_eq!(v["params"], numel);
 }
 
 #[test]
 fn classify_prints_json_for_each_image() {
     let img = tmp("grey.png");
-    image::RgbImage::from_fn(37, 23, |x, y| {
-        image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])
-    })
-    .save(&img)
-    .unwrap();
+    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
-    let out = tokenmix(&[
-        "classify",
-        "--weights",
-        weights.to_str().unwrap(),
-        "--json",
-        "--top-k",
-        "3",
-        img.to_str().unwrap(),
-        img.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tokenmix(&["classify", "--weights", weights.to_str().unwrap(), "--json", "--top-k", "3", img.to_str().unwrap(), img.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let arr = v.as_array().unwrap();
     assert_eq!(arr.len(), 2);
     let preds = arr[0]["predictions"].as_array().unwrap();
     assert_eq!(preds.len(), 3);
-    let p: Vec<f64> = preds
-        .iter()
-        .map(|p| p["probability"].as_f64().unwrap())
-        .collect();
+    let p: Vec<f64> = preds.iter().map(|p| p["probability"].as_f64().unwrap()).collect();
     assert!(p[0] >= p[1] && p[1] >= p[2], "sorted: {p:?}");
-    assert_eq!(
-        arr[0]["predictions"], arr[1]["predictions"],
-        "same image, same answer"
-    );
+    assert_eq!(arr[0]["predictions"], arr[1]["predictions"], "same image, same answer");
 }
 
 #[test]
@@ -161,75 +97,29 @@ fn errors_are_one_line() {
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let w = weights.to_str().unwrap();
     // Missing file, truncated weights, wrong input rank, not an image.
-    assert_clean_error(&tokenmix(&[
-        "info",
-        "--weights",
-        "/nonexistent/model.safetensors",
-    ]));
+    assert_clean_error(&tokenmix(&["info", "--weights", "/nonexistent/model.safetensors"]));
     let truncated = tmp("trunc.safetensors");
     std::fs::write(&truncated, &std::fs::read(&weights).unwrap()[..500]).unwrap();
-    assert_clean_error(&tokenmix(&[
-        "info",
-        "--weights",
-        truncated.to_str().unwrap(),
-    ]));
+    assert_clean_error(&tokenmix(&["info", "--weights", truncated.to_str().unwrap()]));
     let bad = tmp("rank2.npy");
     write_npy(&bad, &[2, 3], &[0.0; 6]);
-    assert_clean_error(&tokenmix(&[
-        "logits",
-        "--weights",
-        w,
-        "--input",
-        bad.to_str().unwrap(),
-        "--out",
-        tmp("o.npy").to_str().unwrap(),
-    ]));
+    assert_clean_error(&tokenmix(&["logits", "--weights", w, "--input", bad.to_str().unwrap(), "--out", tmp("o.npy").to_str().unwrap()]));
     let notimg = tmp("not.png");
     std::fs::write(&notimg, b"hello").unwrap();
-    assert_clean_error(&tokenmix(&[
-        "classify",
-        "--weights",
-        w,
-        notimg.to_str().unwrap(),
-    ]));
+    assert_clean_error(&tokenmix(&["classify", "--weights", w, notimg.to_str().unwrap()]));
     let wrong_size = tmp("wrongsize.npy");
     write_npy(&wrong_size, &[1, 3, 20, 16], &[0.0; 960]);
-    assert_clean_error(&tokenmix(&[
-        "logits",
-        "--weights",
-        w,
-        "--input",
-        wrong_size.to_str().unwrap(),
-        "--out",
-        tmp("o2.npy").to_str().unwrap(),
-    ]));
+    assert_clean_error(&tokenmix(&["logits", "--weights", w, "--input", wrong_size.to_str().unwrap(), "--out", tmp("o2.npy").to_str().unwrap()]));
 }
 
 #[test]
 fn bench_reports_json() {
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
-    let out = tokenmix(&[
-        "bench",
-        "--weights",
-        weights.to_str().unwrap(),
-        "--batch",
-        "1,2",
-        "--iters",
-        "2",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tokenmix(&["bench", "--weights", weights.to_str().unwrap(), "--batch", "1,2", "--iters", "2", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["runs"].as_array().unwrap().len(), 2);
     assert!(v["first_result_ms"].as_f64().unwrap() > 0.0);
     let out = tokenmix(&["bench", "--gemm", "33x17x65", "--iters", "1", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

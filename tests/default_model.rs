@@ -17,36 +17,15 @@ fn slice() -> (Vec<f32>, Vec<i32>, Vec<i32>) {
 }
 
 fn slice_of(name: &str) -> (Vec<f32>, Vec<i32>, Vec<i32>) {
-    let bytes =
-        std::fs::read(fixtures().join(format!("{name}.preds.safetensors"))).expect("fixture");
+    let bytes = std::fs::read(fixtures().join(format!("{name}.preds.safetensors"))).expect("fixture");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
-    let f32s = |n: &str| {
-        st.tensor(n)
-            .unwrap()
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect::<Vec<f32>>()
-    };
-    let i32s = |n: &str| {
-        st.tensor(n)
-            .unwrap()
-            .data()
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect::<Vec<i32>>()
-    };
+    let f32s = |n: &str| st.tensor(n).unwrap().data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>();
+    let i32s = |n: &str| st.tensor(n).unwrap().data().chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<i32>>();
     (f32s("input"), i32s("preds"), i32s("labels"))
 }
 
 fn argmax(row: &[f32]) -> i32 {
-    row.iter()
-        .enumerate()
-        .fold(
-            (0, f32::MIN),
-            |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) },
-        )
-        .0 as i32
+    row.iter().enumerate().fold((0, f32::MIN), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }).0 as i32
 }
 
 #[test]
@@ -56,75 +35,40 @@ fn default_model_agrees_with_pytorch() {
     let (input, torch_preds, labels) = slice();
     let out = model.forward_blocking(&input).expect("forward");
     let ours: Vec<i32> = out.logits.chunks(out.classes).map(argmax).collect();
-    let disagree = ours
-        .iter()
-        .zip(&torch_preds)
-        .filter(|(a, b)| a != b)
-        .count();
+    let disagree = ours.iter().zip(&torch_preds).filter(|(a, b)| a != b).count();
     let correct = ours.iter().zip(&labels).filter(|(a, b)| a == b).count();
-    eprintln!(
-        "default model on {} test images: {disagree} disagreements with PyTorch, {correct} correct",
-        ours.len()
-    );
-    assert_eq!(
-        disagree, 0,
-        "tokenmix and PyTorch predict differently on {disagree} images"
-    );
+    eprintln!("default model on {} test images: {disagree} disagreements with PyTorch, {correct} correct", ours.len());
+    assert_eq!(disagree, 0, "tokenmix and PyTorch predict differently on {disagree} images");
 }
 
 #[test]
 fn every_shipped_model_agrees_with_pytorch() {
     let weights = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("weights");
     for name in SHIPPED {
-        let bytes =
-            std::fs::read(weights.join(format!("{name}.safetensors"))).expect("shipped model");
+        let bytes = std::fs::read(weights.join(format!("{name}.safetensors"))).expect("shipped model");
         let model = Model::load(gpu(), &bytes, None).expect("shipped model loads");
         let (input, torch_preds, labels) = slice_of(name);
         let out = model.forward_blocking(&input).expect("forward");
         let ours: Vec<i32> = out.logits.chunks(out.classes).map(argmax).collect();
-        let disagree = ours
-            .iter()
-            .zip(&torch_preds)
-            .filter(|(a, b)| a != b)
-            .count();
+        let disagree = ours.iter().zip(&torch_preds).filter(|(a, b)| a != b).count();
         let correct = ours.iter().zip(&labels).filter(|(a, b)| a == b).count();
         eprintln!("{name} ({}) on {} test images: {disagree} disagreements with PyTorch, {correct} correct", model.info.family, ours.len());
-        assert_eq!(
-            disagree, 0,
-            "{name}: tokenmix and PyTorch predict differently on {disagree} images"
-        );
+        assert_eq!(disagree, 0, "{name}: tokenmix and PyTorch predict differently on {disagree} images");
     }
 }
 
 #[test]
 fn sample_pngs_classify_as_pytorch_predicted() {
     let (_, torch_preds, _) = slice();
-    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("www")
-        .join("samples");
-    let mut paths: Vec<_> = std::fs::read_dir(&samples)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "png"))
-        .collect();
+    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("www").join("samples");
+    let mut paths: Vec<_> =
+        std::fs::read_dir(&samples).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "png")).collect();
     paths.sort();
     assert!(paths.len() >= 5);
-    let mut args = vec![
-        "classify".to_string(),
-        "--json".into(),
-        "--top-k".into(),
-        "1".into(),
-    ];
+    let mut args = vec!["classify".to_string(), "--json".into(), "--top-k".into(), "1".into()];
     args.extend(paths.iter().map(|p| p.display().to_string()));
-    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
-        .args(&args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(&args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for (entry, path) in v.as_array().unwrap().iter().zip(&paths) {
         // fmnist-IIII-name.png is test image IIII, saved losslessly from the IDX file.
@@ -142,20 +86,13 @@ fn eval_command_counts_what_pytorch_counts() {
     use std::io::Write;
     let (input, torch_preds, labels) = slice();
     let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).expect("embedded model loads");
-    let (mean, std) = (
-        model.info.preprocess.mean[0] as f64,
-        model.info.preprocess.std[0] as f64,
-    );
+    let (mean, std) = (model.info.preprocess.mean[0] as f64, model.info.preprocess.std[0] as f64);
     let n = labels.len();
     let mut images = vec![0, 0, 8, 3];
     for d in [n as u32, 28, 28] {
         images.extend(d.to_be_bytes());
     }
-    images.extend(
-        input
-            .iter()
-            .map(|&x| ((x as f64 * std + mean) * 255.0).round() as u8),
-    );
+    images.extend(input.iter().map(|&x| ((x as f64 * std + mean) * 255.0).round() as u8));
     let mut label_file = vec![0, 0, 8, 1];
     label_file.extend((n as u32).to_be_bytes());
     label_file.extend(labels.iter().map(|&l| l as u8));
@@ -166,45 +103,19 @@ fn eval_command_counts_what_pytorch_counts() {
     std::fs::write(dir.join("t10k-images-idx3-ubyte.gz"), gz.finish().unwrap()).unwrap();
     std::fs::write(dir.join("t10k-labels-idx1-ubyte"), &label_file).unwrap();
 
-    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
-        .args([
-            "eval",
-            "--data",
-            dir.to_str().unwrap(),
-            "--batch",
-            "50",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["eval", "--data", dir.to_str().unwrap(), "--batch", "50", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
-    let torch_correct = torch_preds
-        .iter()
-        .zip(&labels)
-        .filter(|(p, l)| p == l)
-        .count();
+    let torch_correct = torch_preds.iter().zip(&labels).filter(|(p, l)| p == l).count();
     assert_eq!(v["total"], n);
-    assert_eq!(
-        v["correct"], torch_correct,
-        "PyTorch got {torch_correct}/{n}"
-    );
+    assert_eq!(v["correct"], torch_correct, "PyTorch got {torch_correct}/{n}");
     assert!((v["top1"].as_f64().unwrap() - torch_correct as f64 / n as f64).abs() < 1e-12);
     assert!(v["images_per_s"].as_f64().unwrap() > 0.0);
 
     // A truncated image file is one clear error.
     std::fs::write(dir.join("t10k-images-idx3-ubyte.gz"), &images[..100]).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
-        .args(["eval", "--data", dir.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["eval", "--data", dir.to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.starts_with("error: ") && err.contains("t10k-images"),
-        "{err}"
-    );
+    assert!(!out.status.success() && err.starts_with("error: ") && err.contains("t10k-images"), "{err}");
 }

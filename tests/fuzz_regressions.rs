@@ -6,13 +6,8 @@ use std::path::PathBuf;
 
 fn files(dir: &str) -> Vec<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut out: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut out: Vec<PathBuf> =
+        std::fs::read_dir(root.join(dir)).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect()).unwrap_or_default();
     out.sort();
     out
 }
@@ -20,12 +15,7 @@ fn files(dir: &str) -> Vec<PathBuf> {
 #[test]
 fn load_weights_regressions_and_seeds_return() {
     let mut n = 0;
-    for dir in [
-        "fuzz/regressions/load_weights",
-        "tests/hostile",
-        "tests/fixtures",
-        "weights",
-    ] {
+    for dir in ["fuzz/regressions/load_weights", "tests/hostile", "tests/fixtures", "weights"] {
         for path in files(dir) {
             tokenmix::fuzz::load_weights(&std::fs::read(&path).expect("readable"));
             n += 1;
@@ -41,14 +31,7 @@ fn preprocess_image_regressions_return() {
     }
     // Edge sizes the target's byte layout can express: 0, 1 and 65535 px sides, each with a
     // right-length pixel buffer where that is small.
-    for (w, h) in [
-        (0u16, 0u16),
-        (1, 1),
-        (65535, 1),
-        (1, 65535),
-        (30000, 30000),
-        (1024, 1),
-    ] {
+    for (w, h) in [(0u16, 0u16), (1, 1), (65535, 1), (1, 65535), (30000, 30000), (1024, 1)] {
         let mut data = Vec::new();
         for v in [w, h, 28, 28] {
             data.extend_from_slice(&v.to_le_bytes());

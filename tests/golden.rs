@@ -5,9 +5,7 @@
 
 mod common;
 
-use common::{
-    all_devices, all_variants, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol,
-};
+use common::{all_devices, all_variants, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol};
 use tokenmix::Model;
 
 const FIXTURES: &[&str] = &[
@@ -39,58 +37,37 @@ fn logits_match_timm() {
     for dev in &devices {
         for name in FIXTURES {
             let dir = fixtures();
-            let io = read_tensors(
-                &dir.join(format!("{name}.io.safetensors")),
-                &["input", "logits"],
-            );
+            let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
             let (ishape, input) = &io[0];
             let (_, expected) = &io[1];
             let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
-            let model = Model::load(dev.clone(), &bytes, Some([ishape[2], ishape[3]]))
-                .expect("fixture loads");
+            let model = Model::load(dev.clone(), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
             let out = model.forward_blocking(input).expect("forward");
             let diff = max_abs_diff(&out.logits, expected);
             let bound = tol::GOLDEN * max_abs(expected).max(1.0);
-            eprintln!(
-                "{name} [{}]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})",
-                dev.label()
-            );
+            eprintln!("{name} [{}]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})", dev.label());
             if diff > bound {
-                failures.push(format!(
-                    "{name} on {}: max|Δlogit| {diff} > {bound}",
-                    dev.label()
-                ));
+                failures.push(format!("{name} on {}: max|Δlogit| {diff} > {bound}", dev.label()));
             }
             checked += 1;
             // The pre-upload check (`Arch::widest_activation`, from the config alone) must bound
             // what the loaded layers really allocate per image, or it would let through a model
             // that then fails to bind.
-            let (bound_bytes, real_bytes) = (
-                model.info.arch.widest_activation() * 4,
-                model.widest_activation_bytes(),
-            );
-            assert!(
-                bound_bytes >= real_bytes,
-                "{name}: config bound {bound_bytes} B < allocated {real_bytes} B per image"
-            );
+            let (bound_bytes, real_bytes) = (model.info.arch.widest_activation() * 4, model.widest_activation_bytes());
+            assert!(bound_bytes >= real_bytes, "{name}: config bound {bound_bytes} B < allocated {real_bytes} B per image");
             // Probabilities are a softmax of those logits.
             let row = &out.probs[..out.classes];
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
         }
     }
-    assert_eq!(
-        checked,
-        devices.len() * FIXTURES.len(),
-        "every executor ran every fixture"
-    );
+    assert_eq!(checked, devices.len() * FIXTURES.len(), "every executor ran every fixture");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn metadata_image_size_is_used() {
     // The non-square fixture carries config.img_size in its metadata: no hint needed.
-    let bytes =
-        std::fs::read(fixtures().join("mixer_p8_grey_nonsquare.safetensors")).expect("fixture");
+    let bytes = std::fs::read(fixtures().join("mixer_p8_grey_nonsquare.safetensors")).expect("fixture");
     let model = Model::load(common::gpu(), &bytes, None).expect("loads");
     assert_eq!(model.info.arch.input_shape(), [1, 24, 40]);
 }
@@ -99,10 +76,7 @@ fn metadata_image_size_is_used() {
 fn batch_rows_are_independent() {
     // The same image at every position of a batch of 5 gives the same logits as alone.
     let dir = fixtures();
-    let io = read_tensors(
-        &dir.join("mixer_p4_rgb.io.safetensors"),
-        &["input", "logits"],
-    );
+    let io = read_tensors(&dir.join("mixer_p4_rgb.io.safetensors"), &["input", "logits"]);
     let (_, input) = &io[0];
     let bytes = std::fs::read(dir.join("mixer_p4_rgb.safetensors")).expect("fixture");
     for dev in [common::gpu().into(), common::cpu()] {
@@ -139,50 +113,30 @@ fn binding_limit_splits_batches_and_weights_instead_of_failing() {
     // must still match timm's.
     let mut split = 0;
     for gpu in all_variants() {
-        for name in [
-            "mixer_p2_small_stem_f16",
-            "gmlp_grey_nonsquare_f16",
-            "poolformer_rgb",
-            "mixer_many_tokens",
-            "gmlp_many_tokens",
-            "resmlp_many_tokens",
-        ] {
+        for name in
+            ["mixer_p2_small_stem_f16", "gmlp_grey_nonsquare_f16", "poolformer_rgb", "mixer_many_tokens", "gmlp_many_tokens", "resmlp_many_tokens"]
+        {
             let dir = fixtures();
-            let io = read_tensors(
-                &dir.join(format!("{name}.io.safetensors")),
-                &["input", "logits"],
-            );
+            let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
             let (ishape, input) = &io[0];
             let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
             let img = Some([ishape[2], ishape[3]]);
-            let widest = Model::load(gpu.clone(), &bytes, img)
-                .expect("loads")
-                .widest_activation_bytes();
+            let widest = Model::load(gpu.clone(), &bytes, img).expect("loads").widest_activation_bytes();
             let limit = widest * 3 / 2;
             let (big, big_bytes) = largest_weight_bytes(&bytes);
-            let model = Model::load(limited(gpu.gemm, limit), &bytes, img)
-                .expect("loads under the lowered limit");
+            let model = Model::load(limited(gpu.gemm, limit), &bytes, img).expect("loads under the lowered limit");
             assert_eq!(model.max_batch(), 1, "{name}");
             assert!(ishape[0] >= 2, "{name}: the fixture has a batch");
-            let out = model
-                .forward_blocking(input)
-                .expect("a batch of 2 runs in chunks");
+            let out = model.forward_blocking(input).expect("a batch of 2 runs in chunks");
             let diff = max_abs_diff(&out.logits, &io[1].1);
             let blocks = big_bytes.div_ceil(limit);
             eprintln!(
                 "{name} [{}] under a {limit}-byte binding limit (largest weight `{big}` {big_bytes} bytes: {blocks} block(s)): max|Δlogit| = {diff:.2e}",
                 gpu.gemm.name()
             );
-            assert!(
-                diff <= tol::GOLDEN * max_abs(&io[1].1).max(1.0),
-                "{name} [{}]: {diff}",
-                gpu.gemm.name()
-            );
+            assert!(diff <= tol::GOLDEN * max_abs(&io[1].1).max(1.0), "{name} [{}]: {diff}", gpu.gemm.name());
             if name.ends_with("many_tokens") {
-                assert!(
-                    big_bytes > limit,
-                    "{name}: the largest weight must pass the lowered limit to test splitting"
-                );
+                assert!(big_bytes > limit, "{name}: the largest weight must pass the lowered limit to test splitting");
                 split += 1;
             }
         }
@@ -191,14 +145,7 @@ fn binding_limit_splits_batches_and_weights_instead_of_failing() {
     // Below one image's activations nothing can run: refused before any upload, naming what
     // needs the room and the bound. (A weight row is never wider than the widest activation,
     // so the one-row refusal is tested on `Matrix` itself in tests/kernels.rs.)
-    let bytes =
-        std::fs::read(fixtures().join("mixer_p2_small_stem_f16.safetensors")).expect("fixture");
-    let err = Model::load(limited(common::gpu().gemm, 1024), &bytes, Some([14, 14]))
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(
-        err.contains("binding limit of 1024 bytes") && err.contains("activation"),
-        "{err}"
-    );
+    let bytes = std::fs::read(fixtures().join("mixer_p2_small_stem_f16.safetensors")).expect("fixture");
+    let err = Model::load(limited(common::gpu().gemm, 1024), &bytes, Some([14, 14])).err().expect("refused").to_string();
+    assert!(err.contains("binding limit of 1024 bytes") && err.contains("activation"), "{err}");
 }

@@ -13,22 +13,14 @@ use tokenmix::Model;
 
 /// (file, why, expected error fragment, stage: "inspect" or "load").
 fn corpus() -> (PathBuf, Vec<(String, String, String, String)>) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("hostile");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-            .expect("manifest JSON");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("hostile");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest")).expect("manifest JSON");
     let cases = manifest["cases"]
         .as_array()
         .expect("cases")
         .iter()
         .map(|c| {
-            let field = |k: &str| {
-                c[k].as_str()
-                    .unwrap_or_else(|| panic!("manifest entry without `{k}`"))
-                    .to_string()
-            };
+            let field = |k: &str| c[k].as_str().unwrap_or_else(|| panic!("manifest entry without `{k}`")).to_string();
             (field("file"), field("why"), field("expect"), field("stage"))
         })
         .collect();
@@ -44,49 +36,28 @@ fn every_hostile_file_is_refused_and_the_loaded_model_keeps_working() {
     Model::load(gpu(), &base, None).expect("the unmutated base model loads");
 
     let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).expect("default model");
-    let input: Vec<f32> = (0..model.input_len())
-        .map(|i| ((i % 17) as f32 - 8.0) / 8.0)
-        .collect();
+    let input: Vec<f32> = (0..model.input_len()).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
     let before = model.forward_blocking(&input).expect("classifies").logits;
     let mut failures = Vec::new();
     for (file, why, expect, stage) in &cases {
         let bytes = std::fs::read(dir.join(file)).expect("corpus file");
         let cpu = tokenmix::inspect(&bytes, None).err().map(|e| e.to_string());
-        let gpu_err = Model::load(gpu(), &bytes, None)
-            .err()
-            .map(|e| e.to_string());
-        let after = model
-            .forward_blocking(&input)
-            .expect("the loaded model still classifies")
-            .logits;
+        let gpu_err = Model::load(gpu(), &bytes, None).err().map(|e| e.to_string());
+        let after = model.forward_blocking(&input).expect("the loaded model still classifies").logits;
         eprintln!("{file} ({why}): {}", gpu_err.as_deref().unwrap_or("LOADED"));
         match (&cpu, &gpu_err) {
-            (_, None) => failures.push(format!(
-                "{file}: loaded, expected an error containing `{expect}`"
-            )),
-            (_, Some(e)) if !e.to_lowercase().contains(&expect.to_lowercase()) => {
-                failures.push(format!("{file}: `{e}` lacks `{expect}`"))
-            }
+            (_, None) => failures.push(format!("{file}: loaded, expected an error containing `{expect}`")),
+            (_, Some(e)) if !e.to_lowercase().contains(&expect.to_lowercase()) => failures.push(format!("{file}: `{e}` lacks `{expect}`")),
             // Header, metadata and config problems are caught by the CPU-only check, before
             // anything is uploaded; tensor names, shapes and values need the architecture's list.
-            (None, Some(e)) if stage == "inspect" => {
-                failures.push(format!("{file}: inspect accepted what load refused: {e}"))
-            }
+            (None, Some(e)) if stage == "inspect" => failures.push(format!("{file}: inspect accepted what load refused: {e}")),
             _ => {}
         }
         if after != before {
-            failures.push(format!(
-                "{file}: the loaded model's logits changed after the rejection"
-            ));
+            failures.push(format!("{file}: the loaded model's logits changed after the rejection"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} hostile files:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} hostile files:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 #[test]
@@ -103,44 +74,25 @@ fn gpu_faults_are_errors_and_a_new_device_recovers() {
         });
         Ok(())
     }));
-    let msg = r
-        .expect_err("a buffer over max_buffer_size is an error")
-        .to_string();
+    let msg = r.expect_err("a buffer over max_buffer_size is an error").to_string();
     eprintln!("scoped allocation: {msg}");
     assert!(msg.contains("while making a buffer"), "{msg}");
 
     // Device loss: every later call is an error that says to reload; nothing panics or hangs.
-    let model = pollster::block_on(Model::load_scoped(
-        gpu.clone(),
-        tokenmix::DEFAULT_MODEL,
-        None,
-    ))
-    .expect("loads");
+    let model = pollster::block_on(Model::load_scoped(gpu.clone(), tokenmix::DEFAULT_MODEL, None)).expect("loads");
     let input = vec![0.25f32; model.input_len()];
     let want = model.forward_blocking(&input).expect("classifies").logits;
     gpu.device.destroy();
     let _ = gpu.device.poll(wgpu::PollType::Poll);
-    let lost = model
-        .forward_blocking(&input)
-        .expect_err("a destroyed device cannot run")
-        .to_string();
+    let lost = model.forward_blocking(&input).expect_err("a destroyed device cannot run").to_string();
     eprintln!("after device.destroy(): {lost}");
     assert!(lost.contains(tokenmix::gpu::DEVICE_LOST), "{lost}");
-    let again = pollster::block_on(Model::load_scoped(
-        gpu.clone(),
-        tokenmix::DEFAULT_MODEL,
-        None,
-    ))
-    .err()
-    .expect("no loading on a lost device")
-    .to_string();
+    let again =
+        pollster::block_on(Model::load_scoped(gpu.clone(), tokenmix::DEFAULT_MODEL, None)).err().expect("no loading on a lost device").to_string();
     assert!(again.contains(tokenmix::gpu::DEVICE_LOST), "{again}");
 
     // Reloading on a new device gives the same logits.
     let fresh = std::sync::Arc::new(pollster::block_on(tokenmix::Gpu::new()).expect("adapter"));
     let model = Model::load(fresh, tokenmix::DEFAULT_MODEL, None).expect("reloads");
-    assert_eq!(
-        model.forward_blocking(&input).expect("classifies").logits,
-        want
-    );
+    assert_eq!(model.forward_blocking(&input).expect("classifies").logits, want);
 }

@@ -4,36 +4,13 @@
 
 mod common;
 
-use common::{all_variants, gpu, limited, max_abs, max_abs_diff, random, tol};
+use common::{all_variants, erf, gpu, limited, max_abs, max_abs_diff, random, tol};
 use tokenmix::gpu::GemmVariant;
 use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
 
 fn gelu(x: f64) -> f64 {
     0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
-}
-
-/// erf in f64 (std has none), independent of the kernel's rational approximation: the
-/// Maclaurin series for |x| < 2 and the continued fraction of erfc beyond, where the series
-/// would cancel catastrophically. Accurate to ~1e-14.
-fn erf(x: f64) -> f64 {
-    let z = x.abs();
-    if z < 2.0 {
-        let (mut sum, mut term, mut n) = (0f64, x, 0f64);
-        while term.abs() > 1e-18 {
-            sum += term / (2.0 * n + 1.0);
-            n += 1.0;
-            term *= -x * x / n;
-        }
-        return sum * 2.0 / std::f64::consts::PI.sqrt();
-    }
-    // erfc(z) = exp(-z²)/√π · 1/(z + (1/2)/(z + 1/(z + (3/2)/(z + ...))))
-    let mut k = z;
-    for n in (1..=120).rev() {
-        k = z + (n as f64 / 2.0) / k;
-    }
-    let erfc = (-z * z).exp() / (std::f64::consts::PI.sqrt() * k);
-    x.signum() * (1.0 - erfc)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -60,11 +37,7 @@ fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f
                 for kk in 0..c.k {
                     let av = a[bt * c.m * c.k + i * c.k + kk] as f64;
                     let bb = if c.shared_b { 0 } else { bt * c.n * c.k };
-                    let bv = if c.b_trans {
-                        b[bb + j * c.k + kk]
-                    } else {
-                        b[bb + kk * c.n + j]
-                    } as f64;
+                    let bv = if c.b_trans { b[bb + j * c.k + kk] } else { b[bb + kk * c.n + j] } as f64;
                     acc += av * bv;
                 }
                 match c.bias {
@@ -81,11 +54,7 @@ fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f
                     None => {}
                 }
                 let idx = bt * c.m * c.n + i * c.n + j;
-                out[idx] = if c.residual {
-                    (out[idx] as f64 + acc) as f32
-                } else {
-                    acc as f32
-                };
+                out[idx] = if c.residual { (out[idx] as f64 + acc) as f32 } else { acc as f32 };
             }
         }
     }
@@ -105,29 +74,13 @@ fn run_case(gpu: &Gpu, c: Case, seed: u64) {
     // C starts as c0, so RESIDUAL adds to known values.
     let cout = gpu.storage_init("c", &c0).unwrap();
     let bs = if c.shared_b { 0 } else { c.k * c.n };
-    let b_op = if c.b_trans {
-        Operand::new(&bbuf, c.k, bs)
-    } else {
-        Operand::new(&bbuf, c.n, bs)
-    };
-    let mut g = Gemm::new(
-        c.batch,
-        c.m,
-        c.n,
-        c.k,
-        Operand::new(&abuf, c.k, c.m * c.k),
-        b_op,
-        Operand::new(&cout, c.n, c.m * c.n),
-    );
+    let b_op = if c.b_trans { Operand::new(&bbuf, c.k, bs) } else { Operand::new(&bbuf, c.n, bs) };
+    let mut g = Gemm::new(c.batch, c.m, c.n, c.k, Operand::new(&abuf, c.k, c.m * c.k), b_op, Operand::new(&cout, c.n, c.m * c.n));
     g.b_trans = c.b_trans;
     g.gelu = c.gelu;
     g.residual = c.residual;
     // A weight texture (and an activation mirror when the row length allows) for the texture kernel.
-    let b_tex = if c.b_trans && c.shared_b {
-        gpu.matrix_texture("b", &b[..c.n * c.k], c.n, c.k)
-    } else {
-        None
-    };
+    let b_tex = if c.b_trans && c.shared_b { gpu.matrix_texture("b", &b[..c.n * c.k], c.n, c.k) } else { None };
     g.b_tex = b_tex.as_ref();
     let a_tex = ActTexture::new(gpu, "a", c.batch * c.m, c.k);
     let mut oplist = Vec::new();
@@ -147,11 +100,7 @@ fn run_case(gpu: &Gpu, c: Case, seed: u64) {
     let want = cpu_gemm(&c, &a, &b, &bias, &scale, &c0);
     let diff = max_abs_diff(&got, &want);
     let bound = tol::GEMM * (c.k as f32).sqrt().max(1.0) * max_abs(&want).max(1.0);
-    assert!(
-        diff <= bound,
-        "{} {c:?}: max diff {diff} > {bound}",
-        gpu.gemm.name()
-    );
+    assert!(diff <= bound, "{} {c:?}: max diff {diff} > {bound}", gpu.gemm.name());
 }
 
 #[test]
@@ -181,22 +130,7 @@ fn gemm_matches_cpu_reference() {
                 for (bias, scale, gelu, residual) in epilogues {
                     for shared_b in [false, true] {
                         seed += 10;
-                        run_case(
-                            &gpu,
-                            Case {
-                                batch,
-                                m,
-                                n,
-                                k,
-                                b_trans,
-                                bias,
-                                scale,
-                                gelu,
-                                residual,
-                                shared_b,
-                            },
-                            seed,
-                        );
+                        run_case(&gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual, shared_b }, seed);
                     }
                 }
             }
@@ -217,12 +151,8 @@ fn cpu_across_tokens(
     for b in 0..batch {
         for t in 0..tout {
             for ch in 0..d {
-                let acc: f64 = (0..tin)
-                    .map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + ch] as f64)
-                    .sum::<f64>()
-                    + bias[t] as f64;
-                want[(b * tout + t) * d + ch] +=
-                    (gelu(acc) * scale.map_or(1.0, |s| s[ch] as f64)) as f32;
+                let acc: f64 = (0..tin).map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + ch] as f64).sum::<f64>() + bias[t] as f64;
+                want[(b * tout + t) * d + ch] += (gelu(acc) * scale.map_or(1.0, |s| s[ch] as f64)) as f32;
             }
         }
     }
@@ -235,10 +165,7 @@ fn cpu_across_tokens(
 #[test]
 fn across_tokens_matches_cpu_reference() {
     for gpu in all_variants() {
-        for (i, &(batch, tout, tin, d)) in [(2, 13, 49, 20), (3, 40, 16, 64), (2, 7, 9, 128)]
-            .iter()
-            .enumerate()
-        {
+        for (i, &(batch, tout, tin, d)) in [(2, 13, 49, 20), (3, 40, 16, 64), (2, 7, 9, 128)].iter().enumerate() {
             let seed = 500 + 10 * i as u64;
             let w = random(tout * tin, seed);
             let x = random(batch * tin * d, seed + 1);
@@ -253,39 +180,20 @@ fn across_tokens_matches_cpu_reference() {
             if let Some(t) = &xt {
                 oplist.push(Op::copy_to_texture(&xb, t).unwrap());
             }
-            let g = Gemm::across_tokens(
-                batch,
-                &wm,
-                Operand::new(&xb, d, tin * d),
-                d,
-                Operand::new(&cb, d, tout * d),
-            )
-            .a_texture(xt.as_ref());
+            let g = Gemm::across_tokens(batch, &wm, Operand::new(&xb, d, tin * d), d, Operand::new(&cb, d, tout * d)).a_texture(xt.as_ref());
             let axis = g.token_axis();
             oplist.push(g.bias(&bb, axis).gelu().residual().build(&gpu).unwrap());
             gpu.run_ops(&oplist).unwrap();
             let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
             let want = cpu_across_tokens(&w, &x, &bias, None, &c0, (batch, tout, tin, d));
             let diff = max_abs_diff(&got, &want);
-            assert!(
-                diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
-                "{} across_tokens case {i}: diff {diff}",
-                gpu.gemm.name()
-            );
+            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} across_tokens case {i}: diff {diff}", gpu.gemm.name());
         }
     }
 }
 
 /// Reference convolution; the input is NCHW, or channels-last NHWC with `nhwc`.
-fn cpu_conv(
-    x: &[f32],
-    w: &[f32],
-    bias: &[f32],
-    images: usize,
-    g: &ConvGeometry,
-    cout: usize,
-    nhwc: bool,
-) -> Vec<f32> {
+fn cpu_conv(x: &[f32], w: &[f32], bias: &[f32], images: usize, g: &ConvGeometry, cout: usize, nhwc: bool) -> Vec<f32> {
     let (oh, ow) = g.out_hw().unwrap();
     let mut out = vec![0f32; images * oh * ow * cout];
     for img in 0..images {
@@ -302,11 +210,8 @@ fn cpu_conv(
                                     continue;
                                 }
                                 let (iy, ix) = (iy as usize, ix as usize);
-                                let at = if nhwc {
-                                    ((img * g.ih + iy) * g.iw + ix) * g.cin + ci
-                                } else {
-                                    ((img * g.cin + ci) * g.ih + iy) * g.iw + ix
-                                };
+                                let at =
+                                    if nhwc { ((img * g.ih + iy) * g.iw + ix) * g.cin + ci } else { ((img * g.cin + ci) * g.ih + iy) * g.iw + ix };
                                 let xv = x[at] as f64;
                                 let wv = w[((co * g.cin + ci) * g.kh + ky) * g.kw + kx] as f64;
                                 acc += xv * wv;
@@ -336,41 +241,20 @@ fn convolution_matches_cpu_reference() {
         for (i, &(images, cin, ih, iw, k, stride, pad, cout)) in cases.iter().enumerate() {
             // NCHW (stems) and channels-last NHWC (PoolFormer's downsampling reads its tokens).
             for nhwc in [false, true] {
-                let g = ConvGeometry {
-                    cin,
-                    ih,
-                    iw,
-                    kh: k,
-                    kw: k,
-                    stride,
-                    pad,
-                };
+                let g = ConvGeometry { cin, ih, iw, kh: k, kw: k, stride, pad };
                 let (oh, ow) = g.out_hw().unwrap();
                 let x = random(images * cin * ih * iw, 100 + i as u64);
                 let w = random(cout * cin * k * k, 200 + i as u64);
                 let bias = random(cout, 300 + i as u64);
                 let wm = Matrix::upload(&gpu, "w", &w, cout, cin * k * k).unwrap();
-                let (xb, bb) = (
-                    gpu.storage_init("x", &x).unwrap(),
-                    gpu.storage_init("b", &bias).unwrap(),
-                );
+                let (xb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("b", &bias).unwrap());
                 let out = gpu.storage("out", images * oh * ow * cout).unwrap();
-                let conv = if nhwc {
-                    Gemm::conv_nhwc(images, g, &xb, &wm, &out)
-                } else {
-                    Gemm::conv(images, g, &xb, &wm, &out)
-                };
-                gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()])
-                    .unwrap();
-                let got =
-                    pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
+                let conv = if nhwc { Gemm::conv_nhwc(images, g, &xb, &wm, &out) } else { Gemm::conv(images, g, &xb, &wm, &out) };
+                gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()]).unwrap();
+                let got = pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
                 let want = cpu_conv(&x, &w, &bias, images, &g, cout, nhwc);
                 let diff = max_abs_diff(&got, &want);
-                assert!(
-                    diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
-                    "{} conv case {i} (nhwc {nhwc}): diff {diff}",
-                    gpu.gemm.name()
-                );
+                assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} conv case {i} (nhwc {nhwc}): diff {diff}", gpu.gemm.name());
             }
         }
     }
@@ -379,27 +263,14 @@ fn convolution_matches_cpu_reference() {
 #[test]
 fn layer_norm_matches_cpu_reference() {
     let gpu = gpu();
-    for (rows, d, eps, offset) in [
-        (1, 1, 1e-6f32, 0.0f32),
-        (7, 33, 1e-6, 3.0),
-        (50, 512, 1e-5, -2.0),
-        (3, 5, 1e-6, 1000.0),
-    ] {
+    for (rows, d, eps, offset) in [(1, 1, 1e-6f32, 0.0f32), (7, 33, 1e-6, 3.0), (50, 512, 1e-5, -2.0), (3, 5, 1e-6, 1000.0)] {
         // A large common offset checks the two-pass variance (E[x²]-E[x]² would cancel).
-        let x: Vec<f32> = random(rows * d, rows as u64)
-            .iter()
-            .map(|v| v * 0.01 + offset)
-            .collect();
+        let x: Vec<f32> = random(rows * d, rows as u64).iter().map(|v| v * 0.01 + offset).collect();
         let gamma = random(d, 7);
         let beta = random(d, 8);
-        let (xb, gb, bb) = (
-            gpu.storage_init("x", &x).unwrap(),
-            gpu.storage_init("g", &gamma).unwrap(),
-            gpu.storage_init("b", &beta).unwrap(),
-        );
+        let (xb, gb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("g", &gamma).unwrap(), gpu.storage_init("b", &beta).unwrap());
         let y = gpu.storage("y", rows * d).unwrap();
-        gpu.run_ops(&[ops::norm::layer_norm(&gpu, rows, d, eps, &xb, &gb, &bb, &y).unwrap()])
-            .unwrap();
+        gpu.run_ops(&[ops::norm::layer_norm(&gpu, rows, d, eps, &xb, &gb, &bb, &y).unwrap()]).unwrap();
         let got = pollster::block_on(gpu.read_buffer(&y, rows * d)).unwrap();
         let mut want = vec![0f32; rows * d];
         for r in 0..rows {
@@ -407,20 +278,15 @@ fn layer_norm_matches_cpu_reference() {
             let mean = row.iter().sum::<f64>() / d as f64;
             let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
             for i in 0..d {
-                want[r * d + i] = ((row[i] - mean) / (var + eps as f64).sqrt() * gamma[i] as f64
-                    + beta[i] as f64) as f32;
+                want[r * d + i] = ((row[i] - mean) / (var + eps as f64).sqrt() * gamma[i] as f64 + beta[i] as f64) as f32;
             }
         }
         let diff = max_abs_diff(&got, &want);
         // An fp32 mean of values near `offset` is off by ~ε·|offset|; after dividing by the
         // row's std (~0.0058 here) that error is what any fp32 LayerNorm shows, torch's too.
         let std_dev = 0.01 / 3f32.sqrt();
-        let bound = tol::NORM * max_abs(&want).max(1.0)
-            + 4.0 * f32::EPSILON * offset.abs() / std_dev * (d as f32).sqrt();
-        assert!(
-            diff <= bound,
-            "layer_norm rows={rows} d={d}: diff {diff} > {bound}"
-        );
+        let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * offset.abs() / std_dev * (d as f32).sqrt();
+        assert!(diff <= bound, "layer_norm rows={rows} d={d}: diff {diff} > {bound}");
     }
 }
 
@@ -428,10 +294,7 @@ fn layer_norm_matches_cpu_reference() {
 fn mean_and_softmax_match_cpu_reference() {
     let gpu = gpu();
     let (batch, tokens, d) = (3, 49, 10);
-    let x: Vec<f32> = random(batch * tokens * d, 5)
-        .iter()
-        .map(|v| v * 30.0)
-        .collect();
+    let x: Vec<f32> = random(batch * tokens * d, 5).iter().map(|v| v * 30.0).collect();
     let xb = gpu.storage_init("x", &x).unwrap();
     let pooled = gpu.storage("pooled", batch * d).unwrap();
     let probs = gpu.storage("probs", batch * d).unwrap();
@@ -445,10 +308,7 @@ fn mean_and_softmax_match_cpu_reference() {
     let mut want_mean = vec![0f32; batch * d];
     for b in 0..batch {
         for c in 0..d {
-            want_mean[b * d + c] = ((0..tokens)
-                .map(|t| x[(b * tokens + t) * d + c] as f64)
-                .sum::<f64>()
-                / tokens as f64) as f32;
+            want_mean[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
         }
     }
     assert!(max_abs_diff(&got_mean, &want_mean) <= tol::NORM * max_abs(&want_mean).max(1.0));
@@ -470,21 +330,9 @@ fn gemm_rejects_out_of_range_operands() {
     let small = gpu.storage("small", 10).unwrap();
     let w = Matrix::upload(&gpu, "w", &[0.5; 100], 10, 10).unwrap();
     let out = gpu.storage("out", 100).unwrap();
-    let err = Gemm::linear(
-        4,
-        Operand::new(&small, 10, 0),
-        &w,
-        Operand::new(&out, 10, 0),
-    )
-    .build(&gpu);
+    let err = Gemm::linear(4, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
     assert!(err.is_err(), "A has 10 floats, the GEMM needs 40");
-    let err = Gemm::linear(
-        0,
-        Operand::new(&small, 10, 0),
-        &w,
-        Operand::new(&out, 10, 0),
-    )
-    .build(&gpu);
+    let err = Gemm::linear(0, Operand::new(&small, 10, 0), &w, Operand::new(&out, 10, 0)).build(&gpu);
     assert!(err.is_err(), "an empty dimension is an error");
 }
 
@@ -500,19 +348,11 @@ fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
 fn pooling_matches_cpu_reference_at_every_border() {
     let gpu = gpu();
     // (batch, h, w, d): 1x1 (the mean of one value), a 1-pixel row, odd non-square, wide d.
-    for (i, &(batch, h, w, d)) in [(2, 1, 1, 3), (1, 1, 5, 2), (2, 5, 7, 3), (1, 4, 4, 64)]
-        .iter()
-        .enumerate()
-    {
+    for (i, &(batch, h, w, d)) in [(2, 1, 1, 3), (1, 1, 5, 2), (2, 5, 7, 3), (1, 4, 4, 64)].iter().enumerate() {
         let n = batch * h * w * d;
-        let (xn, x0, ls) = (
-            random(n, 40 + i as u64),
-            random(n, 50 + i as u64),
-            random(d, 60 + i as u64),
-        );
+        let (xn, x0, ls) = (random(n, 40 + i as u64), random(n, 50 + i as u64), random(d, 60 + i as u64));
         let (xnb, xb, lsb) = (upload(&gpu, &xn), upload(&gpu, &x0), upload(&gpu, &ls));
-        gpu.run_ops(&[ops::pool::pool_mix(&gpu, batch, h, w, d, &xnb, &lsb, &xb).unwrap()])
-            .unwrap();
+        gpu.run_ops(&[ops::pool::pool_mix(&gpu, batch, h, w, d, &xnb, &lsb, &xb).unwrap()]).unwrap();
         let got = read(&gpu, &xb, n);
         let mut want = x0.clone();
         for b in 0..batch {
@@ -528,17 +368,13 @@ fn pooling_matches_cpu_reference_at_every_border() {
                             }
                         }
                         let at = ((b * h + y) * w + xx) * d + c;
-                        want[at] =
-                            (x0[at] as f64 + ls[c] as f64 * (sum / count - xn[at] as f64)) as f32;
+                        want[at] = (x0[at] as f64 + ls[c] as f64 * (sum / count - xn[at] as f64)) as f32;
                     }
                 }
             }
         }
         let diff = max_abs_diff(&got, &want);
-        assert!(
-            diff <= tol::NORM,
-            "pool case {i} ({batch}x{h}x{w}x{d}): diff {diff}"
-        );
+        assert!(diff <= tol::NORM, "pool case {i} ({batch}x{h}x{w}x{d}): diff {diff}");
     }
 }
 
@@ -547,63 +383,34 @@ fn group_norm_and_affine_match_cpu_reference() {
     let gpu = gpu();
     // GroupNorm(1 group) over each image's [tokens, d]: fewer elements than the workgroup,
     // an odd count, a count over 256 with a large offset (two-pass variance).
-    for (i, &(batch, tokens, d, offset)) in
-        [(2, 1, 5, 0.0f32), (3, 49, 24, 2.0), (2, 16, 64, 300.0)]
-            .iter()
-            .enumerate()
-    {
+    for (i, &(batch, tokens, d, offset)) in [(2, 1, 5, 0.0f32), (3, 49, 24, 2.0), (2, 16, 64, 300.0)].iter().enumerate() {
         let n = batch * tokens * d;
-        let x: Vec<f32> = random(n, 70 + i as u64)
-            .iter()
-            .map(|v| v * 0.1 + offset)
-            .collect();
+        let x: Vec<f32> = random(n, 70 + i as u64).iter().map(|v| v * 0.1 + offset).collect();
         let (gamma, beta) = (random(d, 80 + i as u64), random(d, 90 + i as u64));
-        let (xb, gb, bb, y) = (
-            upload(&gpu, &x),
-            upload(&gpu, &gamma),
-            upload(&gpu, &beta),
-            gpu.storage("y", n).unwrap(),
-        );
+        let (xb, gb, bb, y) = (upload(&gpu, &x), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", n).unwrap());
         let eps = 1e-5;
-        gpu.run_ops(&[
-            ops::norm::group_norm(&gpu, batch, tokens, d, eps, &xb, &gb, &bb, &y).unwrap(),
-        ])
-        .unwrap();
+        gpu.run_ops(&[ops::norm::group_norm(&gpu, batch, tokens, d, eps, &xb, &gb, &bb, &y).unwrap()]).unwrap();
         let got = read(&gpu, &y, n);
         let mut want = vec![0f32; n];
         for b in 0..batch {
-            let img: Vec<f64> = x[b * tokens * d..(b + 1) * tokens * d]
-                .iter()
-                .map(|&v| v as f64)
-                .collect();
+            let img: Vec<f64> = x[b * tokens * d..(b + 1) * tokens * d].iter().map(|&v| v as f64).collect();
             let mean = img.iter().sum::<f64>() / img.len() as f64;
             let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / img.len() as f64;
             for (j, v) in img.iter().enumerate() {
                 let c = j % d;
-                want[b * tokens * d + j] = ((v - mean) / (var + eps as f64).sqrt()
-                    * gamma[c] as f64
-                    + beta[c] as f64) as f32;
+                want[b * tokens * d + j] = ((v - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
             }
         }
         let diff = max_abs_diff(&got, &want);
-        let bound = tol::NORM * max_abs(&want).max(1.0)
-            + 4.0 * f32::EPSILON * offset / 0.058 * ((tokens * d) as f32).sqrt();
+        let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * offset / 0.058 * ((tokens * d) as f32).sqrt();
         assert!(diff <= bound, "group_norm case {i}: diff {diff} > {bound}");
 
         // Affine (ResMLP): alpha * x + beta per channel, over the same rows.
         let a = gpu.storage("a", n).unwrap();
-        gpu.run_ops(&[ops::norm::affine(&gpu, batch * tokens, d, &xb, &gb, &bb, &a).unwrap()])
-            .unwrap();
+        gpu.run_ops(&[ops::norm::affine(&gpu, batch * tokens, d, &xb, &gb, &bb, &a).unwrap()]).unwrap();
         let got = read(&gpu, &a, n);
-        let want: Vec<f32> = x
-            .iter()
-            .enumerate()
-            .map(|(j, &v)| (gamma[j % d] as f64 * v as f64 + beta[j % d] as f64) as f32)
-            .collect();
-        assert!(
-            max_abs_diff(&got, &want) <= tol::NORM * max_abs(&want).max(1.0),
-            "affine case {i}"
-        );
+        let want: Vec<f32> = x.iter().enumerate().map(|(j, &v)| (gamma[j % d] as f64 * v as f64 + beta[j % d] as f64) as f32).collect();
+        assert!(max_abs_diff(&got, &want) <= tol::NORM * max_abs(&want).max(1.0), "affine case {i}");
     }
 }
 
@@ -619,15 +426,11 @@ fn spatial_gating_matches_cpu_reference() {
     // CPU: s[b, t, c] = u[b, t, c] * (sum_s W[t, s] * LN(v)[b, s, c] + bias[t])
     let mut vn = vec![0f64; batch * tokens * half];
     for r in 0..batch * tokens {
-        let v: Vec<f64> = z[r * h + half..(r + 1) * h]
-            .iter()
-            .map(|&x| x as f64)
-            .collect();
+        let v: Vec<f64> = z[r * h + half..(r + 1) * h].iter().map(|&x| x as f64).collect();
         let mean = v.iter().sum::<f64>() / half as f64;
         let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / half as f64;
         for c in 0..half {
-            vn[r * half + c] =
-                (v[c] - mean) / (var + 1e-5).sqrt() * gamma[c] as f64 + beta[c] as f64;
+            vn[r * half + c] = (v[c] - mean) / (var + 1e-5).sqrt() * gamma[c] as f64 + beta[c] as f64;
         }
     }
     let mut want = vec![0f32; batch * tokens * half];
@@ -638,57 +441,25 @@ fn spatial_gating_matches_cpu_reference() {
                 for s in 0..tokens {
                     acc += wp[t * tokens + s] as f64 * vn[(b * tokens + s) * half + c];
                 }
-                want[(b * tokens + t) * half + c] =
-                    (z[(b * tokens + t) * h + c] as f64 * acc) as f32;
+                want[(b * tokens + t) * half + c] = (z[(b * tokens + t) * h + c] as f64 * acc) as f32;
             }
         }
     }
     for gpu in all_variants() {
-        let (zb, gb, bb, pb) = (
-            upload(&gpu, &z),
-            upload(&gpu, &gamma),
-            upload(&gpu, &beta),
-            upload(&gpu, &bp),
-        );
+        let (zb, gb, bb, pb) = (upload(&gpu, &z), upload(&gpu, &gamma), upload(&gpu, &beta), upload(&gpu, &bp));
         let w = Matrix::upload(&gpu, "proj", &wp, tokens, tokens).unwrap();
-        let (aux, out) = (
-            gpu.storage("aux", batch * tokens * half).unwrap(),
-            gpu.storage("out", batch * tokens * half).unwrap(),
-        );
-        let norm = ops::norm::layer_norm_rows(
-            &gpu,
-            batch * tokens,
-            half,
-            1e-5,
-            ops::norm::Rows {
-                buf: &zb,
-                off: half,
-                ld: h,
-            },
-            &gb,
-            &bb,
-            &aux,
-        )
-        .unwrap();
-        let proj = Gemm::across_tokens(
-            batch,
-            &w,
-            Operand::new(&aux, half, tokens * half),
-            half,
-            Operand::new(&out, half, tokens * half),
-        )
-        .token_bias(&pb)
-        .gate(Operand::new(&zb, h, tokens * h))
-        .build(&gpu)
-        .unwrap();
+        let (aux, out) = (gpu.storage("aux", batch * tokens * half).unwrap(), gpu.storage("out", batch * tokens * half).unwrap());
+        let norm =
+            ops::norm::layer_norm_rows(&gpu, batch * tokens, half, 1e-5, ops::norm::Rows { buf: &zb, off: half, ld: h }, &gb, &bb, &aux).unwrap();
+        let proj = Gemm::across_tokens(batch, &w, Operand::new(&aux, half, tokens * half), half, Operand::new(&out, half, tokens * half))
+            .token_bias(&pb)
+            .gate(Operand::new(&zb, h, tokens * h))
+            .build(&gpu)
+            .unwrap();
         gpu.run_ops(&[norm, proj]).unwrap();
         let got = read(&gpu, &out, batch * tokens * half);
         let diff = max_abs_diff(&got, &want);
-        assert!(
-            diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
-            "{} SGU: diff {diff}",
-            gpu.gemm.name()
-        );
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} SGU: diff {diff}", gpu.gemm.name());
     }
 }
 
@@ -701,154 +472,70 @@ fn split_weights_match_cpu_reference() {
         // Linear: W [50, 64] = 12.8 KB in blocks of 8 rows under a 2 KiB limit.
         let gpu = limited(variant, 2048);
         let (m, k, n) = (4, 64, 50);
-        let (a, w, bias, scale, c0, gate) = (
-            random(m * k, 900),
-            random(n * k, 901),
-            random(n, 902),
-            random(n, 903),
-            random(m * n, 904),
-            random(m * n, 905),
-        );
+        let (a, w, bias, scale, c0, gate) =
+            (random(m * k, 900), random(n * k, 901), random(n, 902), random(n, 903), random(m * n, 904), random(m * n, 905));
         let wm = Matrix::upload(&gpu, "w", &w, n, k).unwrap();
         assert_eq!(wm.blocks().len(), 7, "{}", variant.name());
         // A single row over the limit cannot be split: refused with the weight's name and bound.
-        let err = Matrix::upload(&gpu, "wide", &vec![0.5; 2 * 600], 2, 600)
-            .err()
-            .expect("a 2400-byte row")
-            .to_string();
-        assert!(
-            err.contains("weight `wide`") && err.contains("one row") && err.contains("2048"),
-            "{err}"
-        );
+        let err = Matrix::upload(&gpu, "wide", &vec![0.5; 2 * 600], 2, 600).err().expect("a 2400-byte row").to_string();
+        assert!(err.contains("weight `wide`") && err.contains("one row") && err.contains("2048"), "{err}");
         let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
         let (ab, bb, sb, gb) = (up(&a), up(&bias), up(&scale), up(&gate));
-        let case = Case {
-            batch: 1,
-            m,
-            n,
-            k,
-            b_trans: true,
-            bias: Some(Axis::N),
-            scale: Some(Axis::N),
-            gelu: true,
-            residual: true,
-            shared_b: true,
-        };
+        let case = Case { batch: 1, m, n, k, b_trans: true, bias: Some(Axis::N), scale: Some(Axis::N), gelu: true, residual: true, shared_b: true };
         let want = cpu_gemm(&case, &a, &w, &bias, &scale, &c0);
         let cb = up(&c0);
-        let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0))
-            .bias(&bb, Axis::N)
-            .gelu()
-            .scale(&sb, Axis::N)
-            .residual();
+        let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gelu().scale(&sb, Axis::N).residual();
         gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
         let got = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
         let diff = max_abs_diff(&got, &want);
-        assert!(
-            diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
-            "{} split linear: diff {diff}",
-            variant.name()
-        );
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split linear: diff {diff}", variant.name());
         // The same with a gate (gMLP's u ⊙ v) instead of the scale.
-        let plain = Case {
-            scale: None,
-            gelu: false,
-            residual: false,
-            ..case
-        };
-        let want: Vec<f32> = cpu_gemm(&plain, &a, &w, &bias, &scale, &c0)
-            .iter()
-            .zip(&gate)
-            .zip(&c0)
-            .map(|((v, g), c)| v * g + c)
-            .collect();
+        let plain = Case { scale: None, gelu: false, residual: false, ..case };
+        let want: Vec<f32> = cpu_gemm(&plain, &a, &w, &bias, &scale, &c0).iter().zip(&gate).zip(&c0).map(|((v, g), c)| v * g + c).collect();
         let cb = up(&c0);
-        let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0))
-            .bias(&bb, Axis::N)
-            .gate(Operand::new(&gb, n, 0))
-            .residual();
+        let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gate(Operand::new(&gb, n, 0)).residual();
         gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
         let got = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
         let diff = max_abs_diff(&got, &want);
-        assert!(
-            diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
-            "{} split gated linear: diff {diff}",
-            variant.name()
-        );
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split gated linear: diff {diff}", variant.name());
 
         // Convolution 3x3/2/1, W [24, 144] = 13.8 KB in blocks of 3 rows.
-        let g = ConvGeometry {
-            cin: 16,
-            ih: 5,
-            iw: 5,
-            kh: 3,
-            kw: 3,
-            stride: 2,
-            pad: 1,
-        };
+        let g = ConvGeometry { cin: 16, ih: 5, iw: 5, kh: 3, kw: 3, stride: 2, pad: 1 };
         let (oh, ow) = g.out_hw().unwrap();
         let cout = 24;
-        let (x, w, bias) = (
-            random(16 * 25, 910),
-            random(cout * 144, 911),
-            random(cout, 912),
-        );
+        let (x, w, bias) = (random(16 * 25, 910), random(cout * 144, 911), random(cout, 912));
         let wm = Matrix::upload(&gpu, "conv", &w, cout, 144).unwrap();
         assert_eq!(wm.blocks().len(), 8);
         let (xb, bb) = (up(&x), up(&bias));
         let out = gpu.storage("out", oh * ow * cout).unwrap();
         for nhwc in [false, true] {
-            let conv = if nhwc {
-                Gemm::conv_nhwc(1, g, &xb, &wm, &out)
-            } else {
-                Gemm::conv(1, g, &xb, &wm, &out)
-            };
-            gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()])
-                .unwrap();
+            let conv = if nhwc { Gemm::conv_nhwc(1, g, &xb, &wm, &out) } else { Gemm::conv(1, g, &xb, &wm, &out) };
+            gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()]).unwrap();
             let got = pollster::block_on(gpu.read_buffer(&out, oh * ow * cout)).unwrap();
             let want = cpu_conv(&x, &w, &bias, 1, &g, cout, nhwc);
             let diff = max_abs_diff(&got, &want);
-            assert!(
-                diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
-                "{} split conv (nhwc {nhwc}): diff {diff}",
-                variant.name()
-            );
+            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split conv (nhwc {nhwc}): diff {diff}", variant.name());
         }
 
         // Token mixing W [40, 48] = 7.7 KB in blocks of 16 rows under a 3200-byte limit, with a
         // per-token bias, GELU, a per-channel layer scale and the residual.
         let gpu = limited(variant, 3200);
         let (batch, tout, tin, d) = (2, 40, 48, 8);
-        let (w, x, bias, scale, c0) = (
-            random(tout * tin, 920),
-            random(batch * tin * d, 921),
-            random(tout, 922),
-            random(d, 923),
-            random(batch * tout * d, 924),
-        );
+        let (w, x, bias, scale, c0) =
+            (random(tout * tin, 920), random(batch * tin * d, 921), random(tout, 922), random(d, 923), random(batch * tout * d, 924));
         let wm = Matrix::upload(&gpu, "tokens", &w, tout, tin).unwrap();
         assert_eq!(wm.blocks().len(), 3);
         let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
         let (xb, bb, sb, cb) = (up(&x), up(&bias), up(&scale), up(&c0));
-        let op = Gemm::across_tokens(
-            batch,
-            &wm,
-            Operand::new(&xb, d, tin * d),
-            d,
-            Operand::new(&cb, d, tout * d),
-        )
-        .token_bias(&bb)
-        .gelu()
-        .channel_scale(Some(&sb))
-        .residual();
+        let op = Gemm::across_tokens(batch, &wm, Operand::new(&xb, d, tin * d), d, Operand::new(&cb, d, tout * d))
+            .token_bias(&bb)
+            .gelu()
+            .channel_scale(Some(&sb))
+            .residual();
         gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
         let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
         let want = cpu_across_tokens(&w, &x, &bias, Some(&scale), &c0, (batch, tout, tin, d));
         let diff = max_abs_diff(&got, &want);
-        assert!(
-            diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
-            "{} split token mixing: diff {diff}",
-            variant.name()
-        );
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split token mixing: diff {diff}", variant.name());
     }
 }

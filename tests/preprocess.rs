@@ -13,20 +13,14 @@ fn now() -> f64 {
 }
 
 fn rgba_of(img: &image::RgbImage) -> Vec<u8> {
-    img.pixels()
-        .flat_map(|p| [p.0[0], p.0[1], p.0[2], 255])
-        .collect()
+    img.pixels().flat_map(|p| [p.0[0], p.0[1], p.0[2], 255]).collect()
 }
 
 /// A smooth-ish colour image with some edges, deterministic.
 fn synthetic(w: u32, h: u32) -> image::RgbImage {
     image::RgbImage::from_fn(w, h, |x, y| {
         let v = |a: u32, b: u32| ((a * 37 + b * 11 + (a * b) % 53) % 256) as u8;
-        image::Rgb([
-            v(x, y),
-            v(y + 7, x),
-            if (x / 5 + y / 3) % 2 == 0 { 30 } else { 220 },
-        ])
+        image::Rgb([v(x, y), v(y + 7, x), if (x / 5 + y / 3) % 2 == 0 { 30 } else { 220 }])
     })
 }
 
@@ -36,12 +30,7 @@ fn gpu_preprocessing_matches_the_cpu_transform() {
     // downscaling by 2.6x and by > 4x (the CPU box pre-shrink path), non-square both ways.
     let default = tokenmix::DEFAULT_MODEL.to_vec();
     let rgb = std::fs::read(fixtures().join("mixer_p4_rgb.safetensors")).unwrap();
-    let sample = image::open(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/www/samples/fmnist-0000-boot.png"
-    ))
-    .unwrap()
-    .to_rgb8();
+    let sample = image::open(concat!(env!("CARGO_MANIFEST_DIR"), "/www/samples/fmnist-0000-boot.png")).unwrap().to_rgb8();
     let cases: Vec<(&[u8], image::RgbImage, f32)> = vec![
         (&default, sample, 1e-6),
         (&rgb, synthetic(11, 9), 2.5 / 255.0 / 0.5),
@@ -51,34 +40,15 @@ fn gpu_preprocessing_matches_the_cpu_transform() {
     for (i, (bytes, img, tol)) in cases.into_iter().enumerate() {
         let model = Model::load(gpu(), bytes, None).unwrap();
         let want = preprocess::transform(&img, &model.info.preprocess).unwrap();
-        let run = pollster::block_on(model.classify_rgba(
-            &rgba_of(&img),
-            img.width() as usize,
-            img.height() as usize,
-            now,
-        ))
-        .unwrap();
+        let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), img.width() as usize, img.height() as usize, now)).unwrap();
         let diff = max_abs_diff(&run.input, &want);
-        eprintln!(
-            "case {i} ({}x{}): max |Δinput| = {diff:.2e}",
-            img.width(),
-            img.height()
-        );
+        eprintln!("case {i} ({}x{}): max |Δinput| = {diff:.2e}", img.width(), img.height());
         if tol > 0.0 {
-            assert!(
-                diff <= tol,
-                "case {i}: GPU and CPU preprocessing differ by {diff}"
-            );
+            assert!(diff <= tol, "case {i}: GPU and CPU preprocessing differ by {diff}");
         } else {
             // The box pre-shrink is a different (coarser) antialiasing than PIL's wide bicubic:
             // close on average, not per pixel.
-            let mean = run
-                .input
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .sum::<f32>()
-                / want.len() as f32;
+            let mean = run.input.iter().zip(&want).map(|(a, b)| (a - b).abs()).sum::<f32>() / want.len() as f32;
             assert!(mean < 0.1, "case {i}: mean |Δinput| {mean}");
         }
         // The model input is what the forward pass saw.
@@ -90,14 +60,10 @@ fn gpu_preprocessing_matches_the_cpu_transform() {
 #[test]
 fn bad_images_are_errors_and_the_model_keeps_working() {
     let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).unwrap();
-    let run =
-        |rgba: &[u8], w: usize, h: usize| pollster::block_on(model.classify_rgba(rgba, w, h, now));
+    let run = |rgba: &[u8], w: usize, h: usize| pollster::block_on(model.classify_rgba(rgba, w, h, now));
     assert!(run(&[], 0, 0).is_err(), "zero size");
     assert!(run(&[0; 12], 2, 2).is_err(), "wrong byte count");
-    assert!(
-        run(&[], 30000, 30000).is_err(),
-        "30000x30000 is over the pixel limit"
-    );
+    assert!(run(&[], 30000, 30000).is_err(), "30000x30000 is over the pixel limit");
     // 1x1 is a bounded, correct result: PIL upsamples it to a uniform 28x28 too.
     let one = run(&[200, 200, 200, 255], 1, 1).expect("1x1 is upsampled");
     let l = (200.0 / 255.0 - model.info.preprocess.mean[0]) / model.info.preprocess.std[0];

@@ -63,7 +63,8 @@ const messageOf = (e) => (e && typeof e === 'object' && 'message' in e ? e.messa
 const plain = (x) => (x instanceof Map ? Object.fromEntries([...x].map(([k, v]) => [k, plain(v)])) : x);
 
 const state = {
-  webgpu: null, // true, false, or null while starting
+  webgpu: null, // navigator.gpu exists: true, false, or null while starting
+  backend: null, // 'gpu' or 'cpu' once started
   adapter: null,
   model: null, // description of the loaded model (+ preprocess)
   modelOption: 'embedded', // the select value that names the loaded model
@@ -131,6 +132,13 @@ function reloadModel() {
   return loadModelSource(last.source, last.opts);
 }
 
+/** "CPU: 1 thread, wasm simd128 (matrixmultiply) · backend cpu" or the GPU adapter and its GEMM. */
+function adapterText(a) {
+  return a.backend === 'cpu'
+    ? [a.name, 'backend: cpu'].join(' · ')
+    : [a.name || 'unnamed adapter', a.apiBackend, a.deviceType, a.gemm && `GEMM: ${a.gemm}`, 'backend: gpu'].filter(Boolean).join(' · ');
+}
+
 function showMissing(detail) {
   state.webgpu = false;
   $('app').hidden = true;
@@ -188,28 +196,34 @@ function finishProgress() {
 // Start-up
 
 async function start() {
-  if (!navigator.gpu) {
-    showMissing(window.isSecureContext ? null
-      : 'This page is not in a secure context, so the browser hides WebGPU: serve it over https or from localhost.');
-    return { webgpu: false, ok: false };
-  }
+  // ?backend=auto|gpu|cpu picks the executor; auto runs WGSL on a hardware GPU and the
+  // WebAssembly SIMD kernels where WebGPU is missing or software (SwiftShader).
+  const backend = new URLSearchParams(location.search).get('backend') || 'auto';
+  const webgpu = Boolean(navigator.gpu);
+  state.webgpu = webgpu;
   try {
     tm = await import('./pkg/tokenmix.js');
   } catch (e) {
     $('adapter').textContent = 'not started';
     showError(`Could not load the WebAssembly build (www/pkg/tokenmix.js): ${messageOf(e)}. Build it with “make web”.`);
-    return { webgpu: true, ok: false, error: messageOf(e) };
+    return { webgpu, ok: false, error: messageOf(e) };
   }
   try {
     await tm.default();
+    tm.setBackend(backend);
     state.adapter = plain(await tm.adapterInfo());
   } catch (e) {
-    showMissing(`The browser has WebGPU, but starting it failed: ${messageOf(e)}`);
-    return { webgpu: false, ok: false, error: messageOf(e) };
+    // Only a forced GPU backend gets here without an adapter; auto falls back to the CPU.
+    showMissing(webgpu ? `Starting the GPU backend failed: ${messageOf(e)}` : (window.isSecureContext ? null
+      : 'This page is not in a secure context, so the browser hides WebGPU: serve it over https or from localhost.'));
+    return { webgpu, ok: false, error: messageOf(e) };
   }
-  state.webgpu = true;
   const a = state.adapter;
-  $('adapter').textContent = [a.name || 'unnamed adapter', a.backend, a.deviceType, a.gemm && `GEMM: ${a.gemm}`].filter(Boolean).join(' · ');
+  state.backend = a.backend;
+  $('adapter').textContent = adapterText(a);
+  const note = $('backend-note');
+  note.hidden = a.backend !== 'cpu';
+  note.textContent = a.backend === 'cpu' ? `Running on the CPU (WebAssembly SIMD): ${a.reason}.` : '';
   $('app').hidden = false;
 
   buildSamples();
@@ -223,14 +237,14 @@ async function start() {
     setStatus('ok', 'Embedded default model.');
   } catch (e) {
     showError(`Could not read the embedded model: ${messageOf(e)}`);
-    return { webgpu: true, ok: false, error: messageOf(e) };
+    return { webgpu: state.webgpu, backend: state.backend, ok: false, error: messageOf(e) };
   }
   try {
     await classifySample(SAMPLES[0]);
   } catch (e) {
-    return { webgpu: true, ok: false, error: messageOf(e) };
+    return { webgpu: state.webgpu, backend: state.backend, ok: false, error: messageOf(e) };
   }
-  return { webgpu: true, ok: true };
+  return { webgpu: state.webgpu, backend: state.backend, ok: true };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -388,7 +402,7 @@ function renderTimings(t) {
     ['Forward', ms(t.forwardMs)],
     ['Read-back', ms(t.readbackMs)],
     ['Total', ms(total)],
-    ['Adapter', state.adapter ? [state.adapter.name || 'unnamed adapter', state.adapter.deviceType].filter(Boolean).join(' · ') : '–'],
+    ['Runs on', state.adapter ? [state.adapter.name || 'unnamed adapter', state.adapter.backend].filter(Boolean).join(' · ') : '–'],
   ];
   $('timings').replaceChildren(...rows.flatMap(([k, v]) => {
     const dt = document.createElement('dt');
@@ -729,7 +743,7 @@ async function loadModelSource(source, { label, option, cacheable = false, fileN
             .catch((e) => console.warn(`not cached (${messageOf(e)})`));
         }
         if (abort.signal.aborted) throw new DOMException('superseded', 'AbortError');
-        setStatus('loading', `Preparing ${label} on the GPU…`);
+        setStatus('loading', `Preparing ${label}…`);
         desc = await exclusive(() => tm.loadModel(got.bytes, { name: label }));
       } else {
         desc = await exclusive(() => tm.loadModel(url, { onProgress, name: label }));

@@ -61,12 +61,7 @@ impl Cpu {
     }
 
     pub fn describe(&self) -> String {
-        format!(
-            "CPU: {} thread{}, {} ({GEMM_NAME})",
-            self.threads,
-            if self.threads == 1 { "" } else { "s" },
-            Self::simd()
-        )
+        format!("CPU: {} thread{}, {} ({GEMM_NAME})", self.threads, if self.threads == 1 { "" } else { "s" }, Self::simd())
     }
 }
 
@@ -98,18 +93,11 @@ impl CpuExec {
                     GemmKind::Conv { input, .. } => input,
                 };
                 if reads == g.c.slot || g.gate.is_some_and(|v| v.slot == g.c.slot) {
-                    return Err(Error::Config(format!(
-                        "a GEMM with `{}` reads the slot it writes",
-                        net.weight(g.w).name
-                    )));
+                    return Err(Error::Config(format!("a GEMM with `{}` reads the slot it writes", net.weight(g.w).name)));
                 }
             }
         }
-        let exec = CpuExec {
-            net,
-            slot_floats,
-            work: Mutex::default(),
-        };
+        let exec = CpuExec { net, slot_floats, work: Mutex::default() };
         // Like the GPU executor, make the batch-1 workspace at load.
         exec.with_workspace(1, |_| Ok(()))?;
         Ok(exec)
@@ -127,23 +115,14 @@ impl CpuExec {
         MAX_BATCH
     }
 
-    fn with_workspace<T>(
-        &self,
-        batch: usize,
-        f: impl FnOnce(&mut Workspace) -> Result<T>,
-    ) -> Result<T> {
-        let mut work = self
-            .work
-            .lock()
-            .map_err(|_| Error::Input("CPU workspace poisoned by an earlier failure".into()))?;
+    fn with_workspace<T>(&self, batch: usize, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
+        let mut work = self.work.lock().map_err(|_| Error::Input("CPU workspace poisoned by an earlier failure".into()))?;
         if !work.contains_key(&batch) {
             // Keep at most the batch-1 workspace and one other, so a long eval does not pile up.
             work.retain(|&b, _| b == 1);
             work.insert(batch, self.workspace(batch));
         }
-        let ws = work
-            .get_mut(&batch)
-            .ok_or_else(|| Error::Input("no workspace".into()))?;
+        let ws = work.get_mut(&batch).ok_or_else(|| Error::Input("no workspace".into()))?;
         f(ws)
     }
 
@@ -162,11 +141,7 @@ impl CpuExec {
         let stages = self.net.stages.iter().map(|((h, w), d)| h * w * d).sum();
         Workspace {
             batch,
-            slots: self
-                .slot_floats
-                .iter()
-                .map(|&n| vec![0f32; batch * n.max(1)])
-                .collect(),
+            slots: self.slot_floats.iter().map(|&n| vec![0f32; batch * n.max(1)]).collect(),
             scratch: vec![0f32; scratch],
             cols: vec![0f32; cols],
             stages: vec![0f32; stages],
@@ -178,11 +153,7 @@ impl CpuExec {
         let per = self.net.input;
         let classes = self.net.classes;
         let total = input.len() / per.max(1);
-        let mut out = Output {
-            classes,
-            logits: Vec::with_capacity(total * classes),
-            probs: Vec::with_capacity(total * classes),
-        };
+        let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
         for chunk in input.chunks(MAX_BATCH * per) {
             let batch = chunk.len() / per;
             self.with_workspace(batch, |ws| {
@@ -217,16 +188,7 @@ impl CpuExec {
         let out = self.forward(&input)?;
         let stages = self.with_workspace(1, |ws| Ok(ws.stages.clone()))?;
         let t2 = now();
-        Ok((
-            out,
-            input,
-            stages,
-            RunTimes {
-                preprocess_ms: t1 - t0,
-                forward_ms: t2 - t1,
-                readback_ms: 0.0,
-            },
-        ))
+        Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }
 
     fn run(&self, ws: &mut Workspace) -> Result<()> {
@@ -234,61 +196,30 @@ impl CpuExec {
         for step in &self.net.steps {
             match step {
                 Step::Gemm(g) => self.gemm(ws, g)?,
-                Step::LayerNorm {
-                    rows,
-                    d,
-                    eps,
-                    x,
-                    gamma,
-                    beta,
-                    y,
-                } => {
-                    let (gamma, beta) =
-                        (&self.net.weight(*gamma).data, &self.net.weight(*beta).data);
+                Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
+                    let (gamma, beta) = (&self.net.weight(*gamma).data, &self.net.weight(*beta).data);
                     let mut out = std::mem::take(&mut ws.slots[y.index()]);
                     let src = &ws.slots[x.slot.index()];
                     for r in 0..ws.batch * rows {
                         let at = x.off + r * x.ld;
-                        let row = src
-                            .get(at..at + d)
-                            .ok_or_else(|| overrun("layer norm input"))?;
+                        let row = src.get(at..at + d).ok_or_else(|| overrun("layer norm input"))?;
                         layer_norm(row, &mut out[r * d..(r + 1) * d], gamma, beta, *eps);
                     }
                     ws.slots[y.index()] = out;
                 }
-                Step::Affine {
-                    rows,
-                    d,
-                    x,
-                    alpha,
-                    beta,
-                    y,
-                } => {
-                    let (alpha, beta) =
-                        (&self.net.weight(*alpha).data, &self.net.weight(*beta).data);
+                Step::Affine { rows, d, x, alpha, beta, y } => {
+                    let (alpha, beta) = (&self.net.weight(*alpha).data, &self.net.weight(*beta).data);
                     let n = ws.batch * rows * d;
                     let mut out = std::mem::take(&mut ws.slots[y.index()]);
-                    for (o, i) in out[..n]
-                        .chunks_mut(*d)
-                        .zip(ws.slots[x.index()][..n].chunks(*d))
-                    {
+                    for (o, i) in out[..n].chunks_mut(*d).zip(ws.slots[x.index()][..n].chunks(*d)) {
                         for c in 0..*d {
                             o[c] = alpha[c] * i[c] + beta[c];
                         }
                     }
                     ws.slots[y.index()] = out;
                 }
-                Step::GroupNorm {
-                    tokens,
-                    d,
-                    eps,
-                    x,
-                    gamma,
-                    beta,
-                    y,
-                } => {
-                    let (gamma, beta) =
-                        (&self.net.weight(*gamma).data, &self.net.weight(*beta).data);
+                Step::GroupNorm { tokens, d, eps, x, gamma, beta, y } => {
+                    let (gamma, beta) = (&self.net.weight(*gamma).data, &self.net.weight(*beta).data);
                     let per = tokens * d;
                     let mut out = std::mem::take(&mut ws.slots[y.index()]);
                     for b in 0..ws.batch {
@@ -297,27 +228,14 @@ impl CpuExec {
                     }
                     ws.slots[y.index()] = out;
                 }
-                Step::PoolMix {
-                    h,
-                    w,
-                    d,
-                    xn,
-                    scale,
-                    x,
-                } => {
+                Step::PoolMix { h, w, d, xn, scale, x } => {
                     let scale = &self.net.weight(*scale).data;
                     let per = h * w * d;
                     let mut acc = std::mem::take(&mut ws.scratch);
                     let mut dst = std::mem::take(&mut ws.slots[x.index()]);
                     for b in 0..ws.batch {
                         let src = &ws.slots[xn.index()][b * per..(b + 1) * per];
-                        pool_mix(
-                            src,
-                            &mut dst[b * per..(b + 1) * per],
-                            (*h, *w, *d),
-                            scale,
-                            &mut acc,
-                        );
+                        pool_mix(src, &mut dst[b * per..(b + 1) * per], (*h, *w, *d), scale, &mut acc);
                     }
                     ws.slots[x.index()] = dst;
                     ws.scratch = acc;
@@ -366,24 +284,9 @@ impl CpuExec {
                     let rows = batch * m;
                     // A: the activations, or the im2col columns of a convolution.
                     let (a, lda): (&[f32], usize) = match g.kind {
-                        GemmKind::Linear { a, .. } => (
-                            ws.slots[a.slot.index()]
-                                .get(a.off..)
-                                .ok_or_else(|| overrun("GEMM A"))?,
-                            a.ld,
-                        ),
-                        GemmKind::Conv {
-                            input,
-                            geometry,
-                            nhwc,
-                        } => {
-                            im2col(
-                                &ws.slots[input.index()],
-                                batch,
-                                &geometry,
-                                nhwc,
-                                &mut ws.cols,
-                            )?;
+                        GemmKind::Linear { a, .. } => (ws.slots[a.slot.index()].get(a.off..).ok_or_else(|| overrun("GEMM A"))?, a.ld),
+                        GemmKind::Conv { input, geometry, nhwc } => {
+                            im2col(&ws.slots[input.index()], batch, &geometry, nhwc, &mut ws.cols)?;
                             (&ws.cols[..], k)
                         }
                         GemmKind::Tokens { .. } => unreachable!(),
@@ -400,12 +303,7 @@ impl CpuExec {
                     let prod = &mut scratch[..rows * n];
                     sgemm(rows, k, n, a, (lda, 1), w, (1, k), prod, n, false);
                     let gate = match &g.gate {
-                        Some(v) => Some((
-                            ws.slots[v.slot.index()]
-                                .get(v.off..)
-                                .ok_or_else(|| overrun("GEMM gate"))?,
-                            v.ld,
-                        )),
+                        Some(v) => Some((ws.slots[v.slot.index()].get(v.off..).ok_or_else(|| overrun("GEMM gate"))?, v.ld)),
                         None => None,
                     };
                     if let Some((gs, ld)) = gate {
@@ -414,27 +312,15 @@ impl CpuExec {
                     for r in 0..rows {
                         let out = &mut cs[r * cv.ld..r * cv.ld + n];
                         let gate_row = gate.map(|(gs, ld)| &gs[r * ld..r * ld + n]);
-                        epilogue_row(
-                            &prod[r * n..(r + 1) * n],
-                            out,
-                            |j| bias.map_or(0.0, |b| b[j]),
-                            scale,
-                            g.gelu,
-                            gate_row,
-                            g.residual,
-                        );
+                        epilogue_row(&prod[r * n..(r + 1) * n], out, |j| bias.map_or(0.0, |b| b[j]), scale, g.gelu, gate_row, g.residual);
                     }
                 }
                 GemmKind::Tokens { x, .. } => {
                     for b in 0..batch {
-                        let xs = ws.slots[x.slot.index()]
-                            .get(x.off + b * x.bs..)
-                            .ok_or_else(|| overrun("token-mixing input"))?;
+                        let xs = ws.slots[x.slot.index()].get(x.off + b * x.bs..).ok_or_else(|| overrun("token-mixing input"))?;
                         check(xs.len(), k, n, x.ld, "token-mixing input")?;
                         let cv = g.c;
-                        let cs = c
-                            .get_mut(cv.off + b * cv.bs..)
-                            .ok_or_else(|| overrun("token-mixing output"))?;
+                        let cs = c.get_mut(cv.off + b * cv.bs..).ok_or_else(|| overrun("token-mixing output"))?;
                         check(cs.len(), m, n, cv.ld, "token-mixing output")?;
                         if plain {
                             sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), cs, cv.ld, g.residual);
@@ -443,12 +329,7 @@ impl CpuExec {
                         let prod = &mut scratch[..m * n];
                         sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), prod, n, false);
                         let gate = match &g.gate {
-                            Some(v) => Some((
-                                ws.slots[v.slot.index()]
-                                    .get(v.off + b * v.bs..)
-                                    .ok_or_else(|| overrun("GEMM gate"))?,
-                                v.ld,
-                            )),
+                            Some(v) => Some((ws.slots[v.slot.index()].get(v.off + b * v.bs..).ok_or_else(|| overrun("GEMM gate"))?, v.ld)),
                             None => None,
                         };
                         if let Some((gs, ld)) = gate {
@@ -458,15 +339,7 @@ impl CpuExec {
                             let out = &mut cs[i * cv.ld..i * cv.ld + n];
                             let gate_row = gate.map(|(gs, ld)| &gs[i * ld..i * ld + n]);
                             let row_bias = bias.map_or(0.0, |b| b[i]);
-                            epilogue_row(
-                                &prod[i * n..(i + 1) * n],
-                                out,
-                                |_| row_bias,
-                                scale,
-                                g.gelu,
-                                gate_row,
-                                g.residual,
-                            );
+                            epilogue_row(&prod[i * n..(i + 1) * n], out, |_| row_bias, scale, g.gelu, gate_row, g.residual);
                         }
                     }
                 }
@@ -542,14 +415,7 @@ pub fn linear(m: usize, k: usize, n: usize, a: &[f32], w: &[f32], c: &mut [f32])
 }
 
 /// `C = W · X`, W [m, k], X [k, n], C [m, n] (token mixing, for benchmarks).
-pub fn weight_times(
-    m: usize,
-    k: usize,
-    n: usize,
-    w: &[f32],
-    x: &[f32],
-    c: &mut [f32],
-) -> Result<()> {
+pub fn weight_times(m: usize, k: usize, n: usize, w: &[f32], x: &[f32], c: &mut [f32]) -> Result<()> {
     check(w.len(), m, k, k, "W")?;
     check(x.len(), k, n, n, "X")?;
     check(c.len(), m, n, n, "C")?;
@@ -559,15 +425,7 @@ pub fn weight_times(
 
 /// `out (+)= gate ⊙ (act(prod + bias) * scale)` for one row.
 #[inline]
-fn epilogue_row(
-    prod: &[f32],
-    out: &mut [f32],
-    bias: impl Fn(usize) -> f32,
-    scale: Option<&[f32]>,
-    gelu: bool,
-    gate: Option<&[f32]>,
-    residual: bool,
-) {
+fn epilogue_row(prod: &[f32], out: &mut [f32], bias: impl Fn(usize) -> f32, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
     for j in 0..prod.len() {
         let mut v = prod[j] + bias(j);
         if gelu {
@@ -594,11 +452,7 @@ pub fn gelu_erf(x: f32) -> f32 {
 fn layer_norm(x: &[f32], y: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     let d = x.len() as f64;
     let mean = x.iter().map(|&v| v as f64).sum::<f64>() / d;
-    let var = x
-        .iter()
-        .map(|&v| (v as f64 - mean) * (v as f64 - mean))
-        .sum::<f64>()
-        / d;
+    let var = x.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / d;
     let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
     let mean = mean as f32;
     for i in 0..x.len() {
@@ -610,11 +464,7 @@ fn layer_norm(x: &[f32], y: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
 fn group_norm(x: &[f32], y: &mut [f32], d: usize, gamma: &[f32], beta: &[f32], eps: f32) {
     let n = x.len() as f64;
     let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let var = x
-        .iter()
-        .map(|&v| (v as f64 - mean) * (v as f64 - mean))
-        .sum::<f64>()
-        / n;
+    let var = x.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / n;
     let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
     let mean = mean as f32;
     for (yo, xi) in y.chunks_mut(d).zip(x.chunks(d)) {
@@ -626,13 +476,7 @@ fn group_norm(x: &[f32], y: &mut [f32], d: usize, gamma: &[f32], beta: &[f32], e
 
 /// `x += scale * (AvgPool3x3(xn) - xn)` over one channels-last [h, w, d] image,
 /// count_include_pad = False. `acc` is scratch of at least d floats.
-fn pool_mix(
-    xn: &[f32],
-    x: &mut [f32],
-    (h, w, d): (usize, usize, usize),
-    scale: &[f32],
-    acc: &mut Vec<f32>,
-) {
+fn pool_mix(xn: &[f32], x: &mut [f32], (h, w, d): (usize, usize, usize), scale: &[f32], acc: &mut Vec<f32>) {
     if acc.len() < d {
         acc.resize(d, 0.0);
     }
@@ -679,8 +523,7 @@ fn im2col(src: &[f32], batch: usize, g: &ConvGeometry, nhwc: bool, cols: &mut [f
                         let iy = (oy * g.stride + ky) as isize - g.pad as isize;
                         for kx in 0..g.kw {
                             let ix = (ox * g.stride + kx) as isize - g.pad as isize;
-                            let inside =
-                                iy >= 0 && ix >= 0 && (iy as usize) < g.ih && (ix as usize) < g.iw;
+                            let inside = iy >= 0 && ix >= 0 && (iy as usize) < g.ih && (ix as usize) < g.iw;
                             row[(ci * g.kh + ky) * g.kw + kx] = if inside {
                                 let (iy, ix) = (iy as usize, ix as usize);
                                 if nhwc {
@@ -710,19 +553,10 @@ fn softmax(row: &[f32], out: &mut Vec<f32>) {
 /// timm's eval transform of RGBA pixels (one u32 per pixel, R in the low byte) on the CPU: the
 /// same antialiased Catmull-Rom footprint as `preprocess.wgsl`, applied as two 1-D passes
 /// (the 2-D weights are their product), rounded to 8 bits, cropped, normalised, CHW.
-pub fn rgba_to_input(
-    pp: &Preprocess,
-    g: &Geometry,
-    pixels: &[u32],
-    width: usize,
-    height: usize,
-) -> Result<Vec<f32>> {
+pub fn rgba_to_input(pp: &Preprocess, g: &Geometry, pixels: &[u32], width: usize, height: usize) -> Result<Vec<f32>> {
     pp.validate()?;
     if width == 0 || height == 0 || pixels.len() != width * height {
-        return Err(Error::Input(format!(
-            "{} pixels for a {width}x{height} image",
-            pixels.len()
-        )));
+        return Err(Error::Input(format!("{} pixels for a {width}x{height} image", pixels.len())));
     }
     let [oh, ow] = pp.size;
     let (rw, rh) = g.resized;
@@ -732,12 +566,8 @@ pub fn rgba_to_input(
         let support = 2.0 * filter_scale;
         let centre = (o as f32 + 0.5) * scale;
         let lo = ((centre - support + 0.5).floor() as i64).max(0) as usize;
-        let hi = ((centre + support + 0.5).floor() as i64)
-            .min(src as i64)
-            .max(lo as i64) as usize;
-        let weights = (lo..hi)
-            .map(|i| cubic((i as f32 - centre + 0.5) / filter_scale))
-            .collect();
+        let hi = ((centre + support + 0.5).floor() as i64).min(src as i64).max(lo as i64) as usize;
+        let weights = (lo..hi).map(|i| cubic((i as f32 - centre + 0.5) / filter_scale)).collect();
         (lo, weights)
     };
     let xs: Vec<_> = (0..ow).map(|x| taps(x + g.left, width, rw)).collect();
@@ -800,5 +630,21 @@ fn cubic(x: f32) -> f32 {
         (((t - 5.0) * t + 8.0) * t - 4.0) * a
     } else {
         0.0
+    }
+}
+
+impl CpuExec {
+    /// Runs the steps once for `batch` images with the given slot contents (the rest zero) and
+    /// returns every slot afterwards, in [`Slot::ALL`] order — the single-step kernel tests'
+    /// way in, the same on both executors.
+    pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
+        self.with_workspace(batch, |ws| {
+            for (slot, data) in inputs {
+                let dst = ws.slots[slot.index()].get_mut(..data.len()).ok_or_else(|| overrun("test input"))?;
+                dst.copy_from_slice(data);
+            }
+            self.run(ws)?;
+            Ok(ws.slots.clone())
+        })
     }
 }

@@ -72,17 +72,7 @@ impl GpuExec {
             });
             shapes.push((name.clone(), rows, cols));
         }
-        let stage_floats = net
-            .steps
-            .iter()
-            .filter_map(|s| {
-                if let Step::Snapshot { floats, .. } = s {
-                    Some(*floats)
-                } else {
-                    None
-                }
-            })
-            .collect();
+        let stage_floats = net.steps.iter().filter_map(|s| if let Step::Snapshot { floats, .. } = s { Some(*floats) } else { None }).collect();
         let exec = GpuExec {
             gpu,
             steps: net.steps,
@@ -106,17 +96,13 @@ impl GpuExec {
     /// The largest batch one plan runs: [`super::MAX_BATCH`], or fewer when a batch's
     /// activations would pass the adapter's storage-binding limit. Longer inputs run in chunks.
     pub fn max_batch(&self) -> usize {
-        ((self.gpu.binding_limit() / self.widest_activation_bytes()) as usize)
-            .clamp(1, super::MAX_BATCH)
+        ((self.gpu.binding_limit() / self.widest_activation_bytes()) as usize).clamp(1, super::MAX_BATCH)
     }
 
     fn matrix(&self, w: W) -> Result<&Matrix> {
         match &self.weights[w.0] {
             GpuWeight::Matrix(m) => Ok(m),
-            GpuWeight::Vector(_) => Err(Error::Config(format!(
-                "`{}` is not uploaded as a matrix",
-                self.shapes[w.0].0
-            ))),
+            GpuWeight::Vector(_) => Err(Error::Config(format!("`{}` is not uploaded as a matrix", self.shapes[w.0].0))),
         }
     }
 
@@ -128,18 +114,12 @@ impl GpuExec {
     }
 
     fn plan(&self, batch: usize) -> Result<Arc<Plan>> {
-        let mut plans = self
-            .plans
-            .lock()
-            .map_err(|_| Error::Gpu("plan cache poisoned".into()))?;
+        let mut plans = self.plans.lock().map_err(|_| Error::Gpu("plan cache poisoned".into()))?;
         if let Some(p) = plans.get(&batch) {
             return Ok(p.clone());
         }
         let gpu = &self.gpu;
-        let slots = Slot::ALL
-            .iter()
-            .map(|s| gpu.storage(s.name(), batch * self.slot_floats[s.index()].max(1)))
-            .collect::<Result<Vec<_>>>()?;
+        let slots = Slot::ALL.iter().map(|s| gpu.storage(s.name(), batch * self.slot_floats[s.index()].max(1))).collect::<Result<Vec<_>>>()?;
         let probs = gpu.storage("probs", batch * self.classes)?;
         let stages = match self.stage_floats.iter().sum::<usize>() {
             n if n > 0 && batch == 1 => Some(gpu.storage("stages", n)?),
@@ -151,30 +131,13 @@ impl GpuExec {
         for step in &self.steps {
             self.record(batch, step, &slots, &mirrors, &mut ops)?;
             if let (Step::Snapshot { x, floats, .. }, Some(st)) = (step, &stages) {
-                ops.push(Op::copy_buffer(
-                    &slots[x.index()],
-                    st,
-                    stage_offset,
-                    *floats,
-                )?);
+                ops.push(Op::copy_buffer(&slots[x.index()], st, stage_offset, *floats)?);
                 stage_offset += floats;
             }
         }
-        ops.push(ops::reduce::softmax(
-            gpu,
-            batch,
-            self.classes,
-            &slots[Slot::Logits.index()],
-            &probs,
-        )?);
+        ops.push(ops::reduce::softmax(gpu, batch, self.classes, &slots[Slot::Logits.index()], &probs)?);
         gpu.check()?;
-        let plan = Arc::new(Plan {
-            batch,
-            slots,
-            probs,
-            stages,
-            ops,
-        });
+        let plan = Arc::new(Plan { batch, slots, probs, stages, ops });
         plans.insert(batch, plan.clone());
         Ok(plan)
     }
@@ -183,12 +146,8 @@ impl GpuExec {
     fn gemm_input(&self, batch: usize, g: &crate::net::Gemm) -> Option<(Slot, usize, usize)> {
         let (_, rows, cols) = &self.shapes[g.w.0];
         match g.kind {
-            GemmKind::Linear { rows: r, a } if a.off == 0 && a.ld == *cols => {
-                Some((a.slot, batch * r, *cols))
-            }
-            GemmKind::Tokens { x, channels }
-                if x.off == 0 && x.ld == channels && x.bs == cols * channels =>
-            {
+            GemmKind::Linear { rows: r, a } if a.off == 0 && a.ld == *cols => Some((a.slot, batch * r, *cols)),
+            GemmKind::Tokens { x, channels } if x.off == 0 && x.ld == channels && x.bs == cols * channels => {
                 let _ = rows;
                 Some((x.slot, batch * cols, channels))
             }
@@ -229,19 +188,8 @@ impl GpuExec {
         let buf = |s: Slot| &slots[s.index()];
         // Linear GEMMs fold the batch into rows (bs = 0); the others keep the view's stride.
         let operand = |v: &View, fold: bool| -> Result<Operand> {
-            let word = |n: usize| {
-                u32::try_from(n).map_err(|_| {
-                    Error::Input(format!(
-                        "activation offset {n} is too large for 32-bit indexing"
-                    ))
-                })
-            };
-            Ok(Operand {
-                buf: buf(v.slot),
-                off: word(v.off)?,
-                ld: word(v.ld)?,
-                bs: if fold { 0 } else { word(v.bs)? },
-            })
+            let word = |n: usize| u32::try_from(n).map_err(|_| Error::Input(format!("activation offset {n} is too large for 32-bit indexing")));
+            Ok(Operand { buf: buf(v.slot), off: word(v.off)?, ld: word(v.ld)?, bs: if fold { 0 } else { word(v.bs)? } })
         };
         match step {
             Step::Gemm(g) => {
@@ -253,13 +201,7 @@ impl GpuExec {
                 }
                 let mut gemm = match g.kind {
                     GemmKind::Linear { rows, a } => {
-                        let mut k = ops::Gemm::linear(
-                            batch * rows,
-                            operand(&a, true)?,
-                            w,
-                            operand(&g.c, true)?,
-                        )
-                        .a_texture(mirror);
+                        let mut k = ops::Gemm::linear(batch * rows, operand(&a, true)?, w, operand(&g.c, true)?).a_texture(mirror);
                         if let Some(b) = g.bias {
                             k = k.bias(self.vector(b), Axis::N);
                         }
@@ -272,14 +214,7 @@ impl GpuExec {
                         k
                     }
                     GemmKind::Tokens { x, channels } => {
-                        let mut k = ops::Gemm::across_tokens(
-                            batch,
-                            w,
-                            operand(&x, false)?,
-                            channels,
-                            operand(&g.c, false)?,
-                        )
-                        .a_texture(mirror);
+                        let mut k = ops::Gemm::across_tokens(batch, w, operand(&x, false)?, channels, operand(&g.c, false)?).a_texture(mirror);
                         if let Some(b) = g.bias {
                             k = k.token_bias(self.vector(b));
                         }
@@ -289,17 +224,9 @@ impl GpuExec {
                         }
                         k
                     }
-                    GemmKind::Conv {
-                        input,
-                        geometry,
-                        nhwc,
-                    } => {
-                        if g.c.off != 0 || g.c.ld != w.rows || g.gate.is_some() || g.scale.is_some()
-                        {
-                            return Err(Error::Config(
-                                "a convolution writes dense channels-last rows, with a bias only"
-                                    .into(),
-                            ));
+                    GemmKind::Conv { input, geometry, nhwc } => {
+                        if g.c.off != 0 || g.c.ld != w.rows || g.gate.is_some() || g.scale.is_some() {
+                            return Err(Error::Config("a convolution writes dense channels-last rows, with a bias only".into()));
                         }
                         let k = if nhwc {
                             ops::Gemm::conv_nhwc(batch, geometry, buf(input), w, buf(g.c.slot))?
@@ -320,98 +247,21 @@ impl GpuExec {
                 }
                 ops.push(gemm.build(gpu)?);
             }
-            Step::LayerNorm {
-                rows,
-                d,
-                eps,
-                x,
-                gamma,
-                beta,
-                y,
-            } => {
-                let x = Rows {
-                    buf: buf(x.slot),
-                    off: x.off,
-                    ld: x.ld,
-                };
-                ops.push(ops::norm::layer_norm_rows(
-                    gpu,
-                    batch * rows,
-                    *d,
-                    *eps,
-                    x,
-                    self.vector(*gamma),
-                    self.vector(*beta),
-                    buf(*y),
-                )?);
+            Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
+                let x = Rows { buf: buf(x.slot), off: x.off, ld: x.ld };
+                ops.push(ops::norm::layer_norm_rows(gpu, batch * rows, *d, *eps, x, self.vector(*gamma), self.vector(*beta), buf(*y))?);
             }
-            Step::Affine {
-                rows,
-                d,
-                x,
-                alpha,
-                beta,
-                y,
-            } => {
-                ops.push(ops::norm::affine(
-                    gpu,
-                    batch * rows,
-                    *d,
-                    buf(*x),
-                    self.vector(*alpha),
-                    self.vector(*beta),
-                    buf(*y),
-                )?);
+            Step::Affine { rows, d, x, alpha, beta, y } => {
+                ops.push(ops::norm::affine(gpu, batch * rows, *d, buf(*x), self.vector(*alpha), self.vector(*beta), buf(*y))?);
             }
-            Step::GroupNorm {
-                tokens,
-                d,
-                eps,
-                x,
-                gamma,
-                beta,
-                y,
-            } => {
-                ops.push(ops::norm::group_norm(
-                    gpu,
-                    batch,
-                    *tokens,
-                    *d,
-                    *eps,
-                    buf(*x),
-                    self.vector(*gamma),
-                    self.vector(*beta),
-                    buf(*y),
-                )?);
+            Step::GroupNorm { tokens, d, eps, x, gamma, beta, y } => {
+                ops.push(ops::norm::group_norm(gpu, batch, *tokens, *d, *eps, buf(*x), self.vector(*gamma), self.vector(*beta), buf(*y))?);
             }
-            Step::PoolMix {
-                h,
-                w,
-                d,
-                xn,
-                scale,
-                x,
-            } => {
-                ops.push(ops::pool::pool_mix(
-                    gpu,
-                    batch,
-                    *h,
-                    *w,
-                    *d,
-                    buf(*xn),
-                    self.vector(*scale),
-                    buf(*x),
-                )?);
+            Step::PoolMix { h, w, d, xn, scale, x } => {
+                ops.push(ops::pool::pool_mix(gpu, batch, *h, *w, *d, buf(*xn), self.vector(*scale), buf(*x))?);
             }
             Step::MeanTokens { tokens, d, x, y } => {
-                ops.push(ops::reduce::mean_tokens(
-                    gpu,
-                    batch,
-                    *tokens,
-                    *d,
-                    buf(*x),
-                    buf(*y),
-                )?);
+                ops.push(ops::reduce::mean_tokens(gpu, batch, *tokens, *d, buf(*x), buf(*y))?);
             }
             // Recorded by the caller when the plan keeps snapshots.
             Step::Snapshot { .. } => {}
@@ -424,11 +274,8 @@ impl GpuExec {
     pub async fn forward(&self, input: &[f32]) -> Result<Output> {
         let per = self.input;
         let total = input.len() / per.max(1);
-        let mut out = Output {
-            classes: self.classes,
-            logits: Vec::with_capacity(total * self.classes),
-            probs: Vec::with_capacity(total * self.classes),
-        };
+        let mut out =
+            Output { classes: self.classes, logits: Vec::with_capacity(total * self.classes), probs: Vec::with_capacity(total * self.classes) };
         for chunk in input.chunks(self.max_batch() * per) {
             let plan = self.plan(chunk.len() / per)?;
             let staging = self.submit(&plan, Some(chunk), None)?;
@@ -444,20 +291,11 @@ impl GpuExec {
     /// forward pass, and copies logits, probabilities and — with a prologue — the input and
     /// stage snapshots into a fresh staging buffer, returned for mapping. A fresh staging
     /// buffer per call keeps concurrent calls (the web's async classify) independent.
-    fn submit(
-        &self,
-        plan: &Plan,
-        input: Option<&[f32]>,
-        prologue: Option<&Op>,
-    ) -> Result<wgpu::Buffer> {
+    fn submit(&self, plan: &Plan, input: Option<&[f32]>, prologue: Option<&Op>) -> Result<wgpu::Buffer> {
         let gpu = &self.gpu;
         gpu.check()?;
         let n = (plan.batch * self.classes) as u64 * 4;
-        let input_bytes = if prologue.is_some() {
-            (plan.batch * self.input) as u64 * 4
-        } else {
-            0
-        };
+        let input_bytes = if prologue.is_some() { (plan.batch * self.input) as u64 * 4 } else { 0 };
         let snapshot = prologue.and(plan.stages.as_ref());
         let stage_bytes = snapshot.map_or(0, |st| st.size());
         let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -468,14 +306,9 @@ impl GpuExec {
         });
         let slot = |s: Slot| &plan.slots[s.index()];
         if let Some(input) = input {
-            gpu.queue
-                .write_buffer(slot(Slot::Input), 0, bytemuck::cast_slice(input));
+            gpu.queue.write_buffer(slot(Slot::Input), 0, bytemuck::cast_slice(input));
         }
-        let mut encoder = gpu
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("forward"),
-            });
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
         if let Some(op) = prologue {
             ops::encode_all(&mut encoder, std::slice::from_ref(op));
         }
@@ -506,15 +339,7 @@ impl GpuExec {
         let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let buf = self.gpu.storage_words("image", &pixels)?;
         let plan = self.plan(1)?;
-        let op = ops::preprocess::rgba_to_input(
-            &self.gpu,
-            pp,
-            &g,
-            &buf,
-            sw,
-            sh,
-            &plan.slots[Slot::Input.index()],
-        )?;
+        let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.slots[Slot::Input.index()])?;
         let staging = self.submit(&plan, None, Some(&op))?;
         let t1 = now();
         self.gpu.map_read(&staging).await?;
@@ -525,20 +350,24 @@ impl GpuExec {
         let stages = input.split_off(self.input);
         let probs = data.split_off(classes);
         let t3 = now();
-        let times = RunTimes {
-            preprocess_ms: t1 - t0,
-            forward_ms: t2 - t1,
-            readback_ms: t3 - t2,
-        };
-        Ok((
-            Output {
-                classes,
-                logits: data,
-                probs,
-            },
-            input,
-            stages,
-            times,
-        ))
+        let times = RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: t3 - t2 };
+        Ok((Output { classes, logits: data, probs }, input, stages, times))
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl GpuExec {
+    /// Runs the steps once for `batch` images with the given slot contents (the rest zero) and
+    /// returns every slot afterwards, in [`Slot::ALL`] order (see `CpuExec::run_slots`).
+    pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
+        let plan = self.plan(batch)?;
+        for (i, b) in plan.slots.iter().enumerate() {
+            let given = inputs.iter().find(|(s, _)| s.index() == i).map(|(_, d)| d.clone());
+            let mut data = given.unwrap_or_default();
+            data.resize((b.size() / 4) as usize, 0.0);
+            self.gpu.queue.write_buffer(b, 0, bytemuck::cast_slice(&data));
+        }
+        self.gpu.run_ops(&plan.ops)?;
+        plan.slots.iter().map(|b| pollster::block_on(self.gpu.read_buffer(b, (b.size() / 4) as usize))).collect()
     }
 }

@@ -65,9 +65,7 @@ impl BackendChoice {
             "auto" | "" => Ok(BackendChoice::Auto),
             "gpu" => Ok(BackendChoice::Gpu),
             "cpu" => Ok(BackendChoice::Cpu),
-            other => Err(Error::Input(format!(
-                "backend `{other}`: expected auto, gpu or cpu"
-            ))),
+            other => Err(Error::Input(format!("backend `{other}`: expected auto, gpu or cpu"))),
         }
     }
 
@@ -75,9 +73,7 @@ impl BackendChoice {
     pub fn from_env() -> Result<Option<Self>> {
         #[cfg(not(target_arch = "wasm32"))]
         if let Ok(v) = std::env::var("TOKENMIX_BACKEND") {
-            return Self::parse(&v)
-                .map(Some)
-                .map_err(|e| Error::Input(format!("TOKENMIX_BACKEND: {e}")));
+            return Self::parse(&v).map(Some).map_err(|e| Error::Input(format!("TOKENMIX_BACKEND: {e}")));
         }
         Ok(None)
     }
@@ -165,14 +161,7 @@ pub struct Selected {
 }
 
 /// Adapter names of software rasterisers, lower-case.
-const SOFTWARE: &[&str] = &[
-    "llvmpipe",
-    "lavapipe",
-    "swiftshader",
-    "softpipe",
-    "microsoft basic render",
-    "warp",
-];
+const SOFTWARE: &[&str] = &["llvmpipe", "lavapipe", "swiftshader", "softpipe", "microsoft basic render", "warp"];
 
 /// Is this adapter a CPU pretending to be a GPU? (wgpu's `DeviceType::Cpu`, WebGPU's fallback
 /// adapter — which wgpu maps to `Cpu` — or a known software rasteriser by name.)
@@ -185,68 +174,51 @@ pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
 /// adapter; `auto` never fails for want of one.
 pub async fn select(choice: BackendChoice) -> Result<Selected> {
     match choice {
-        BackendChoice::Cpu => Ok(Selected {
-            device: Device::cpu(),
-            choice,
-            reason: "the CPU backend was asked for".into(),
-        }),
+        BackendChoice::Cpu => Ok(Selected { device: Device::cpu(), choice, reason: "the CPU backend was asked for".into() }),
         BackendChoice::Gpu => {
             let gpu = Gpu::new().await?;
             let reason = format!("the GPU backend was asked for ({})", gpu.describe());
-            Ok(Selected {
-                device: Device::Gpu(Arc::new(gpu)),
-                choice,
-                reason,
-            })
+            Ok(Selected { device: Device::Gpu(Arc::new(gpu)), choice, reason })
         }
         BackendChoice::Auto => match Gpu::adapter().await {
-            Err(e) => Ok(Selected {
-                device: Device::cpu(),
-                choice,
-                reason: format!("no GPU adapter ({e})"),
-            }),
+            Err(e) => Ok(Selected { device: Device::cpu(), choice, reason: format!("no GPU adapter ({e})") }),
             Ok(adapter) => {
                 let info = adapter.get_info();
                 if is_software(&info) {
-                    let reason = format!("the only adapter, {} [{:?}], is a software rasteriser: the CPU backend is faster", info.name, info.device_type);
-                    Ok(Selected {
-                        device: Device::cpu(),
-                        choice,
-                        reason,
-                    })
+                    let reason =
+                        format!("the only adapter, {} [{:?}], is a software rasteriser: the CPU backend is faster", info.name, info.device_type);
+                    Ok(Selected { device: Device::cpu(), choice, reason })
                 } else {
                     let gpu = Gpu::from_adapter(adapter).await?;
                     let reason = format!("{} is a hardware GPU", gpu.describe());
-                    Ok(Selected {
-                        device: Device::Gpu(Arc::new(gpu)),
-                        choice,
-                        reason,
-                    })
+                    Ok(Selected { device: Device::Gpu(Arc::new(gpu)), choice, reason })
                 }
             }
         },
     }
 }
 
+/// Runs a hand-made [`crate::net::Net`] once on `device` for `batch` images, with the given
+/// slot contents, and returns every slot afterwards (in [`crate::net::Slot::ALL`] order): how
+/// the kernel tests run each step on both executors.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn run_slots(device: &Device, net: crate::net::Net, batch: usize, inputs: &[(crate::net::Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
+    match device {
+        Device::Gpu(g) => gpu::GpuExec::new(g.clone(), net)?.run_slots(batch, inputs),
+        Device::Cpu(_) => cpu::CpuExec::new(net)?.run_slots(batch, inputs),
+    }
+}
+
 /// Per-token L2 norms of each stage's output (PoolFormer's per-stage energy) from the stage
 /// snapshots of one image, laid one after the other.
-pub fn stage_energy(
-    stages: &[((usize, usize), usize)],
-    data: &[f32],
-) -> Vec<((usize, usize), Vec<f32>)> {
+pub fn stage_energy(stages: &[((usize, usize), usize)], data: &[f32]) -> Vec<((usize, usize), Vec<f32>)> {
     let mut at = 0;
     let mut out = Vec::new();
     for &((h, w), d) in stages {
         let Some(stage) = data.get(at..at + h * w * d) else {
             break;
         };
-        out.push((
-            (h, w),
-            stage
-                .chunks(d.max(1))
-                .map(|t| t.iter().map(|v| v * v).sum::<f32>().sqrt())
-                .collect(),
-        ));
+        out.push(((h, w), stage.chunks(d.max(1)).map(|t| t.iter().map(|v| v * v).sum::<f32>().sqrt()).collect()));
         at += h * w * d;
     }
     out

@@ -44,13 +44,7 @@ pub struct Kernel {
 
 impl Kernel {
     pub fn new(name: &'static str, source: &'static str, bindings: &'static [Binding]) -> Self {
-        Kernel {
-            name,
-            source,
-            defines: Defines::new(),
-            bindings,
-            trusted: false,
-        }
+        Kernel { name, source, defines: Defines::new(), bindings, trusted: false }
     }
     pub fn trusted(mut self) -> Self {
         self.trusted = true;
@@ -68,17 +62,8 @@ impl Kernel {
         }
     }
     fn key(&self) -> String {
-        let defs: Vec<String> = self
-            .defines
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        format!(
-            "{}[{}]{}",
-            self.name,
-            defs.join(","),
-            if self.trusted { "!" } else { "" }
-        )
+        let defs: Vec<String> = self.defines.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{}[{}]{}", self.name, defs.join(","), if self.trusted { "!" } else { "" })
     }
 }
 
@@ -169,10 +154,8 @@ impl Gpu {
             memory_hints: wgpu::MemoryHints::Performance,
             ..Default::default()
         };
-        let (device, queue) = adapter
-            .request_device(&device_desc)
-            .await
-            .map_err(|e| Error::Device(format!("{} ({:?}): {e}", info.name, info.backend)))?;
+        let (device, queue) =
+            adapter.request_device(&device_desc).await.map_err(|e| Error::Device(format!("{} ({:?}): {e}", info.name, info.backend)))?;
 
         // wgpu panics on uncaptured errors by default; collect them instead so that a bad
         // dispatch becomes an Error returned by the call that caused it.
@@ -193,20 +176,9 @@ impl Gpu {
             }
         });
 
-        let gemm = std::env::var("TOKENMIX_GEMM")
-            .ok()
-            .and_then(|s| GemmVariant::parse(&s))
-            .unwrap_or_else(|| default_gemm(&info, adapter.features()));
-        Ok(Gpu {
-            device,
-            queue,
-            info,
-            limits,
-            gemm,
-            pipelines: Mutex::default(),
-            errors,
-            lost,
-        })
+        let gemm =
+            std::env::var("TOKENMIX_GEMM").ok().and_then(|s| GemmVariant::parse(&s)).unwrap_or_else(|| default_gemm(&info, adapter.features()));
+        Ok(Gpu { device, queue, info, limits, gemm, pipelines: Mutex::default(), errors, lost })
     }
 
     /// The GEMM kernels this device can run.
@@ -224,10 +196,7 @@ impl Gpu {
 
     /// "llvmpipe (LLVM 15.0.6, 256 bits) [Vulkan, Cpu]"
     pub fn describe(&self) -> String {
-        format!(
-            "{} [{:?}, {:?}]",
-            self.info.name, self.info.backend, self.info.device_type
-        )
+        format!("{} [{:?}, {:?}]", self.info.name, self.info.backend, self.info.device_type)
     }
 
     /// True once the device is lost (driver reset, GPU removed, `device.destroy()`): nothing
@@ -241,9 +210,7 @@ impl Gpu {
     /// saying so, rather than as a later, unrelated failure. Also fails fast on a lost device.
     pub async fn scoped<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
         if self.is_lost() {
-            return Err(Error::Gpu(format!(
-                "{DEVICE_LOST}: {what} needs a new device"
-            )));
+            return Err(Error::Gpu(format!("{DEVICE_LOST}: {what} needs a new device")));
         }
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -266,21 +233,10 @@ impl Gpu {
     /// Errors wgpu reported since the last call (validation, out of memory, device lost).
     pub fn check(&self) -> Result<()> {
         if self.is_lost() {
-            let detail = self
-                .errors
-                .lock()
-                .map(|mut e| std::mem::take(&mut *e).join("; "))
-                .unwrap_or_default();
-            return Err(Error::Gpu(if detail.is_empty() {
-                DEVICE_LOST.to_string()
-            } else {
-                detail
-            }));
+            let detail = self.errors.lock().map(|mut e| std::mem::take(&mut *e).join("; ")).unwrap_or_default();
+            return Err(Error::Gpu(if detail.is_empty() { DEVICE_LOST.to_string() } else { detail }));
         }
-        let mut errs = self
-            .errors
-            .lock()
-            .map_err(|_| Error::Gpu("error sink poisoned".into()))?;
+        let mut errs = self.errors.lock().map_err(|_| Error::Gpu("error sink poisoned".into()))?;
         if errs.is_empty() {
             Ok(())
         } else {
@@ -293,45 +249,22 @@ impl Gpu {
     /// Compiles (once) and returns the pipeline for a kernel variant.
     pub fn pipeline(&self, kernel: &Kernel) -> Result<Arc<Pipeline>> {
         let key = kernel.key();
-        if let Some(p) = self
-            .pipelines
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).cloned())
-        {
+        if let Some(p) = self.pipelines.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(p);
         }
         let source = shader::preprocess(kernel.name, kernel.source, &kernel.defines)?;
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(dir) = std::env::var_os("TOKENMIX_DUMP_SHADERS") {
             // Debugging aid: the specialised WGSL of every pipeline, named by its cache key.
-            let file: String = key
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '_' {
-                        c
-                    } else {
-                        '-'
-                    }
-                })
-                .collect();
-            let _ = std::fs::write(
-                std::path::Path::new(&dir).join(format!("{file}.wgsl")),
-                &source,
-            );
+            let file: String = key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
+            let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{file}.wgsl")), &source);
         }
-        let desc = wgpu::ShaderModuleDescriptor {
-            label: Some(kernel.name),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        };
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(kernel.name), source: wgpu::ShaderSource::Wgsl(source.into()) };
         let module = if kernel.trusted {
             // SAFETY: a trusted kernel's Rust wrapper checks every buffer extent against the
             // dispatch parameters before it is recorded, and the kernel clamps or guards every
             // index it forms. naga's per-access bounds checks cost 3.5x on lavapipe's GEMM.
-            unsafe {
-                self.device
-                    .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
-            }
+            unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
         } else {
             self.device.create_shader_module(desc)
         };
@@ -343,15 +276,11 @@ impl Gpu {
                 binding: i as u32,
                 visibility: wgpu::ShaderStages::COMPUTE,
                 ty: match b {
-                    Binding::Uniform => wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
+                    Binding::Uniform => {
+                        wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None }
+                    }
                     Binding::Read | Binding::ReadWrite => wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Storage {
-                            read_only: *b == Binding::Read,
-                        },
+                        ty: wgpu::BufferBindingType::Storage { read_only: *b == Binding::Read },
                         has_dynamic_offset: false,
                         min_binding_size: None,
                     },
@@ -364,36 +293,22 @@ impl Gpu {
                 count: None,
             })
             .collect();
-        let layout = self
-            .device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some(kernel.name),
-                entries: &entries,
-            });
-        let pipeline_layout = self
-            .device
-            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some(kernel.name),
-                bind_group_layouts: &[Some(&layout)],
-                immediate_size: 0,
-            });
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(kernel.name),
-                layout: Some(&pipeline_layout),
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-        self.check()
-            .map_err(|e| Error::Gpu(format!("compiling {key}: {e}")))?;
-        let p = Arc::new(Pipeline {
-            pipeline,
-            layout,
-            name: key.clone(),
+        let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(kernel.name), entries: &entries });
+        let pipeline_layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(kernel.name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
         });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.name),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        self.check().map_err(|e| Error::Gpu(format!("compiling {key}: {e}")))?;
+        let p = Arc::new(Pipeline { pipeline, layout, name: key.clone() });
         if let Ok(mut m) = self.pipelines.lock() {
             m.insert(key, p.clone());
         }
@@ -405,21 +320,13 @@ impl Gpu {
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_DST
-                | wgpu::BufferUsages::COPY_SRC,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         }))
     }
 
     pub fn storage_init(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
-        self.storage_from(
-            label,
-            data,
-            wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_DST
-                | wgpu::BufferUsages::COPY_SRC,
-        )
+        self.storage_from(label, data, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
     }
 
     /// A read-only storage buffer holding `words` (e.g. RGBA8 pixels, one per u32).
@@ -429,44 +336,24 @@ impl Gpu {
 
     /// A buffer initialised with 4-byte elements, checked against the binding limit. A
     /// zero-sized binding is invalid, so empty data is padded to one zero element.
-    fn storage_from<T: bytemuck::Pod>(
-        &self,
-        label: &str,
-        data: &[T],
-        usage: wgpu::BufferUsages,
-    ) -> Result<wgpu::Buffer> {
+    fn storage_from<T: bytemuck::Pod>(&self, label: &str, data: &[T], usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
         self.checked_size(label, data.len())?;
         let padded = [T::zeroed()];
         let data = if data.is_empty() { &padded[..] } else { data };
-        Ok(self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: bytemuck::cast_slice(data),
-                usage,
-            }))
+        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents: bytemuck::cast_slice(data), usage }))
     }
 
     /// An rgba32float texture of `rows` rows of `texels` texels (4 matrix columns per texel),
     /// sampled with textureLoad and filled by copies. None when it exceeds the adapter's limits:
     /// callers then read the matrix from its buffer instead.
-    pub fn rgba32f_texture(
-        &self,
-        label: &str,
-        rows: usize,
-        texels: usize,
-    ) -> Option<wgpu::Texture> {
+    pub fn rgba32f_texture(&self, label: &str, rows: usize, texels: usize) -> Option<wgpu::Texture> {
         let max = self.limits.max_texture_dimension_2d as usize;
         if rows == 0 || texels == 0 || rows > max || texels > max {
             return None;
         }
         Some(self.device.create_texture(&wgpu::TextureDescriptor {
             label: Some(label),
-            size: wgpu::Extent3d {
-                width: texels as u32,
-                height: rows as u32,
-                depth_or_array_layers: 1,
-            },
+            size: wgpu::Extent3d { width: texels as u32, height: rows as u32, depth_or_array_layers: 1 },
             mip_level_count: 1,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
@@ -478,13 +365,7 @@ impl Gpu {
 
     /// Uploads a [rows, cols] f32 matrix as an rgba32float texture, the last texel of each row
     /// zero-padded (see [`Self::rgba32f_texture`]).
-    pub fn matrix_texture(
-        &self,
-        label: &str,
-        data: &[f32],
-        rows: usize,
-        cols: usize,
-    ) -> Option<wgpu::TextureView> {
+    pub fn matrix_texture(&self, label: &str, data: &[f32], rows: usize, cols: usize) -> Option<wgpu::TextureView> {
         let texels = cols.div_ceil(4);
         if data.len() != rows * cols {
             return None;
@@ -492,29 +373,23 @@ impl Gpu {
         let texture = self.rgba32f_texture(label, rows, texels)?;
         let mut padded = vec![0f32; rows * texels * 4];
         for r in 0..rows {
-            padded[r * texels * 4..r * texels * 4 + cols]
-                .copy_from_slice(&data[r * cols..(r + 1) * cols]);
+            padded[r * texels * 4..r * texels * 4 + cols].copy_from_slice(&data[r * cols..(r + 1) * cols]);
         }
         self.queue.write_texture(
             texture.as_image_copy(),
             bytemuck::cast_slice(&padded),
-            wgpu::TexelCopyBufferLayout {
-                offset: 0,
-                bytes_per_row: Some(texels as u32 * 16),
-                rows_per_image: Some(rows as u32),
-            },
+            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels as u32 * 16), rows_per_image: Some(rows as u32) },
             texture.size(),
         );
         Some(texture.create_view(&Default::default()))
     }
 
     pub fn uniform_init(&self, label: &str, words: &[u32]) -> wgpu::Buffer {
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: bytemuck::cast_slice(words),
-                usage: wgpu::BufferUsages::UNIFORM,
-            })
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(words),
+            usage: wgpu::BufferUsages::UNIFORM,
+        })
     }
 
     /// The most bytes one storage buffer (and so one binding) may hold on this adapter.
@@ -527,9 +402,7 @@ impl Gpu {
         let bytes = (floats.max(1) as u64).saturating_mul(4);
         let limit = self.binding_limit();
         if bytes > limit {
-            return Err(Error::Gpu(format!(
-                "buffer `{label}` needs {bytes} bytes, over the adapter's binding limit of {limit} bytes"
-            )));
+            return Err(Error::Gpu(format!("buffer `{label}` needs {bytes} bytes, over the adapter's binding limit of {limit} bytes")));
         }
         Ok(bytes)
     }
@@ -546,11 +419,7 @@ impl Gpu {
                 },
             })
             .collect();
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(&pipeline.name),
-            layout: &pipeline.layout,
-            entries: &entries,
-        })
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&pipeline.name), layout: &pipeline.layout, entries: &entries })
     }
 
     /// Maps a MAP_READ buffer and copies out its f32 contents. On native we poll the device
@@ -568,12 +437,8 @@ impl Gpu {
             let _ = tx.send(r);
         });
         #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
-        let mapped = rx
-            .await
-            .map_err(|_| Error::Gpu("read-back cancelled".into()))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        let mapped = rx.await.map_err(|_| Error::Gpu("read-back cancelled".into()))?;
         mapped.map_err(|e| Error::Gpu(format!("mapping the result buffer: {e}")))
     }
 
@@ -581,13 +446,9 @@ impl Gpu {
     pub fn copy_mapped(&self, staging: &wgpu::Buffer) -> Result<Vec<f32>> {
         let slice = staging.slice(..);
         let out = {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| Error::Gpu(format!("reading the result buffer: {e}")))?;
+            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading the result buffer: {e}")))?;
             // Copy byte-wise: the mapped range carries no f32 alignment guarantee.
-            view.chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect::<Vec<f32>>()
+            view.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>()
         };
         staging.unmap();
         self.check()?;
@@ -603,11 +464,7 @@ impl Gpu {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("read_buffer"),
-            });
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read_buffer") });
         encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
         self.read_back(&staging).await
@@ -615,11 +472,7 @@ impl Gpu {
 
     /// Runs ops in one submission and waits (tests, benchmarks).
     pub fn run_ops(&self, ops: &[crate::ops::Op]) -> Result<()> {
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("run_ops"),
-            });
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run_ops") });
         crate::ops::encode_all(&mut encoder, ops);
         self.queue.submit([encoder.finish()]);
         self.wait()
@@ -628,9 +481,7 @@ impl Gpu {
     /// Waits until the queue is idle (native); used by benchmarks.
     pub fn wait(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
         self.check()
     }
 }
@@ -650,13 +501,8 @@ fn default_gemm(info: &wgpu::AdapterInfo, features: wgpu::Features) -> GemmVaria
     }
 }
 
-async fn select_adapter(
-    instance: &wgpu::Instance,
-    backends: wgpu::Backends,
-) -> Result<wgpu::Adapter> {
-    let wanted_name = std::env::var("WGPU_ADAPTER_NAME")
-        .ok()
-        .map(|s| s.to_lowercase());
+async fn select_adapter(instance: &wgpu::Instance, backends: wgpu::Backends) -> Result<wgpu::Adapter> {
+    let wanted_name = std::env::var("WGPU_ADAPTER_NAME").ok().map(|s| s.to_lowercase());
     #[cfg(not(target_arch = "wasm32"))]
     {
         let adapters = instance.enumerate_adapters(backends).await;
@@ -668,18 +514,14 @@ async fn select_adapter(
             })
             .collect();
         if let Some(name) = &wanted_name {
-            return adapters
-                .into_iter()
-                .find(|a| a.get_info().name.to_lowercase().contains(name.as_str()))
-                .ok_or_else(|| {
-                    Error::NoAdapter(format!(
-                        "WGPU_ADAPTER_NAME={name} matches none of the adapters found on backends {backends:?}: [{}]",
-                        seen.join(", ")
-                    ))
-                });
+            return adapters.into_iter().find(|a| a.get_info().name.to_lowercase().contains(name.as_str())).ok_or_else(|| {
+                Error::NoAdapter(format!(
+                    "WGPU_ADAPTER_NAME={name} matches none of the adapters found on backends {backends:?}: [{}]",
+                    seen.join(", ")
+                ))
+            });
         }
-        let power_preference =
-            wgpu::PowerPreference::from_env().unwrap_or(wgpu::PowerPreference::HighPerformance);
+        let power_preference = wgpu::PowerPreference::from_env().unwrap_or(wgpu::PowerPreference::HighPerformance);
         instance
             .request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference,
@@ -707,8 +549,6 @@ async fn select_adapter(
                 apply_limit_buckets: false,
             })
             .await
-            .map_err(|e| {
-                Error::NoAdapter(format!("navigator.gpu gave no adapter ({backends:?}): {e}"))
-            })
+            .map_err(|e| Error::NoAdapter(format!("navigator.gpu gave no adapter ({backends:?}): {e}")))
     }
 }

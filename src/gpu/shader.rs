@@ -21,11 +21,7 @@ pub fn is_true(defines: &Defines, name: &str) -> bool {
 }
 
 pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String> {
-    let lines: Vec<(usize, String)> = source
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i, l.to_string()))
-        .collect();
+    let lines: Vec<(usize, String)> = source.lines().enumerate().map(|(i, l)| (i, l.to_string())).collect();
     let lines = unroll(name, &lines, defines)?;
     let mut out = String::with_capacity(source.len());
     let mut directives = String::new();
@@ -39,14 +35,10 @@ pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String>
             let parent = active(&stack);
             stack.push((is_true(defines, rest.trim()), parent));
         } else if trimmed.starts_with("#else") {
-            let top = stack
-                .last_mut()
-                .ok_or_else(|| Error::Gpu(format!("{name}:{}: #else without #if", lineno + 1)))?;
+            let top = stack.last_mut().ok_or_else(|| Error::Gpu(format!("{name}:{}: #else without #if", lineno + 1)))?;
             top.0 = !top.0;
         } else if trimmed.starts_with("#endif") {
-            stack
-                .pop()
-                .ok_or_else(|| Error::Gpu(format!("{name}:{}: #endif without #if", lineno + 1)))?;
+            stack.pop().ok_or_else(|| Error::Gpu(format!("{name}:{}: #endif without #if", lineno + 1)))?;
         } else if active(&stack) && trimmed.starts_with("enable ") {
             directives.push_str(trimmed);
             directives.push('\n');
@@ -63,39 +55,23 @@ pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String>
 
 /// Expands `#unroll VAR COUNT` … `#end` blocks (innermost last), keeping each line's number
 /// for error messages.
-fn unroll(
-    name: &str,
-    lines: &[(usize, String)],
-    defines: &Defines,
-) -> Result<Vec<(usize, String)>> {
+fn unroll(name: &str, lines: &[(usize, String)], defines: &Defines) -> Result<Vec<(usize, String)>> {
     let mut out = Vec::with_capacity(lines.len());
     let mut i = 0;
     while i < lines.len() {
         let (lineno, line) = &lines[i];
         let Some(rest) = line.trim_start().strip_prefix("#unroll ") else {
             if is_end(line) {
-                return Err(Error::Gpu(format!(
-                    "{name}:{}: #end without #unroll",
-                    lineno + 1
-                )));
+                return Err(Error::Gpu(format!("{name}:{}: #end without #unroll", lineno + 1)));
             }
             out.push((*lineno, line.clone()));
             i += 1;
             continue;
         };
-        let bad = || {
-            Error::Gpu(format!(
-                "{name}:{}: expected `#unroll VAR COUNT`",
-                lineno + 1
-            ))
-        };
+        let bad = || Error::Gpu(format!("{name}:{}: expected `#unroll VAR COUNT`", lineno + 1));
         let mut words = rest.split_whitespace();
         let (var, count) = (words.next().ok_or_else(bad)?, words.next().ok_or_else(bad)?);
-        let count: usize = defines
-            .get(count)
-            .map_or(count, |v| v.as_str())
-            .parse()
-            .map_err(|_| bad())?;
+        let count: usize = defines.get(count).map_or(count, |v| v.as_str()).parse().map_err(|_| bad())?;
         // The matching #end.
         let mut depth = 1;
         let mut j = i + 1;
@@ -111,18 +87,12 @@ fn unroll(
             j += 1;
         }
         if depth != 0 {
-            return Err(Error::Gpu(format!(
-                "{name}:{}: unterminated #unroll",
-                lineno + 1
-            )));
+            return Err(Error::Gpu(format!("{name}:{}: unterminated #unroll", lineno + 1)));
         }
         let body = unroll(name, &lines[i + 1..j], defines)?;
         let token = format!("{{{var}}}");
         for n in 0..count {
-            out.extend(
-                body.iter()
-                    .map(|(l, s)| (*l, s.replace(&token, &n.to_string()))),
-            );
+            out.extend(body.iter().map(|(l, s)| (*l, s.replace(&token, &n.to_string()))));
         }
         i = j + 1;
     }
@@ -139,13 +109,9 @@ fn substitute(name: &str, lineno: usize, line: &str, defines: &Defines) -> Resul
     let mut out = String::new();
     let mut rest = line;
     while let Some(start) = rest.find("{{") {
-        let end = rest[start..]
-            .find("}}")
-            .ok_or_else(|| Error::Gpu(format!("{name}:{}: unclosed {{{{", lineno + 1)))?;
+        let end = rest[start..].find("}}").ok_or_else(|| Error::Gpu(format!("{name}:{}: unclosed {{{{", lineno + 1)))?;
         let key = &rest[start + 2..start + end];
-        let value = defines
-            .get(key)
-            .ok_or_else(|| Error::Gpu(format!("{name}:{}: undefined {{{{{key}}}}}", lineno + 1)))?;
+        let value = defines.get(key).ok_or_else(|| Error::Gpu(format!("{name}:{}: undefined {{{{{key}}}}}", lineno + 1)))?;
         out.push_str(&rest[..start]);
         out.push_str(value);
         rest = &rest[start + end + 2..];
@@ -159,10 +125,7 @@ mod tests {
     use super::*;
 
     fn defs(pairs: &[(&str, &str)]) -> Defines {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -178,10 +141,7 @@ mod tests {
     fn unrolls_nested_blocks() {
         let src = "#unroll r R\n#unroll j 2\nacc{r}_{j} {{N}}\n#end\nrow{r}\n#end\nx";
         let out = preprocess("t", src, &defs(&[("R", "2"), ("N", "7")])).unwrap();
-        assert_eq!(
-            out,
-            "acc0_0 7\nacc0_1 7\nrow0\nacc1_0 7\nacc1_1 7\nrow1\nx\n"
-        );
+        assert_eq!(out, "acc0_0 7\nacc0_1 7\nrow0\nacc1_0 7\nacc1_1 7\nrow1\nx\n");
         assert!(preprocess("t", "#unroll r 2\nx\n", &defs(&[])).is_err());
         assert!(preprocess("t", "#end\n", &defs(&[])).is_err());
         assert!(preprocess("t", "#unroll r R\nx\n#end\n", &defs(&[])).is_err());

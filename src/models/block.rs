@@ -52,39 +52,16 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn load(
-        n: &mut Builder,
-        prefix: &str,
-        out: usize,
-        inp: usize,
-        conv1x1: bool,
-    ) -> Result<Self> {
-        let shape: &[usize] = if conv1x1 {
-            &[out, inp, 1, 1]
-        } else {
-            &[out, inp]
-        };
-        Ok(Linear {
-            w: n.take(&format!("{prefix}.weight"), shape)?,
-            b: n.take(&format!("{prefix}.bias"), &[out])?,
-            out,
-            inp,
-        })
+    pub fn load(n: &mut Builder, prefix: &str, out: usize, inp: usize, conv1x1: bool) -> Result<Self> {
+        let shape: &[usize] = if conv1x1 { &[out, inp, 1, 1] } else { &[out, inp] };
+        Ok(Linear { w: n.take(&format!("{prefix}.weight"), shape)?, b: n.take(&format!("{prefix}.bias"), &[out])?, out, inp })
     }
 
     /// `hidden = gelu(xn · Wᵀ + b)` over every token: a channel MLP's first layer.
     pub fn fc1_gelu(&self, n: &mut Builder, s: &Stream) {
         let t = s.tokens();
         let a = View::dense(s.xn, t, self.inp);
-        n.gemm(
-            Gemm::new(
-                GemmKind::Linear { rows: t, a },
-                self.w,
-                View::dense(Slot::Hidden, t, self.out),
-            )
-            .bias(self.b)
-            .gelu(),
-        );
+        n.gemm(Gemm::new(GemmKind::Linear { rows: t, a }, self.w, View::dense(Slot::Hidden, t, self.out)).bias(self.b).gelu());
     }
 }
 
@@ -99,13 +76,7 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn load(
-        n: &mut Builder,
-        prefix: &str,
-        features: usize,
-        hidden: usize,
-        conv1x1: bool,
-    ) -> Result<Self> {
+    pub fn load(n: &mut Builder, prefix: &str, features: usize, hidden: usize, conv1x1: bool) -> Result<Self> {
         Ok(Mlp {
             fc1: Linear::load(n, &format!("{prefix}.fc1"), hidden, features, conv1x1)?,
             fc2: Linear::load(n, &format!("{prefix}.fc2"), features, hidden, conv1x1)?,
@@ -119,16 +90,7 @@ impl Mlp {
         let t = s.tokens();
         self.fc1.fc1_gelu(n, s);
         let a = View::dense(Slot::Hidden, t, self.hidden);
-        n.gemm(
-            Gemm::new(
-                GemmKind::Linear { rows: t, a },
-                self.fc2.w,
-                View::dense(s.x, t, self.features),
-            )
-            .bias(self.fc2.b)
-            .scale(ls)
-            .residual(),
-        );
+        n.gemm(Gemm::new(GemmKind::Linear { rows: t, a }, self.fc2.w, View::dense(s.x, t, self.features)).bias(self.fc2.b).scale(ls).residual());
     }
 }
 

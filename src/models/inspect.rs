@@ -28,46 +28,32 @@ impl Metadata {
     fn parse(w: &Weights) -> Result<Self> {
         let get = |key: &str| -> Result<Option<&String>> {
             match w.metadata.get(key) {
-                Some(v) if v.len() > MAX_METADATA_BYTES => Err(Error::Config(format!(
-                    "metadata `{key}` is {} bytes, over the {MAX_METADATA_BYTES}-byte limit",
-                    v.len()
-                ))),
+                Some(v) if v.len() > MAX_METADATA_BYTES => {
+                    Err(Error::Config(format!("metadata `{key}` is {} bytes, over the {MAX_METADATA_BYTES}-byte limit", v.len())))
+                }
                 v => Ok(v),
             }
         };
         let img_size = match get("config")? {
             Some(s) => {
-                let v: serde_json::Value = serde_json::from_str(s)
-                    .map_err(|e| Error::Config(format!("metadata `config` is not JSON: {e}")))?;
+                let v: serde_json::Value = serde_json::from_str(s).map_err(|e| Error::Config(format!("metadata `config` is not JSON: {e}")))?;
                 match v.get("img_size") {
                     None => None,
-                    Some(s) => Some(
-                        serde_json::from_value::<[usize; 2]>(s.clone()).map_err(|e| {
-                            Error::Config(format!("metadata `config.img_size`: {e}"))
-                        })?,
-                    ),
+                    Some(s) => {
+                        Some(serde_json::from_value::<[usize; 2]>(s.clone()).map_err(|e| Error::Config(format!("metadata `config.img_size`: {e}")))?)
+                    }
                 }
             }
             None => None,
         };
         let preprocess = get("preprocess")?
-            .map(|s| {
-                serde_json::from_str::<Preprocess>(s)
-                    .map_err(|e| Error::Config(format!("metadata `preprocess`: {e}")))
-            })
+            .map(|s| serde_json::from_str::<Preprocess>(s).map_err(|e| Error::Config(format!("metadata `preprocess`: {e}"))))
             .transpose()?;
         let labels = get("labels")?
-            .map(|s| {
-                serde_json::from_str::<Vec<String>>(s)
-                    .map_err(|e| Error::Config(format!("metadata `labels`: {e}")))
-            })
+            .map(|s| serde_json::from_str::<Vec<String>>(s).map_err(|e| Error::Config(format!("metadata `labels`: {e}"))))
             .transpose()?
             .unwrap_or_default();
-        Ok(Metadata {
-            img_size,
-            preprocess,
-            labels,
-        })
+        Ok(Metadata { img_size, preprocess, labels })
     }
 }
 
@@ -87,9 +73,7 @@ pub struct Inspected<'a> {
 pub fn inspect(bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Inspected<'_>> {
     let w = Weights::parse(bytes)?;
     let meta = Metadata::parse(&w)?;
-    let img_size = img_size
-        .or(meta.img_size)
-        .or(meta.preprocess.as_ref().map(|p| p.size));
+    let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
     let arch = if let Some(kind) = MlpMixerConfig::detect(&w) {
         Arch::MlpMixer(MlpMixerConfig::infer(&w, kind, img_size)?)
     } else if MetaFormerConfig::detect(&w) {
@@ -124,34 +108,21 @@ pub fn inspect(bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Inspected<'
         None => arch.default_preprocess(),
     };
     if !meta.labels.is_empty() && meta.labels.len() != arch.num_classes() {
-        return Err(Error::Config(format!(
-            "metadata has {} labels for {} classes",
-            meta.labels.len(),
-            arch.num_classes()
-        )));
+        return Err(Error::Config(format!("metadata has {} labels for {} classes", meta.labels.len(), arch.num_classes())));
     }
-    Ok(Inspected {
-        weights: w,
-        arch,
-        preprocess,
-        labels: meta.labels,
-    })
+    Ok(Inspected { weights: w, arch, preprocess, labels: meta.labels })
 }
 
 /// Number of consecutive indices i = 0, 1, … for which `{prefix}{i}{suffix}` exists.
 pub(crate) fn count_indexed(w: &Weights, prefix: &str, suffix: &str) -> usize {
-    (0..)
-        .take_while(|i| w.contains(&format!("{prefix}{i}{suffix}")))
-        .count()
+    (0..).take_while(|i| w.contains(&format!("{prefix}{i}{suffix}"))).count()
 }
 
 /// Rejects configs outside sane bounds before anything is allocated.
 pub(crate) fn check_bounds(items: &[(&str, usize, usize)]) -> Result<()> {
     for &(name, value, max) in items {
         if value == 0 || value > max {
-            return Err(Error::Config(format!(
-                "{name} = {value} is outside 1..={max}"
-            )));
+            return Err(Error::Config(format!("{name} = {value} is outside 1..={max}")));
         }
     }
     Ok(())

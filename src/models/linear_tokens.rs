@@ -17,24 +17,13 @@ pub struct LinearTokens(pub Linear);
 
 impl LinearTokens {
     pub fn load(n: &mut Builder, prefix: &str, tokens: usize) -> Result<Self> {
-        Ok(LinearTokens(Linear::load(
-            n, prefix, tokens, tokens, false,
-        )?))
+        Ok(LinearTokens(Linear::load(n, prefix, tokens, tokens, false)?))
     }
 
     /// `x += ls * (W · xn + b)` per image, the bias along the token axis.
     pub fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) {
         let (t, d) = (s.tokens(), s.dim);
         let x = View::dense(s.xn, t, d);
-        n.gemm(
-            Gemm::new(
-                GemmKind::Tokens { x, channels: d },
-                self.0.w,
-                View::dense(s.x, t, d),
-            )
-            .bias(self.0.b)
-            .scale(ls)
-            .residual(),
-        );
+        n.gemm(Gemm::new(GemmKind::Tokens { x, channels: d }, self.0.w, View::dense(s.x, t, d)).bias(self.0.b).scale(ls).residual());
     }
 }

@@ -69,10 +69,7 @@ impl MetaFormerConfig {
     pub fn infer(w: &Weights, img_size: Option<[usize; 2]>) -> Result<Self> {
         let stem = w.require_shape("stem.conv.weight")?;
         let &[d0, in_chans, 7, 7] = stem else {
-            return Err(Error::tensor(
-                "stem.conv.weight",
-                format!("has shape {stem:?}, expected [dim, in_chans, 7, 7]"),
-            ));
+            return Err(Error::tensor("stem.conv.weight", format!("has shape {stem:?}, expected [dim, in_chans, 7, 7]")));
         };
         let stages = super::count_indexed(w, "stages.", ".blocks.0.norm1.weight");
         let (mut depths, mut dims, mut mlp_hidden) = (Vec::new(), Vec::new(), Vec::new());
@@ -86,10 +83,7 @@ impl MetaFormerConfig {
             dims.push(d);
             let fc1 = format!("{p}0.mlp.fc1.weight");
             let &[h, _, 1, 1] = w.require_shape(&fc1)? else {
-                return Err(Error::tensor(
-                    &fc1,
-                    "expected a 1x1 convolution [hidden, dim, 1, 1]",
-                ));
+                return Err(Error::tensor(&fc1, "expected a 1x1 convolution [hidden, dim, 1, 1]"));
             };
             mlp_hidden.push(h);
             let mixer = format!("{p}0.token_mixer");
@@ -98,45 +92,27 @@ impl MetaFormerConfig {
             }
         }
         if stages == 0 || dims[0] != d0 {
-            return Err(Error::tensor(
-                "stages.0.blocks.0.norm1.weight",
-                "missing, or its width differs from the stem's",
-            ));
+            return Err(Error::tensor("stages.0.blocks.0.norm1.weight", "missing, or its width differs from the stem's"));
         }
         if w.contains("head.fc.fc1.weight") {
-            return Err(Error::tensor("head.fc.fc1.weight", "an MLP head (as in ConvFormer/CAFormer) is not supported; PoolFormer's head is one Linear"));
+            return Err(Error::tensor(
+                "head.fc.fc1.weight",
+                "an MLP head (as in ConvFormer/CAFormer) is not supported; PoolFormer's head is one Linear",
+            ));
         }
         let head = w.require_shape("head.fc.weight")?;
         let &[num_classes, _] = head else {
-            return Err(Error::tensor(
-                "head.fc.weight",
-                format!("has shape {head:?}, expected [classes, dim]"),
-            ));
+            return Err(Error::tensor("head.fc.weight", format!("has shape {head:?}, expected [classes, dim]")));
         };
-        let cfg = MetaFormerConfig {
-            img_size: img_size.unwrap_or([224, 224]),
-            in_chans,
-            depths,
-            dims,
-            mlp_hidden,
-            num_classes,
-        };
+        let cfg = MetaFormerConfig { img_size: img_size.unwrap_or([224, 224]), in_chans, depths, dims, mlp_hidden, num_classes };
         cfg.validate()?;
         Ok(cfg)
     }
 
     fn validate(&self) -> Result<()> {
-        super::check_bounds(&[
-            ("stages", self.dims.len(), 8),
-            ("in_chans", self.in_chans, 64),
-            ("num_classes", self.num_classes, 1 << 16),
-        ])?;
+        super::check_bounds(&[("stages", self.dims.len(), 8), ("in_chans", self.in_chans, 64), ("num_classes", self.num_classes, 1 << 16)])?;
         for i in 0..self.dims.len() {
-            super::check_bounds(&[
-                ("depth", self.depths[i], 256),
-                ("dim", self.dims[i], 1 << 14),
-                ("mlp hidden", self.mlp_hidden[i], 1 << 16),
-            ])?;
+            super::check_bounds(&[("depth", self.depths[i], 256), ("dim", self.dims[i], 1 << 14), ("mlp hidden", self.mlp_hidden[i], 1 << 16)])?;
         }
         let grids = self.grids()?;
         let tokens = grids[0].0 * grids[0].1;
@@ -146,23 +122,12 @@ impl MetaFormerConfig {
     /// Token grid (h, w) of each stage.
     pub fn grids(&self) -> Result<Vec<(usize, usize)>> {
         let [h, w] = self.img_size;
-        let too_small = || {
-            Error::Input(format!(
-                "image {h}x{w} is too small for PoolFormer's stem and {} stages",
-                self.dims.len()
-            ))
-        };
-        let mut g = (
-            conv_out(h, STEM).ok_or_else(too_small)?,
-            conv_out(w, STEM).ok_or_else(too_small)?,
-        );
+        let too_small = || Error::Input(format!("image {h}x{w} is too small for PoolFormer's stem and {} stages", self.dims.len()));
+        let mut g = (conv_out(h, STEM).ok_or_else(too_small)?, conv_out(w, STEM).ok_or_else(too_small)?);
         let mut grids = Vec::new();
         for i in 0..self.dims.len() {
             if i > 0 && self.dims[i] != self.dims[i - 1] {
-                g = (
-                    conv_out(g.0, DOWNSAMPLE).ok_or_else(too_small)?,
-                    conv_out(g.1, DOWNSAMPLE).ok_or_else(too_small)?,
-                );
+                g = (conv_out(g.0, DOWNSAMPLE).ok_or_else(too_small)?, conv_out(g.1, DOWNSAMPLE).ok_or_else(too_small)?);
             }
             grids.push(g);
         }
@@ -170,17 +135,13 @@ impl MetaFormerConfig {
     }
 
     fn preset_entry(&self) -> Option<&'static (&'static str, [usize; 4], [usize; 4], f32)> {
-        PRESETS.iter().find(|(_, depths, dims, _)| {
-            self.depths == depths
-                && self.dims == dims
-                && self.mlp_hidden.iter().zip(dims).all(|(h, d)| *h == 4 * d)
-        })
+        PRESETS
+            .iter()
+            .find(|(_, depths, dims, _)| self.depths == depths && self.dims == dims && self.mlp_hidden.iter().zip(dims).all(|(h, d)| *h == 4 * d))
     }
 
     pub fn preset(&self) -> Option<&'static str> {
-        self.preset_entry()
-            .filter(|_| self.img_size == [224, 224])
-            .map(|p| p.0)
+        self.preset_entry().filter(|_| self.img_size == [224, 224]).map(|p| p.0)
     }
 
     pub fn macs(&self) -> u64 {
@@ -201,11 +162,7 @@ impl MetaFormerConfig {
 
     /// timm's pretrained config: ImageNet mean/std, crop 0.9 (0.95 for the m-models).
     pub fn default_preprocess(&self) -> Preprocess {
-        Preprocess::imagenet(
-            self.in_chans,
-            self.img_size,
-            self.preset_entry().map_or(0.9, |p| p.3),
-        )
+        Preprocess::imagenet(self.in_chans, self.img_size, self.preset_entry().map_or(0.9, |p| p.3))
     }
 }
 
@@ -220,70 +177,24 @@ pub fn build(w: &mut Weights, cfg: &MetaFormerConfig) -> Result<Net> {
     let stem_w = n.take("stem.conv.weight", &[d0, cin, STEM.0, STEM.0])?;
     let stem_b = n.take("stem.conv.bias", &[d0])?;
     let (k, s, p) = STEM;
-    let geometry = ConvGeometry {
-        cin,
-        ih: cfg.img_size[0],
-        iw: cfg.img_size[1],
-        kh: k,
-        kw: k,
-        stride: s,
-        pad: p,
-    };
+    let geometry = ConvGeometry { cin, ih: cfg.img_size[0], iw: cfg.img_size[1], kh: k, kw: k, stride: s, pad: p };
     let (h0, w0) = grids[0];
-    n.gemm(
-        Gemm::new(
-            GemmKind::Conv {
-                input: Slot::Input,
-                geometry,
-                nhwc: false,
-            },
-            stem_w,
-            View::dense(Slot::X, h0 * w0, d0),
-        )
-        .bias(stem_b),
-    );
+    n.gemm(Gemm::new(GemmKind::Conv { input: Slot::Input, geometry, nhwc: false }, stem_w, View::dense(Slot::X, h0 * w0, d0)).bias(stem_b));
     let (mut x, mut xn) = (Slot::X, Slot::Xn);
     for (i, (&d, &hid)) in cfg.dims.iter().zip(&cfg.mlp_hidden).enumerate() {
         let pre = format!("stages.{i}");
         let (h, wd) = grids[i];
         if i > 0 && cfg.dims[i - 1] != d {
             let (k, s, p) = DOWNSAMPLE;
-            let cw = n.take(
-                &format!("{pre}.downsample.conv.weight"),
-                &[d, cfg.dims[i - 1], k, k],
-            )?;
+            let cw = n.take(&format!("{pre}.downsample.conv.weight"), &[d, cfg.dims[i - 1], k, k])?;
             let cb = n.take(&format!("{pre}.downsample.conv.bias"), &[d])?;
             let (ph, pw) = grids[i - 1];
-            let geometry = ConvGeometry {
-                cin: cfg.dims[i - 1],
-                ih: ph,
-                iw: pw,
-                kh: k,
-                kw: k,
-                stride: s,
-                pad: p,
-            };
+            let geometry = ConvGeometry { cin: cfg.dims[i - 1], ih: ph, iw: pw, kh: k, kw: k, stride: s, pad: p };
             // Reads the previous stage's channels-last tokens in place.
-            n.gemm(
-                Gemm::new(
-                    GemmKind::Conv {
-                        input: x,
-                        geometry,
-                        nhwc: true,
-                    },
-                    cw,
-                    View::dense(xn, h * wd, d),
-                )
-                .bias(cb),
-            );
+            n.gemm(Gemm::new(GemmKind::Conv { input: x, geometry, nhwc: true }, cw, View::dense(xn, h * wd, d)).bias(cb));
             (x, xn) = (xn, x);
         }
-        let stream = Stream {
-            grid: (h, wd),
-            dim: d,
-            x,
-            xn,
-        };
+        let stream = Stream { grid: (h, wd), dim: d, x, xn };
         for j in 0..cfg.depths[i] {
             let b = format!("{pre}.blocks.{j}");
             let block = Block {
@@ -300,34 +211,18 @@ pub fn build(w: &mut Weights, cfg: &MetaFormerConfig) -> Result<Net> {
             };
             block.describe(n, &stream)?;
         }
-        n.push(Step::Snapshot {
-            stage: i,
-            x,
-            floats: h * wd * d,
-        });
+        n.push(Step::Snapshot { stage: i, x, floats: h * wd * d });
         n.stages.push(((h, wd), d));
     }
     let head_norm = Norm::layer(n, "head.norm", last, HEAD_LN_EPS)?;
     let head_w = n.take("head.fc.weight", &[cfg.num_classes, last])?;
     let head_b = n.take("head.fc.bias", &[cfg.num_classes])?;
     let (h, wd) = grids[grids.len() - 1];
-    n.push(Step::MeanTokens {
-        tokens: h * wd,
-        d: last,
-        x,
-        y: Slot::Pooled,
-    });
+    n.push(Step::MeanTokens { tokens: h * wd, d: last, x, y: Slot::Pooled });
     n.push(head_norm.step(1, Slot::Pooled, Slot::Aux));
     n.gemm(
-        Gemm::new(
-            GemmKind::Linear {
-                rows: 1,
-                a: View::dense(Slot::Aux, 1, last),
-            },
-            head_w,
-            View::dense(Slot::Logits, 1, cfg.num_classes),
-        )
-        .bias(head_b),
+        Gemm::new(GemmKind::Linear { rows: 1, a: View::dense(Slot::Aux, 1, last) }, head_w, View::dense(Slot::Logits, 1, cfg.num_classes))
+            .bias(head_b),
     );
     let input = cin * cfg.img_size[0] * cfg.img_size[1];
     builder.finish(input, cfg.num_classes)

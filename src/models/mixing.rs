@@ -48,29 +48,12 @@ pub(crate) fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>>
             cfg.tokens_hidden.unwrap_or(0),
             "token-MLP fc1: one row per hidden unit, its weights over the token grid",
         ),
-        BlockKind::Gmlp => (
-            "mlp_channels.gate.proj.weight",
-            "gmlp",
-            tokens,
-            "spatial gating projection: row t mixes output token t from every token",
-        ),
-        BlockKind::Resmlp => (
-            "linear_tokens.weight",
-            "resmlp",
-            tokens,
-            "linear token map: row t mixes output token t from every token",
-        ),
+        BlockKind::Gmlp => {
+            ("mlp_channels.gate.proj.weight", "gmlp", tokens, "spatial gating projection: row t mixes output token t from every token")
+        }
+        BlockKind::Resmlp => ("linear_tokens.weight", "resmlp", tokens, "linear token map: row t mixes output token t from every token"),
     };
     (0..cfg.depth)
-        .map(|i| {
-            Ok(TokenMixing {
-                kind,
-                rows,
-                cols: tokens,
-                grid: cfg.grid(),
-                data: w.read(&format!("blocks.{i}.{name}"))?,
-                note,
-            })
-        })
+        .map(|i| Ok(TokenMixing { kind, rows, cols: tokens, grid: cfg.grid(), data: w.read(&format!("blocks.{i}.{name}"))?, note }))
         .collect()
 }

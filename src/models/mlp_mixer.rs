@@ -66,60 +66,12 @@ pub struct MlpMixerConfig {
 
 /// timm's named presets at 224²: (name, block, patch, dim, depth, tokens_hidden, channels_hidden).
 const PRESETS: &[(&str, BlockKind, usize, usize, usize, Option<usize>, usize)] = &[
-    (
-        "mixer_s32_224",
-        BlockKind::Mixer,
-        32,
-        512,
-        8,
-        Some(256),
-        2048,
-    ),
-    (
-        "mixer_s16_224",
-        BlockKind::Mixer,
-        16,
-        512,
-        8,
-        Some(256),
-        2048,
-    ),
-    (
-        "mixer_b32_224",
-        BlockKind::Mixer,
-        32,
-        768,
-        12,
-        Some(384),
-        3072,
-    ),
-    (
-        "mixer_b16_224",
-        BlockKind::Mixer,
-        16,
-        768,
-        12,
-        Some(384),
-        3072,
-    ),
-    (
-        "mixer_l32_224",
-        BlockKind::Mixer,
-        32,
-        1024,
-        24,
-        Some(512),
-        4096,
-    ),
-    (
-        "mixer_l16_224",
-        BlockKind::Mixer,
-        16,
-        1024,
-        24,
-        Some(512),
-        4096,
-    ),
+    ("mixer_s32_224", BlockKind::Mixer, 32, 512, 8, Some(256), 2048),
+    ("mixer_s16_224", BlockKind::Mixer, 16, 512, 8, Some(256), 2048),
+    ("mixer_b32_224", BlockKind::Mixer, 32, 768, 12, Some(384), 3072),
+    ("mixer_b16_224", BlockKind::Mixer, 16, 768, 12, Some(384), 3072),
+    ("mixer_l32_224", BlockKind::Mixer, 32, 1024, 24, Some(512), 4096),
+    ("mixer_l16_224", BlockKind::Mixer, 16, 1024, 24, Some(512), 4096),
     ("gmlp_ti16_224", BlockKind::Gmlp, 16, 128, 30, None, 768),
     ("gmlp_s16_224", BlockKind::Gmlp, 16, 256, 30, None, 1536),
     ("gmlp_b16_224", BlockKind::Gmlp, 16, 512, 30, None, 3072),
@@ -141,10 +93,7 @@ impl MlpMixerConfig {
         if !w.contains("stem.proj.weight") {
             return None;
         }
-        MARKERS
-            .iter()
-            .find(|(_, name)| w.contains(name))
-            .map(|&(k, _)| k)
+        MARKERS.iter().find(|(_, name)| w.contains(name)).map(|&(k, _)| k)
     }
 
     /// Infers the architecture from timm parameter names and shapes. The token count fixes
@@ -153,37 +102,22 @@ impl MlpMixerConfig {
     pub fn infer(w: &Weights, block: BlockKind, img_size: Option<[usize; 2]>) -> Result<Self> {
         let stem = w.require_shape("stem.proj.weight")?;
         let [dim, in_chans, ph, pw] = *stem else {
-            return Err(Error::tensor(
-                "stem.proj.weight",
-                format!("has shape {stem:?}, expected [dim, in_chans, patch, patch]"),
-            ));
+            return Err(Error::tensor("stem.proj.weight", format!("has shape {stem:?}, expected [dim, in_chans, patch, patch]")));
         };
         if ph != pw || ph == 0 {
-            return Err(Error::tensor(
-                "stem.proj.weight",
-                format!("non-square patch {ph}x{pw}"),
-            ));
+            return Err(Error::tensor("stem.proj.weight", format!("non-square patch {ph}x{pw}")));
         }
         let depth = super::count_indexed(w, "blocks.", ".mlp_channels.fc1.weight");
         if depth == 0 {
-            return Err(Error::tensor(
-                "blocks.0.mlp_channels.fc1.weight",
-                "missing: the model needs at least one block",
-            ));
+            return Err(Error::tensor("blocks.0.mlp_channels.fc1.weight", "missing: the model needs at least one block"));
         }
         let matrix = |name: &str| -> Result<[usize; 2]> {
             match *w.require_shape(name)? {
                 [r, c] => Ok([r, c]),
-                ref s => Err(Error::tensor(
-                    name,
-                    format!("has shape {s:?}, expected a matrix"),
-                )),
+                ref s => Err(Error::tensor(name, format!("has shape {s:?}, expected a matrix"))),
             }
         };
-        let marker = MARKERS
-            .iter()
-            .find(|(k, _)| *k == block)
-            .map_or("", |m| m.1);
+        let marker = MARKERS.iter().find(|(k, _)| *k == block).map_or("", |m| m.1);
         let [rows, tokens] = matrix(marker)?;
         let tokens_hidden = (block == BlockKind::Mixer).then_some(rows);
         let [channels_hidden, _] = matrix("blocks.0.mlp_channels.fc1.weight")?;
@@ -193,24 +127,12 @@ impl MlpMixerConfig {
             None => {
                 let side = (tokens as f64).sqrt().round() as usize;
                 if side * side != tokens {
-                    return Err(Error::Config(format!(
-                        "{tokens} tokens is not a square grid; give the image size (metadata `config.img_size`)"
-                    )));
+                    return Err(Error::Config(format!("{tokens} tokens is not a square grid; give the image size (metadata `config.img_size`)")));
                 }
                 [side * ph, side * ph]
             }
         };
-        let cfg = MlpMixerConfig {
-            block,
-            img_size,
-            patch: ph,
-            in_chans,
-            dim,
-            depth,
-            tokens_hidden,
-            channels_hidden,
-            num_classes,
-        };
+        let cfg = MlpMixerConfig { block, img_size, patch: ph, in_chans, dim, depth, tokens_hidden, channels_hidden, num_classes };
         cfg.validate(tokens)?;
         Ok(cfg)
     }
@@ -235,13 +157,7 @@ impl MlpMixerConfig {
             )));
         }
         if self.block == BlockKind::Gmlp && self.channels_hidden % 2 != 0 {
-            return Err(Error::tensor(
-                "blocks.0.mlp_channels.fc1.weight",
-                format!(
-                    "gMLP needs an even hidden width, not {}",
-                    self.channels_hidden
-                ),
-            ));
+            return Err(Error::tensor("blocks.0.mlp_channels.fc1.weight", format!("gMLP needs an even hidden width, not {}", self.channels_hidden)));
         }
         super::check_bounds(&[
             ("dim", self.dim, 1 << 14),
@@ -255,29 +171,13 @@ impl MlpMixerConfig {
     }
 
     pub fn preset(&self) -> Option<&'static str> {
-        let key = (
-            self.block,
-            self.patch,
-            self.dim,
-            self.depth,
-            self.tokens_hidden,
-            self.channels_hidden,
-        );
-        PRESETS
-            .iter()
-            .find(|&&(_, b, p, d, depth, t, c)| {
-                (b, p, d, depth, t, c) == key && self.img_size == [224, 224]
-            })
-            .map(|p| p.0)
+        let key = (self.block, self.patch, self.dim, self.depth, self.tokens_hidden, self.channels_hidden);
+        PRESETS.iter().find(|&&(_, b, p, d, depth, t, c)| (b, p, d, depth, t, c) == key && self.img_size == [224, 224]).map(|p| p.0)
     }
 
     /// Multiply-accumulates for one image (what timm/fvcore count as MACs).
     pub fn macs(&self) -> u64 {
-        let (s, d, h) = (
-            self.tokens() as u64,
-            self.dim as u64,
-            self.channels_hidden as u64,
-        );
+        let (s, d, h) = (self.tokens() as u64, self.dim as u64, self.channels_hidden as u64);
         let stem = s * d * (self.in_chans * self.patch * self.patch) as u64;
         let block = match self.block {
             BlockKind::Mixer => 2 * d * s * self.tokens_hidden.unwrap_or(0) as u64 + 2 * s * d * h,
@@ -291,9 +191,7 @@ impl MlpMixerConfig {
     /// ImageNet statistics; all crop 0.875.
     pub fn default_preprocess(&self) -> Preprocess {
         match self.block {
-            BlockKind::Mixer | BlockKind::Gmlp => {
-                Preprocess::half_normalised(self.in_chans, self.img_size)
-            }
+            BlockKind::Mixer | BlockKind::Gmlp => Preprocess::half_normalised(self.in_chans, self.img_size),
             BlockKind::Resmlp => Preprocess::imagenet(self.in_chans, self.img_size, 0.875),
         }
     }
@@ -301,14 +199,7 @@ impl MlpMixerConfig {
 
 /// timm `MlpMixer` as a [`Net`]: stem, blocks, final norm, mean over tokens, head.
 pub fn build(w: &mut Weights, cfg: &MlpMixerConfig) -> Result<Net> {
-    let MlpMixerConfig {
-        patch,
-        in_chans,
-        dim,
-        num_classes,
-        channels_hidden,
-        ..
-    } = *cfg;
+    let MlpMixerConfig { patch, in_chans, dim, num_classes, channels_hidden, .. } = *cfg;
     let tokens = cfg.tokens();
     let mut builder = Builder::new(w);
     let n = &mut builder;
@@ -322,12 +213,7 @@ pub fn build(w: &mut Weights, cfg: &MlpMixerConfig) -> Result<Net> {
             BlockKind::Mixer => Block {
                 token: Some(Branch {
                     norm: Norm::layer(n, &format!("{p}.norm1"), dim, LN_EPS)?,
-                    mixer: TokenMixer::Mlp(TokenMlp::load(
-                        n,
-                        &format!("{p}.mlp_tokens"),
-                        tokens,
-                        cfg.tokens_hidden.unwrap_or(0),
-                    )?),
+                    mixer: TokenMixer::Mlp(TokenMlp::load(n, &format!("{p}.mlp_tokens"), tokens, cfg.tokens_hidden.unwrap_or(0))?),
                     layer_scale: None,
                 }),
                 channel: Branch {
@@ -340,24 +226,14 @@ pub fn build(w: &mut Weights, cfg: &MlpMixerConfig) -> Result<Net> {
                 token: None,
                 channel: Branch {
                     norm: Norm::layer(n, &format!("{p}.norm"), dim, LN_EPS)?,
-                    mixer: ChannelMixer::Gated(GatedMlp::load(
-                        n,
-                        &channels,
-                        dim,
-                        channels_hidden,
-                        tokens,
-                    )?),
+                    mixer: ChannelMixer::Gated(GatedMlp::load(n, &channels, dim, channels_hidden, tokens)?),
                     layer_scale: None,
                 },
             },
             BlockKind::Resmlp => Block {
                 token: Some(Branch {
                     norm: Norm::affine(n, &format!("{p}.norm1"), dim)?,
-                    mixer: TokenMixer::Linear(LinearTokens::load(
-                        n,
-                        &format!("{p}.linear_tokens"),
-                        tokens,
-                    )?),
+                    mixer: TokenMixer::Linear(LinearTokens::load(n, &format!("{p}.linear_tokens"), tokens)?),
                     layer_scale: Some(n.take(&format!("{p}.ls1"), &[dim])?),
                 }),
                 channel: Branch {
@@ -377,53 +253,16 @@ pub fn build(w: &mut Weights, cfg: &MlpMixerConfig) -> Result<Net> {
 
     // Patch embedding: a stride-`patch` convolution as an implicit-im2col GEMM, written
     // straight into token-major [tokens, dim] order.
-    let geometry = ConvGeometry {
-        cin: in_chans,
-        ih: cfg.img_size[0],
-        iw: cfg.img_size[1],
-        kh: patch,
-        kw: patch,
-        stride: patch,
-        pad: 0,
-    };
-    n.gemm(
-        Gemm::new(
-            GemmKind::Conv {
-                input: Slot::Input,
-                geometry,
-                nhwc: false,
-            },
-            stem_w,
-            View::dense(Slot::X, tokens, dim),
-        )
-        .bias(stem_b),
-    );
-    let stream = Stream {
-        grid: cfg.grid(),
-        dim,
-        x: Slot::X,
-        xn: Slot::Xn,
-    };
+    let geometry = ConvGeometry { cin: in_chans, ih: cfg.img_size[0], iw: cfg.img_size[1], kh: patch, kw: patch, stride: patch, pad: 0 };
+    n.gemm(Gemm::new(GemmKind::Conv { input: Slot::Input, geometry, nhwc: false }, stem_w, View::dense(Slot::X, tokens, dim)).bias(stem_b));
+    let stream = Stream { grid: cfg.grid(), dim, x: Slot::X, xn: Slot::Xn };
     for block in &blocks {
         block.describe(n, &stream)?;
     }
     n.push(norm.step(tokens, Slot::X, Slot::Xn));
-    n.push(Step::MeanTokens {
-        tokens,
-        d: dim,
-        x: Slot::Xn,
-        y: Slot::Pooled,
-    });
+    n.push(Step::MeanTokens { tokens, d: dim, x: Slot::Xn, y: Slot::Pooled });
     n.gemm(
-        Gemm::new(
-            GemmKind::Linear {
-                rows: 1,
-                a: View::dense(Slot::Pooled, 1, dim),
-            },
-            head_w,
-            View::dense(Slot::Logits, 1, num_classes),
-        )
-        .bias(head_b),
+        Gemm::new(GemmKind::Linear { rows: 1, a: View::dense(Slot::Pooled, 1, dim) }, head_w, View::dense(Slot::Logits, 1, num_classes)).bias(head_b),
     );
     let input = in_chans * cfg.img_size[0] * cfg.img_size[1];
     builder.finish(input, num_classes)

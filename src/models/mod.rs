@@ -83,18 +83,9 @@ impl Model {
     /// `img_size` overrides the input size (it must give the token count the weights were
     /// made for). On the GPU, pipelines and the batch-1 plan are made here, so the first
     /// forward pass compiles nothing.
-    pub fn load(
-        device: impl Into<Device>,
-        bytes: &[u8],
-        img_size: Option<[usize; 2]>,
-    ) -> Result<Model> {
+    pub fn load(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Model> {
         let device = device.into();
-        let Inspected {
-            mut weights,
-            arch,
-            preprocess,
-            labels,
-        } = inspect(bytes, img_size)?;
+        let Inspected { mut weights, arch, preprocess, labels } = inspect(bytes, img_size)?;
         // What the adapter must hold, checked before any upload: one image's widest
         // activation in one binding (weights are split into row blocks, activations are not).
         if let Device::Gpu(gpu) = &device {
@@ -124,30 +115,17 @@ impl Model {
             Device::Gpu(gpu) => Executor::Gpu(GpuExec::new(gpu.clone(), net)?),
             Device::Cpu(_) => Executor::Cpu(CpuExec::new(net)?),
         };
-        Ok(Model {
-            device,
-            info,
-            mixing,
-            stages,
-            exec,
-        })
+        Ok(Model { device, info, mixing, stages, exec })
     }
 
     /// [`Self::load`] inside out-of-memory and validation error scopes on the GPU (see
     /// [`crate::Gpu::scoped`]): what the browser uses, where an allocation can fail
     /// asynchronously.
-    pub async fn load_scoped(
-        device: impl Into<Device>,
-        bytes: &[u8],
-        img_size: Option<[usize; 2]>,
-    ) -> Result<Model> {
+    pub async fn load_scoped(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Model> {
         match device.into() {
             Device::Gpu(gpu) => {
                 let g = gpu.clone();
-                g.scoped("loading the model", move || {
-                    Model::load(gpu, bytes, img_size)
-                })
-                .await
+                g.scoped("loading the model", move || Model::load(gpu, bytes, img_size)).await
             }
             cpu => Model::load(cpu, bytes, img_size),
         }
@@ -192,10 +170,7 @@ impl Model {
         let per = self.input_len();
         if input.is_empty() || input.len() % per != 0 {
             let [c, h, w] = self.info.arch.input_shape();
-            return Err(Error::Input(format!(
-                "input has {} floats, expected a multiple of {c}x{h}x{w} = {per}",
-                input.len()
-            )));
+            return Err(Error::Input(format!("input has {} floats, expected a multiple of {c}x{h}x{w} = {per}", input.len())));
         }
         Ok(())
     }
@@ -214,13 +189,7 @@ impl Model {
     /// preprocessing — on the GPU in the same submission as the forward pass, on the CPU with
     /// the same resampling. Images more than 4x larger than the resize target are first
     /// box-shrunk by an integer factor. `now` is a millisecond clock (performance.now on the web).
-    pub async fn classify_rgba(
-        &self,
-        rgba: &[u8],
-        width: usize,
-        height: usize,
-        now: fn() -> f64,
-    ) -> Result<ImageRun> {
+    pub async fn classify_rgba(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64) -> Result<ImageRun> {
         let pp = &self.info.preprocess;
         let (output, input, stages, t): (Output, Vec<f32>, Vec<f32>, RunTimes) = match &self.exec {
             Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, now).await?,

@@ -18,17 +18,9 @@ pub struct Pooling;
 
 impl Pooling {
     pub fn describe(&self, n: &mut Builder, s: &Stream, ls: Option<W>) -> Result<()> {
-        let scale =
-            ls.ok_or_else(|| Error::Config("PoolFormer blocks need a layer scale".into()))?;
+        let scale = ls.ok_or_else(|| Error::Config("PoolFormer blocks need a layer scale".into()))?;
         let (h, w) = s.grid;
-        n.push(Step::PoolMix {
-            h,
-            w,
-            d: s.dim,
-            xn: s.xn,
-            scale,
-            x: s.x,
-        });
+        n.push(Step::PoolMix { h, w, d: s.dim, xn: s.xn, scale, x: s.x });
         Ok(())
     }
 }

@@ -37,13 +37,7 @@ pub struct GatedMlp {
 }
 
 impl GatedMlp {
-    pub fn load(
-        n: &mut Builder,
-        prefix: &str,
-        dim: usize,
-        hidden: usize,
-        tokens: usize,
-    ) -> Result<Self> {
+    pub fn load(n: &mut Builder, prefix: &str, dim: usize, hidden: usize, tokens: usize) -> Result<Self> {
         let half = hidden / 2;
         Ok(GatedMlp {
             fc1: Linear::load(n, &format!("{prefix}.fc1"), hidden, dim, false)?,
@@ -63,38 +57,14 @@ impl GatedMlp {
         let (h, half) = (self.fc1.out, self.fc1.out / 2);
         self.fc1.fc1_gelu(n, s);
         // v_n = LayerNorm(v), v being columns [half, h) of each hidden row; written dense to aux.
-        let v = View {
-            slot: Slot::Hidden,
-            off: half,
-            ld: h,
-            bs: t * h,
-        };
+        let v = View { slot: Slot::Hidden, off: half, ld: h, bs: t * h };
         let g = &self.gate;
-        n.push(Step::LayerNorm {
-            rows: t,
-            d: half,
-            eps: SGU_LN_EPS,
-            x: v,
-            gamma: g.norm_weight,
-            beta: g.norm_bias,
-            y: Slot::Aux,
-        });
+        n.push(Step::LayerNorm { rows: t, d: half, eps: SGU_LN_EPS, x: v, gamma: g.norm_weight, beta: g.norm_bias, y: Slot::Aux });
         // s = u ⊙ (W · v_n + b) per image, into xn (free again after fc1).
         let gated = View::dense(s.xn, t, half);
-        let proj = Gemm::new(
-            GemmKind::Tokens {
-                x: View::dense(Slot::Aux, t, half),
-                channels: half,
-            },
-            g.proj.w,
-            gated,
-        );
+        let proj = Gemm::new(GemmKind::Tokens { x: View::dense(Slot::Aux, t, half), channels: half }, g.proj.w, gated);
         n.gemm(proj.bias(g.proj.b).gate(View::dense(Slot::Hidden, t, h)));
-        let fc2 = Gemm::new(
-            GemmKind::Linear { rows: t, a: gated },
-            self.fc2.w,
-            View::dense(s.x, t, d),
-        );
+        let fc2 = Gemm::new(GemmKind::Linear { rows: t, a: gated }, self.fc2.w, View::dense(s.x, t, d));
         n.gemm(fc2.bias(self.fc2.b).scale(ls).residual());
     }
 }

@@ -20,30 +20,7 @@ impl TokenMlp {
         let (m, d) = (&self.0, s.dim);
         let (t, h) = (m.features, m.hidden);
         let hidden = View::dense(Slot::Hidden, h, d);
-        n.gemm(
-            Gemm::new(
-                GemmKind::Tokens {
-                    x: View::dense(s.xn, t, d),
-                    channels: d,
-                },
-                m.fc1.w,
-                hidden,
-            )
-            .bias(m.fc1.b)
-            .gelu(),
-        );
-        n.gemm(
-            Gemm::new(
-                GemmKind::Tokens {
-                    x: hidden,
-                    channels: d,
-                },
-                m.fc2.w,
-                View::dense(s.x, t, d),
-            )
-            .bias(m.fc2.b)
-            .scale(ls)
-            .residual(),
-        );
+        n.gemm(Gemm::new(GemmKind::Tokens { x: View::dense(s.xn, t, d), channels: d }, m.fc1.w, hidden).bias(m.fc1.b).gelu());
+        n.gemm(Gemm::new(GemmKind::Tokens { x: hidden, channels: d }, m.fc2.w, View::dense(s.x, t, d)).bias(m.fc2.b).scale(ls).residual());
     }
 }

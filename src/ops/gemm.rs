@@ -8,49 +8,15 @@ use crate::gpu::{Binding, GemmVariant, Gpu, Kernel, Resource};
 
 use super::{check_extent, groups, ActTexture, Op};
 
-const REGISTER: &str = concat!(
-    include_str!("../../shaders/gemm_common.wgsl"),
-    include_str!("../../shaders/gemm_register.wgsl")
-);
-const SUBGROUP: &str = concat!(
-    include_str!("../../shaders/gemm_common.wgsl"),
-    include_str!("../../shaders/gemm_subgroup.wgsl")
-);
-const TEXTURE: &str = concat!(
-    include_str!("../../shaders/gemm_common.wgsl"),
-    include_str!("../../shaders/gemm_texture.wgsl")
-);
-const TEXTURE_BINDINGS: &[Binding] = &[
-    Binding::Uniform,
-    Binding::Read,
-    Binding::Read,
-    Binding::Read,
-    Binding::Read,
-    Binding::ReadWrite,
-    Binding::Texture,
-];
-const TEXTURE_A_BINDINGS: &[Binding] = &[
-    Binding::Uniform,
-    Binding::Read,
-    Binding::Read,
-    Binding::Read,
-    Binding::Read,
-    Binding::ReadWrite,
-    Binding::Texture,
-    Binding::Texture,
-];
-const TILED: &str = concat!(
-    include_str!("../../shaders/gemm_common.wgsl"),
-    include_str!("../../shaders/gemm_tiled.wgsl")
-);
-const BINDINGS: &[Binding] = &[
-    Binding::Uniform,
-    Binding::Read,
-    Binding::Read,
-    Binding::Read,
-    Binding::Read,
-    Binding::ReadWrite,
-];
+const REGISTER: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_register.wgsl"));
+const SUBGROUP: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_subgroup.wgsl"));
+const TEXTURE: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_texture.wgsl"));
+const TEXTURE_BINDINGS: &[Binding] =
+    &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Texture];
+const TEXTURE_A_BINDINGS: &[Binding] =
+    &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Texture, Binding::Texture];
+const TILED: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_tiled.wgsl"));
+const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 
 /// Which axis of C a per-channel vector (bias, layer scale) runs along.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,12 +39,7 @@ pub struct Operand<'a> {
 impl<'a> Operand<'a> {
     /// A dense row-major matrix with `ld` columns, batch stride `bs` (0 = shared weights).
     pub fn new(buf: &'a wgpu::Buffer, ld: usize, bs: usize) -> Self {
-        Operand {
-            buf,
-            off: 0,
-            ld: ld as u32,
-            bs: bs as u32,
-        }
+        Operand { buf, off: 0, ld: ld as u32, bs: bs as u32 }
     }
 }
 
@@ -105,38 +66,15 @@ pub struct MatrixBlock {
 
 impl Matrix {
     /// Uploads `data` (row-major [rows, cols]), with textures when the adapter's GEMM reads them.
-    pub fn upload(
-        gpu: &Gpu,
-        label: &str,
-        data: &[f32],
-        rows: usize,
-        cols: usize,
-    ) -> Result<Matrix> {
-        Self::upload_with(
-            gpu,
-            label,
-            data,
-            rows,
-            cols,
-            gpu.gemm == GemmVariant::Texture,
-        )
+    pub fn upload(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize) -> Result<Matrix> {
+        Self::upload_with(gpu, label, data, rows, cols, gpu.gemm == GemmVariant::Texture)
     }
 
     /// [`Self::upload`] with textures made (when the adapter's limits allow) or not, whatever
     /// the adapter's default variant — for benchmarks and tests that run every variant.
-    pub fn upload_with(
-        gpu: &Gpu,
-        label: &str,
-        data: &[f32],
-        rows: usize,
-        cols: usize,
-        textures: bool,
-    ) -> Result<Matrix> {
+    pub fn upload_with(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize, textures: bool) -> Result<Matrix> {
         if rows == 0 || cols == 0 || data.len() != rows * cols {
-            return Err(Error::Input(format!(
-                "weight `{label}`: {} values do not make a {rows}x{cols} matrix",
-                data.len()
-            )));
+            return Err(Error::Input(format!("weight `{label}`: {} values do not make a {rows}x{cols} matrix", data.len())));
         }
         let limit = gpu.binding_limit();
         let per_block = (limit / (cols as u64 * 4)).min(rows as u64) as usize;
@@ -150,22 +88,9 @@ impl Matrix {
         for row0 in (0..rows).step_by(per_block) {
             let n = per_block.min(rows - row0);
             let part = &data[row0 * cols..(row0 + n) * cols];
-            let name = if n == rows {
-                label.to_string()
-            } else {
-                format!("{label}[{row0}..{}]", row0 + n)
-            };
-            let tex = if textures {
-                gpu.matrix_texture(&name, part, n, cols)
-            } else {
-                None
-            };
-            blocks.push(MatrixBlock {
-                buf: gpu.storage_init(&name, part)?,
-                tex,
-                row0,
-                rows: n,
-            });
+            let name = if n == rows { label.to_string() } else { format!("{label}[{row0}..{}]", row0 + n) };
+            let tex = if textures { gpu.matrix_texture(&name, part, n, cols) } else { None };
+            blocks.push(MatrixBlock { buf: gpu.storage_init(&name, part)?, tex, row0, rows: n });
         }
         // The texture kernel needs every block as a texture; otherwise all read buffers.
         if blocks.iter().any(|b| b.tex.is_none()) {
@@ -230,15 +155,7 @@ pub struct Gemm<'a> {
 
 impl<'a> Gemm<'a> {
     /// The plain form: `C[b][m, n] = A[b][m, k] · B[b][k, n]`, B row-major [K, N].
-    pub fn new(
-        batch: usize,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: Operand<'a>,
-        b: Operand<'a>,
-        c: Operand<'a>,
-    ) -> Self {
+    pub fn new(batch: usize, m: usize, n: usize, k: usize, a: Operand<'a>, b: Operand<'a>, c: Operand<'a>) -> Self {
         Gemm {
             m,
             n,
@@ -267,15 +184,7 @@ impl<'a> Gemm<'a> {
 
     /// `C[m, n] = A[m, k] · W[n, k]^T`: a Linear layer on row-major activations.
     pub fn linear(m: usize, a: Operand<'a>, w: &'a Matrix, c: Operand<'a>) -> Self {
-        let mut g = Gemm::new(
-            1,
-            m,
-            w.rows,
-            w.cols,
-            a,
-            Operand::new(&w.first().buf, w.cols, 0),
-            c,
-        );
+        let mut g = Gemm::new(1, m, w.rows, w.cols, a, Operand::new(&w.first().buf, w.cols, 0), c);
         g.b_trans = true;
         g.b_tex = w.first().tex.as_ref();
         g.weight = Weight::B(w);
@@ -286,25 +195,11 @@ impl<'a> Gemm<'a> {
     /// each image's [tokens, channels] matrix X, reading X in its own layout. With a weight
     /// texture it is computed as `C^T = X^T · W^T`, so the weight is the texture operand.
     /// Per-output-token vectors (bias, scale) then run along N instead of M: use [`Self::token_axis`].
-    pub fn across_tokens(
-        batch: usize,
-        w: &'a Matrix,
-        x: Operand<'a>,
-        channels: usize,
-        c: Operand<'a>,
-    ) -> Self {
+    pub fn across_tokens(batch: usize, w: &'a Matrix, x: Operand<'a>, channels: usize, c: Operand<'a>) -> Self {
         let first = w.first();
         match &first.tex {
             Some(tex) => {
-                let mut g = Gemm::new(
-                    batch,
-                    channels,
-                    w.rows,
-                    w.cols,
-                    x,
-                    Operand::new(&first.buf, w.cols, 0),
-                    c,
-                );
+                let mut g = Gemm::new(batch, channels, w.rows, w.cols, x, Operand::new(&first.buf, w.cols, 0), c);
                 g.a_trans = true;
                 g.c_trans = true;
                 g.b_trans = true;
@@ -313,15 +208,7 @@ impl<'a> Gemm<'a> {
                 g
             }
             None => {
-                let mut g = Gemm::new(
-                    batch,
-                    w.rows,
-                    channels,
-                    w.cols,
-                    Operand::new(&first.buf, w.cols, 0),
-                    x,
-                    c,
-                );
+                let mut g = Gemm::new(batch, w.rows, channels, w.cols, Operand::new(&first.buf, w.cols, 0), x, c);
                 g.weight = Weight::A(w);
                 g
             }
@@ -362,40 +249,19 @@ impl<'a> Gemm<'a> {
     /// A convolution over `images` NCHW images as an implicit-im2col GEMM: C[(img, oy, ox), co]
     /// = sum over (ci, ky, kx) of input · W[co, ci, ky, kx]. Output is channels-last.
     /// The weight is [cout, cin * kh * kw], PyTorch's conv weight flattened.
-    pub fn conv(
-        images: usize,
-        g: ConvGeometry,
-        input: &'a wgpu::Buffer,
-        w: &'a Matrix,
-        c: &'a wgpu::Buffer,
-    ) -> Result<Self> {
+    pub fn conv(images: usize, g: ConvGeometry, input: &'a wgpu::Buffer, w: &'a Matrix, c: &'a wgpu::Buffer) -> Result<Self> {
         let (oh, ow) = g.out_hw()?;
         if w.cols != g.cin * g.kh * g.kw {
-            return Err(Error::Input(format!(
-                "conv weight has {} columns, the geometry needs {}",
-                w.cols,
-                g.cin * g.kh * g.kw
-            )));
+            return Err(Error::Input(format!("conv weight has {} columns, the geometry needs {}", w.cols, g.cin * g.kh * g.kw)));
         }
-        let mut gemm = Gemm::linear(
-            images * oh * ow,
-            Operand::new(input, w.cols, 0),
-            w,
-            Operand::new(c, w.rows, 0),
-        );
+        let mut gemm = Gemm::linear(images * oh * ow, Operand::new(input, w.cols, 0), w, Operand::new(c, w.rows, 0));
         gemm.conv = Some(g);
         Ok(gemm)
     }
 
     /// [`Self::conv`] over a channels-last input [images, ih, iw, cin] — the token layout of a
     /// hierarchical model's stage, so a downsampling convolution reads the tokens in place.
-    pub fn conv_nhwc(
-        images: usize,
-        g: ConvGeometry,
-        input: &'a wgpu::Buffer,
-        w: &'a Matrix,
-        c: &'a wgpu::Buffer,
-    ) -> Result<Self> {
+    pub fn conv_nhwc(images: usize, g: ConvGeometry, input: &'a wgpu::Buffer, w: &'a Matrix, c: &'a wgpu::Buffer) -> Result<Self> {
         let mut gemm = Self::conv(images, g, input, w, c)?;
         gemm.conv_nhwc = true;
         Ok(gemm)
@@ -462,17 +328,11 @@ impl<'a> Gemm<'a> {
             .flag("RESIDUAL", self.residual);
         if variant == GemmVariant::Register {
             let (rows, cols) = register_tile(self.conv.is_some());
-            kernel = kernel
-                .define("ROWS", rows)
-                .define("COLS", cols)
-                .define("LANES", REGISTER_LANES);
+            kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
         if matches!(variant, GemmVariant::Subgroup | GemmVariant::Texture) {
             let (rows, cols) = subgroup_tile(variant, self.a_trans);
-            kernel = kernel
-                .define("ROWS", rows)
-                .define("COLS", cols)
-                .define("LANES", SUBGROUP_LANES);
+            kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", SUBGROUP_LANES);
         }
         kernel
     }
@@ -480,11 +340,7 @@ impl<'a> Gemm<'a> {
     /// The A texture covers exactly A: dense, unit-offset rows stacked over the batch.
     fn a_tex_usable(&self) -> bool {
         let Some(t) = self.a_tex else { return false };
-        let (rows, cols) = if self.a_trans {
-            (self.k, self.m)
-        } else {
-            (self.m, self.k)
-        };
+        let (rows, cols) = if self.a_trans { (self.k, self.m) } else { (self.m, self.k) };
         self.conv.is_none()
             && self.a.off == 0
             && self.a.ld as usize == cols
@@ -494,68 +350,37 @@ impl<'a> Gemm<'a> {
     }
 
     fn check(&self) -> Result<()> {
-        let (m, n, k, batch) = (
-            self.m as u64,
-            self.n as u64,
-            self.k as u64,
-            self.batch as u64,
-        );
+        let (m, n, k, batch) = (self.m as u64, self.n as u64, self.k as u64, self.batch as u64);
         if m == 0 || n == 0 || k == 0 || batch == 0 {
-            return Err(Error::Input(format!(
-                "GEMM with an empty dimension: m={m} n={n} k={k} batch={batch}"
-            )));
+            return Err(Error::Input(format!("GEMM with an empty dimension: m={m} n={n} k={k} batch={batch}")));
         }
-        let last = |o: &Operand, rows: u64, cols: u64| {
-            o.off as u64 + (batch - 1) * o.bs as u64 + (rows - 1) * o.ld as u64 + cols
-        };
+        let last = |o: &Operand, rows: u64, cols: u64| o.off as u64 + (batch - 1) * o.bs as u64 + (rows - 1) * o.ld as u64 + cols;
         let (a_rows, a_cols) = if self.a_trans { (k, m) } else { (m, k) };
         let (c_rows, c_cols) = if self.c_trans { (n, m) } else { (m, n) };
         match &self.conv {
             Some(g) => {
                 let (oh, ow) = g.out_hw()?;
                 let images = m / (oh * ow) as u64;
-                check_extent(
-                    "gemm A (conv input)",
-                    self.a.buf,
-                    0,
-                    images * (g.cin * g.ih * g.iw) as u64,
-                )?
+                check_extent("gemm A (conv input)", self.a.buf, 0, images * (g.cin * g.ih * g.iw) as u64)?
             }
             None => check_extent("gemm A", self.a.buf, 0, last(&self.a, a_rows, a_cols))?,
         }
-        let b_end = if self.b_trans {
-            last(&self.b, n, k)
-        } else {
-            last(&self.b, k, n)
-        };
+        let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
         check_extent("gemm B", self.b.buf, 0, b_end)?;
         check_extent("gemm C", self.c.buf, 0, last(&self.c, c_rows, c_cols))?;
         if let Some(g) = &self.gate {
             if self.scale.is_some() {
-                return Err(Error::Input(
-                    "GEMM with both a gate and a layer scale".into(),
-                ));
+                return Err(Error::Input("GEMM with both a gate and a layer scale".into()));
             }
             check_extent("gemm gate", g.buf, 0, last(g, c_rows, c_cols))?;
         }
         for (what, v) in [("bias", self.bias), ("scale", self.scale)] {
             if let Some((buf, axis)) = v {
-                check_extent(
-                    what,
-                    buf,
-                    0,
-                    if axis == Axis::N {
-                        self.n0 as u64 + n
-                    } else {
-                        self.m0 as u64 + m
-                    },
-                )?;
+                check_extent(what, buf, 0, if axis == Axis::N { self.n0 as u64 + n } else { self.m0 as u64 + m })?;
             }
         }
         if [m, n, k, batch].iter().any(|&d| d > u32::MAX as u64 / 4) {
-            return Err(Error::Input(format!(
-                "GEMM too large for 32-bit indexing: m={m} n={n} k={k}"
-            )));
+            return Err(Error::Input(format!("GEMM too large for 32-bit indexing: m={m} n={n} k={k}")));
         }
         Ok(())
     }
@@ -568,9 +393,7 @@ impl<'a> Gemm<'a> {
         // The texture kernel needs the weight as a texture; any other operand pair falls back
         // to the buffer-only kernel of the same family.
         let variant = match (variant, self.b_tex) {
-            (GemmVariant::Texture, Some(_)) if self.b_trans && self.b.bs == 0 => {
-                GemmVariant::Texture
-            }
+            (GemmVariant::Texture, Some(_)) if self.b_trans && self.b.bs == 0 => GemmVariant::Texture,
             (GemmVariant::Texture, _) => GemmVariant::Subgroup,
             (v, _) => v,
         };
@@ -579,10 +402,7 @@ impl<'a> Gemm<'a> {
             part.check()?;
         }
         let pipeline = gpu.pipeline(&self.kernel(variant))?;
-        let runs: Vec<_> = parts
-            .iter()
-            .map(|part| part.dispatch(variant))
-            .collect::<Result<_>>()?;
+        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant)).collect::<Result<_>>()?;
         Op::dispatches(gpu, pipeline, &runs)
     }
 
@@ -600,16 +420,9 @@ impl<'a> Gemm<'a> {
         }
         // Where element (row0, 0) of the block's range lies in a matrix laid out like C.
         let shift = |o: Operand<'a>, row0: usize| -> Result<Operand<'a>> {
-            let step = if along_n != self.c_trans {
-                1
-            } else {
-                o.ld as u64
-            };
-            let off = u32::try_from(o.off as u64 + row0 as u64 * step).map_err(|_| {
-                Error::Input(format!(
-                    "GEMM too large for 32-bit indexing: offset of row {row0}"
-                ))
-            })?;
+            let step = if along_n != self.c_trans { 1 } else { o.ld as u64 };
+            let off = u32::try_from(o.off as u64 + row0 as u64 * step)
+                .map_err(|_| Error::Input(format!("GEMM too large for 32-bit indexing: offset of row {row0}")))?;
             Ok(Operand { off, ..o })
         };
         w.blocks
@@ -635,10 +448,7 @@ impl<'a> Gemm<'a> {
         let mut conv_words = [0u32; 12];
         if let Some(g) = self.conv {
             let (oh, ow) = g.out_hw()?;
-            conv_words = [
-                g.cin, g.ih, g.iw, g.kh, g.kw, g.stride, g.pad, ow, oh, 0, 0, 0,
-            ]
-            .map(|v| v as u32);
+            conv_words = [g.cin, g.ih, g.iw, g.kh, g.kw, g.stride, g.pad, ow, oh, 0, 0, 0].map(|v| v as u32);
         }
         if let Some(g) = &self.gate {
             conv_words[9..].copy_from_slice(&[g.off, g.ld, g.bs]);
@@ -664,38 +474,19 @@ impl<'a> Gemm<'a> {
         params.extend_from_slice(&conv_words);
         // Unused bias/scale slots are bound to A (also read-only); that variant never reads them.
         let bias = self.bias.map_or(self.a.buf, |(b, _)| b);
-        let scale = self
-            .gate
-            .map(|g| g.buf)
-            .or(self.scale.map(|(s, _)| s))
-            .unwrap_or(self.a.buf);
+        let scale = self.gate.map(|g| g.buf).or(self.scale.map(|(s, _)| s)).unwrap_or(self.a.buf);
         let workgroups = match variant {
             GemmVariant::Register => {
                 let (rows, cols) = register_tile(self.conv.is_some());
-                [
-                    groups(self.n as u32, REGISTER_LANES * cols),
-                    groups(self.m as u32, rows),
-                    self.batch as u32,
-                ]
+                [groups(self.n as u32, REGISTER_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
             }
             GemmVariant::Subgroup | GemmVariant::Texture => {
                 let (rows, cols) = subgroup_tile(variant, self.a_trans);
-                [
-                    groups(self.n as u32, SUBGROUP_LANES * cols),
-                    groups(self.m as u32, rows),
-                    self.batch as u32,
-                ]
+                [groups(self.n as u32, SUBGROUP_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
             }
-            GemmVariant::Tiled => [
-                groups(self.n as u32, 64),
-                groups(self.m as u32, 64),
-                self.batch as u32,
-            ],
+            GemmVariant::Tiled => [groups(self.n as u32, 64), groups(self.m as u32, 64), self.batch as u32],
         };
-        let mut resources = vec![self.a.buf, self.b.buf, bias, scale, self.c.buf]
-            .into_iter()
-            .map(Resource::Buffer)
-            .collect::<Vec<_>>();
+        let mut resources = vec![self.a.buf, self.b.buf, bias, scale, self.c.buf].into_iter().map(Resource::Buffer).collect::<Vec<_>>();
         if let (GemmVariant::Texture, Some(tex)) = (variant, self.b_tex) {
             resources.push(Resource::Texture(tex));
             if let (true, Some(at)) = (self.a_tex_usable(), self.a_tex) {
@@ -716,9 +507,11 @@ const REGISTER_LANES: u32 = 8;
 /// SwiftShader took 15-16 s to compile each of them (4 rows: 0.4 s; measured by creating the
 /// pipelines of poolformer_fmnist in Chromium), and they are a small share of the work.
 fn register_tile(conv: bool) -> (u32, u32) {
-    tile_override("TOKENMIX_GEMM_TILE")
-        .filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c))
-        .unwrap_or(if conv { (4, 4) } else { (8, 8) })
+    tile_override("TOKENMIX_GEMM_TILE").filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c)).unwrap_or(if conv {
+        (4, 4)
+    } else {
+        (8, 8)
+    })
 }
 
 /// The subgroup kernel is compiled for exactly this many lanes (lavapipe's subgroup size).
@@ -731,11 +524,7 @@ pub const SUBGROUP_LANES: u32 = 8;
 /// measured values rather than a formula. `TOKENMIX_SUBGROUP_TILE=RxC` overrides.
 fn subgroup_tile(variant: GemmVariant, a_trans: bool) -> (u32, u32) {
     tile_override("TOKENMIX_SUBGROUP_TILE")
-        .filter(|&(r, c): &(u32, u32)| {
-            (1..=8).contains(&(r / SUBGROUP_LANES))
-                && r % SUBGROUP_LANES == 0
-                && (1..=16).contains(&c)
-        })
+        .filter(|&(r, c): &(u32, u32)| (1..=8).contains(&(r / SUBGROUP_LANES)) && r % SUBGROUP_LANES == 0 && (1..=16).contains(&c))
         .unwrap_or(match (variant, a_trans) {
             (GemmVariant::Texture, false) => (24, 8),
             (GemmVariant::Texture, true) => (16, 4),

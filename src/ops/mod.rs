@@ -52,104 +52,46 @@ struct Run {
 }
 
 impl Op {
-    pub fn new(
-        gpu: &Gpu,
-        pipeline: Arc<Pipeline>,
-        params: &[u32],
-        buffers: &[&wgpu::Buffer],
-        workgroups: [u32; 3],
-    ) -> Result<Op> {
+    pub fn new(gpu: &Gpu, pipeline: Arc<Pipeline>, params: &[u32], buffers: &[&wgpu::Buffer], workgroups: [u32; 3]) -> Result<Op> {
         let resources: Vec<Resource> = buffers.iter().map(|b| Resource::Buffer(b)).collect();
         Self::with_resources(gpu, pipeline, params, &resources, workgroups)
     }
 
-    pub fn with_resources(
-        gpu: &Gpu,
-        pipeline: Arc<Pipeline>,
-        params: &[u32],
-        resources: &[Resource],
-        workgroups: [u32; 3],
-    ) -> Result<Op> {
+    pub fn with_resources(gpu: &Gpu, pipeline: Arc<Pipeline>, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Op> {
         let run = Self::run(gpu, &pipeline, params, resources, workgroups)?;
-        Ok(Op {
-            work: Work::Dispatch {
-                pipeline,
-                runs: vec![run],
-            },
-        })
+        Ok(Op { work: Work::Dispatch { pipeline, runs: vec![run] } })
     }
 
     /// Several dispatches of one pipeline, in order, each with its own parameters and bindings.
-    pub fn dispatches(
-        gpu: &Gpu,
-        pipeline: Arc<Pipeline>,
-        each: &[(Vec<u32>, Vec<Resource>, [u32; 3])],
-    ) -> Result<Op> {
-        let runs = each
-            .iter()
-            .map(|(params, resources, wg)| Self::run(gpu, &pipeline, params, resources, *wg))
-            .collect::<Result<_>>()?;
-        Ok(Op {
-            work: Work::Dispatch { pipeline, runs },
-        })
+    pub fn dispatches(gpu: &Gpu, pipeline: Arc<Pipeline>, each: &[(Vec<u32>, Vec<Resource>, [u32; 3])]) -> Result<Op> {
+        let runs = each.iter().map(|(params, resources, wg)| Self::run(gpu, &pipeline, params, resources, *wg)).collect::<Result<_>>()?;
+        Ok(Op { work: Work::Dispatch { pipeline, runs } })
     }
 
-    fn run(
-        gpu: &Gpu,
-        pipeline: &Pipeline,
-        params: &[u32],
-        resources: &[Resource],
-        workgroups: [u32; 3],
-    ) -> Result<Run> {
+    fn run(gpu: &Gpu, pipeline: &Pipeline, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Run> {
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         if workgroups.iter().any(|&w| w > max) {
-            return Err(Error::Gpu(format!(
-                "{}: dispatch {workgroups:?} exceeds the adapter's {max} workgroups per dimension",
-                pipeline.name
-            )));
+            return Err(Error::Gpu(format!("{}: dispatch {workgroups:?} exceeds the adapter's {max} workgroups per dimension", pipeline.name)));
         }
         let uniform = gpu.uniform_init(&pipeline.name, params);
         let mut all = vec![Resource::Buffer(&uniform)];
         all.extend_from_slice(resources);
         let bind_group = gpu.bind_group(pipeline, &all);
-        Ok(Run {
-            bind_group,
-            workgroups,
-            _params: uniform,
-        })
+        Ok(Run { bind_group, workgroups, _params: uniform })
     }
 
     /// Copies the first `t.rows x t.cols` floats of `buffer` (row-major) into `t`.
     pub fn copy_to_texture(buffer: &wgpu::Buffer, t: &ActTexture) -> Result<Op> {
         check_extent("copy to texture", buffer, 0, (t.rows * t.cols) as u64)?;
-        Ok(Op {
-            work: Work::Copy {
-                buffer: buffer.clone(),
-                texture: t.texture.clone(),
-                texels: (t.cols / 4) as u32,
-                rows: t.rows as u32,
-            },
-        })
+        Ok(Op { work: Work::Copy { buffer: buffer.clone(), texture: t.texture.clone(), texels: (t.cols / 4) as u32, rows: t.rows as u32 } })
     }
 
     /// Copies the first `floats` values of `src` into `dst` at float offset `dst_offset` (a
     /// snapshot of an activation, e.g. a stage's output for the page).
-    pub fn copy_buffer(
-        src: &wgpu::Buffer,
-        dst: &wgpu::Buffer,
-        dst_offset: usize,
-        floats: usize,
-    ) -> Result<Op> {
+    pub fn copy_buffer(src: &wgpu::Buffer, dst: &wgpu::Buffer, dst_offset: usize, floats: usize) -> Result<Op> {
         check_extent("copy source", src, 0, floats as u64)?;
         check_extent("copy destination", dst, dst_offset as u64, floats as u64)?;
-        Ok(Op {
-            work: Work::CopyBuffer {
-                src: src.clone(),
-                dst: dst.clone(),
-                dst_offset: dst_offset as u64 * 4,
-                bytes: floats as u64 * 4,
-            },
-        })
+        Ok(Op { work: Work::CopyBuffer { src: src.clone(), dst: dst.clone(), dst_offset: dst_offset as u64 * 4, bytes: floats as u64 * 4 } })
     }
 
     /// The kernel this op runs (None for a copy).
@@ -178,12 +120,7 @@ impl ActTexture {
         }
         let texture = gpu.rgba32f_texture(label, rows, cols / 4)?;
         let view = texture.create_view(&Default::default());
-        Some(ActTexture {
-            texture,
-            view,
-            rows,
-            cols,
-        })
+        Some(ActTexture { texture, view, rows, cols })
     }
 }
 
@@ -194,18 +131,10 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
     let mut i = 0;
     while i < ops.len() {
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("forward"),
-                timestamp_writes: None,
-            });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
             while let Some(Work::Dispatch { pipeline, runs }) = ops.get(i).map(|o| &o.work) {
                 pass.set_pipeline(&pipeline.pipeline);
-                for Run {
-                    bind_group,
-                    workgroups: [x, y, z],
-                    ..
-                } in runs
-                {
+                for Run { bind_group, workgroups: [x, y, z], .. } in runs {
                     pass.set_bind_group(0, bind_group, &[]);
                     if *x > 0 && *y > 0 && *z > 0 {
                         pass.dispatch_workgroups(*x, *y, *z);
@@ -216,33 +145,15 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
         }
         loop {
             match ops.get(i).map(|o| &o.work) {
-                Some(Work::Copy {
-                    buffer,
-                    texture,
-                    texels,
-                    rows,
-                }) => encoder.copy_buffer_to_texture(
+                Some(Work::Copy { buffer, texture, texels, rows }) => encoder.copy_buffer_to_texture(
                     wgpu::TexelCopyBufferInfo {
                         buffer,
-                        layout: wgpu::TexelCopyBufferLayout {
-                            offset: 0,
-                            bytes_per_row: Some(texels * 16),
-                            rows_per_image: Some(*rows),
-                        },
+                        layout: wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels * 16), rows_per_image: Some(*rows) },
                     },
                     texture.as_image_copy(),
-                    wgpu::Extent3d {
-                        width: *texels,
-                        height: *rows,
-                        depth_or_array_layers: 1,
-                    },
+                    wgpu::Extent3d { width: *texels, height: *rows, depth_or_array_layers: 1 },
                 ),
-                Some(Work::CopyBuffer {
-                    src,
-                    dst,
-                    dst_offset,
-                    bytes,
-                }) => encoder.copy_buffer_to_buffer(src, 0, dst, *dst_offset, *bytes),
+                Some(Work::CopyBuffer { src, dst, dst_offset, bytes }) => encoder.copy_buffer_to_buffer(src, 0, dst, *dst_offset, *bytes),
                 _ => break,
             }
             i += 1;
@@ -251,19 +162,10 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
 }
 
 /// Checks that `floats` f32 values starting at element `offset` fit in `buffer`.
-pub(crate) fn check_extent(
-    what: &str,
-    buffer: &wgpu::Buffer,
-    offset: u64,
-    floats: u64,
-) -> Result<()> {
+pub(crate) fn check_extent(what: &str, buffer: &wgpu::Buffer, offset: u64, floats: u64) -> Result<()> {
     let need = (offset + floats) * 4;
     if need > buffer.size() {
-        return Err(Error::Gpu(format!(
-            "{what}: needs {need} bytes, buffer `{:?}` has {}",
-            buffer,
-            buffer.size()
-        )));
+        return Err(Error::Gpu(format!("{what}: needs {need} bytes, buffer `{:?}` has {}", buffer, buffer.size())));
     }
     Ok(())
 }
@@ -280,9 +182,7 @@ pub(crate) fn grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {
     let x = wg.min(max);
     let y = wg.div_ceil(x);
     if y > max || n > u32::MAX as usize {
-        return Err(Error::Input(format!(
-            "{n} items is more than one dispatch can cover"
-        )));
+        return Err(Error::Input(format!("{n} items is more than one dispatch can cover")));
     }
     Ok([x as u32, y as u32, 1])
 }

@@ -10,13 +10,7 @@ const LAYERNORM: &str = include_str!("../../shaders/layernorm.wgsl");
 const AFFINE: &str = include_str!("../../shaders/affine.wgsl");
 const GROUPNORM: &str = include_str!("../../shaders/groupnorm.wgsl");
 /// params, x, weight, bias, y — the same for all three.
-const BINDINGS: &[Binding] = &[
-    Binding::Uniform,
-    Binding::Read,
-    Binding::Read,
-    Binding::Read,
-    Binding::ReadWrite,
-];
+const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 
 /// A strided view of rows: row r starts at float `off + r * ld`.
 #[derive(Clone, Copy)]
@@ -42,20 +36,7 @@ pub fn layer_norm(
     beta: &wgpu::Buffer,
     y: &wgpu::Buffer,
 ) -> Result<Op> {
-    layer_norm_rows(
-        gpu,
-        rows,
-        d,
-        eps,
-        Rows {
-            buf: x,
-            off: 0,
-            ld: d,
-        },
-        gamma,
-        beta,
-        y,
-    )
+    layer_norm_rows(gpu, rows, d, eps, Rows { buf: x, off: 0, ld: d }, gamma, beta, y)
 }
 
 /// [`layer_norm`] of a strided view of x (gMLP: the second half of each hidden row); y dense.
@@ -69,55 +50,21 @@ pub fn layer_norm_rows(
     beta: &wgpu::Buffer,
     y: &wgpu::Buffer,
 ) -> Result<Op> {
-    check_extent(
-        "layer_norm x",
-        x.buf,
-        0,
-        (x.off + (rows.max(1) - 1) * x.ld + d) as u64,
-    )?;
+    check_extent("layer_norm x", x.buf, 0, (x.off + (rows.max(1) - 1) * x.ld + d) as u64)?;
     check_extent("layer_norm y", y, 0, (rows * d) as u64)?;
     check_params("layer_norm", d, gamma, beta)?;
     let pipeline = gpu.pipeline(&Kernel::new("layernorm", LAYERNORM, BINDINGS))?;
-    let params = [
-        rows as u32,
-        d as u32,
-        eps.to_bits(),
-        x.ld as u32,
-        x.off as u32,
-        0,
-        0,
-        0,
-    ];
-    Op::new(
-        gpu,
-        pipeline,
-        &params,
-        &[x.buf, gamma, beta, y],
-        grid(gpu, rows)?,
-    )
+    let params = [rows as u32, d as u32, eps.to_bits(), x.ld as u32, x.off as u32, 0, 0, 0];
+    Op::new(gpu, pipeline, &params, &[x.buf, gamma, beta, y], grid(gpu, rows)?)
 }
 
 /// `y[r, c] = alpha[c] * x[r, c] + beta[c]` (ResMLP's Affine).
-pub fn affine(
-    gpu: &Gpu,
-    rows: usize,
-    d: usize,
-    x: &wgpu::Buffer,
-    alpha: &wgpu::Buffer,
-    beta: &wgpu::Buffer,
-    y: &wgpu::Buffer,
-) -> Result<Op> {
+pub fn affine(gpu: &Gpu, rows: usize, d: usize, x: &wgpu::Buffer, alpha: &wgpu::Buffer, beta: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<Op> {
     check_extent("affine x", x, 0, (rows * d) as u64)?;
     check_extent("affine y", y, 0, (rows * d) as u64)?;
     check_params("affine", d, alpha, beta)?;
     let pipeline = gpu.pipeline(&Kernel::new("affine", AFFINE, BINDINGS))?;
-    Op::new(
-        gpu,
-        pipeline,
-        &[rows as u32, d as u32, 0, 0],
-        &[x, alpha, beta, y],
-        grid(gpu, rows * d)?,
-    )
+    Op::new(gpu, pipeline, &[rows as u32, d as u32, 0, 0], &[x, alpha, beta, y], grid(gpu, rows * d)?)
 }
 
 /// GroupNorm with one group over each of `batch` images of [tokens, d] (channels-last).
@@ -138,11 +85,5 @@ pub fn group_norm(
     check_params("group_norm", d, gamma, beta)?;
     let pipeline = gpu.pipeline(&Kernel::new("groupnorm", GROUPNORM, BINDINGS))?;
     let params = [batch as u32, tokens as u32, d as u32, eps.to_bits()];
-    Op::new(
-        gpu,
-        pipeline,
-        &params,
-        &[x, gamma, beta, y],
-        [batch as u32, 1, 1],
-    )
+    Op::new(gpu, pipeline, &params, &[x, gamma, beta, y], [batch as u32, 1, 1])
 }

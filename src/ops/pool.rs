@@ -7,12 +7,7 @@ use crate::gpu::{Binding, Gpu, Kernel};
 use super::{check_extent, grid, Op};
 
 const SOURCE: &str = include_str!("../../shaders/pool.wgsl");
-const BINDINGS: &[Binding] = &[
-    Binding::Uniform,
-    Binding::Read,
-    Binding::Read,
-    Binding::ReadWrite,
-];
+const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::ReadWrite];
 
 /// `x += layer_scale * (avgpool3x3(xn) - xn)` over `batch` channels-last images [h, w, d].
 pub fn pool_mix(
@@ -30,11 +25,5 @@ pub fn pool_mix(
     check_extent("pool x", x, 0, n as u64)?;
     check_extent("pool layer scale", layer_scale, 0, d as u64)?;
     let pipeline = gpu.pipeline(&Kernel::new("pool", SOURCE, BINDINGS))?;
-    Op::new(
-        gpu,
-        pipeline,
-        &[batch as u32, h as u32, w as u32, d as u32],
-        &[xn, layer_scale, x],
-        grid(gpu, n)?,
-    )
+    Op::new(gpu, pipeline, &[batch as u32, h as u32, w as u32, d as u32], &[xn, layer_scale, x], grid(gpu, n)?)
 }

@@ -11,15 +11,7 @@ const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::ReadWri
 
 /// Writes the model input for a `width` x `height` RGBA image held in `pixels` (one u32 per
 /// pixel) into `out`, using the resize/crop `g` computed for the original image size.
-pub fn rgba_to_input(
-    gpu: &Gpu,
-    pp: &Preprocess,
-    g: &Geometry,
-    pixels: &wgpu::Buffer,
-    width: usize,
-    height: usize,
-    out: &wgpu::Buffer,
-) -> Result<Op> {
+pub fn rgba_to_input(gpu: &Gpu, pp: &Preprocess, g: &Geometry, pixels: &wgpu::Buffer, width: usize, height: usize, out: &wgpu::Buffer) -> Result<Op> {
     pp.validate()?;
     let [h, w] = pp.size;
     check_extent("preprocess pixels", pixels, 0, (width * height) as u64)?;
@@ -29,23 +21,7 @@ pub fn rgba_to_input(
     }
     let pipeline = gpu.pipeline(&Kernel::new("preprocess", SOURCE, BINDINGS))?;
     let (rw, rh) = g.resized;
-    let mut params: Vec<u32> = [
-        width,
-        height,
-        rw,
-        rh,
-        g.left,
-        g.top,
-        w,
-        h,
-        pp.channels,
-        0,
-        0,
-        0,
-    ]
-    .iter()
-    .map(|&v| v as u32)
-    .collect();
+    let mut params: Vec<u32> = [width, height, rw, rh, g.left, g.top, w, h, pp.channels, 0, 0, 0].iter().map(|&v| v as u32).collect();
     for values in [&pp.mean, &pp.std] {
         let mut v = [0f32; 4];
         for (d, s) in v.iter_mut().zip(values.iter()) {
@@ -53,11 +29,5 @@ pub fn rgba_to_input(
         }
         params.extend(v.map(f32::to_bits));
     }
-    Op::new(
-        gpu,
-        pipeline,
-        &params,
-        &[pixels, out],
-        [groups(w as u32, 8), groups(h as u32, 8), 1],
-    )
+    Op::new(gpu, pipeline, &params, &[pixels, out], [groups(w as u32, 8), groups(h as u32, 8), 1])
 }

@@ -79,9 +79,10 @@ async function openPage(tag, query = '', initScript = null) {
   return { page, pageErrors, status };
 }
 
-function assertStarted(status) {
-  assert.equal(status.webgpu, true, `no WebGPU in this Chromium: ${status.error ?? ''}`);
+/** The page started; `backend` ('gpu' or 'cpu'), when given, is the executor it must have chosen. */
+function assertStarted(status, backend = null) {
   assert.equal(status.ok, true, `the page did not start: ${status.error ?? ''}`);
+  if (backend) assert.equal(status.backend, backend, `the page runs on ${status.backend}, expected ${backend}`);
 }
 
 const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
@@ -101,7 +102,9 @@ function cliClassify(image) {
 test('a. the default model classifies a sample as the native CLI does', { timeout: 4 * TIMEOUT }, async () => {
   const cli = cliClassify(`www/samples/${SAMPLE}`);
   const { page, pageErrors, status } = await openPage('a');
-  assertStarted(status);
+  // Chromium's only adapter here is SwiftShader, a software rasteriser: auto picks the CPU.
+  assert.equal(status.webgpu, true, 'this Chromium has navigator.gpu');
+  assertStarted(status, 'cpu');
   assert.notEqual((await page.textContent('#adapter')).trim(), '');
 
   const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
@@ -389,8 +392,8 @@ test('f. every file of the hostile corpus is refused by loadModel; the loaded mo
 });
 
 test('g. a lost GPU device is reported with an offer to reload, and reloading restores the model', { timeout: 4 * TIMEOUT }, async () => {
-  const { page, pageErrors, status } = await openPage('g');
-  assertStarted(status);
+  const { page, pageErrors, status } = await openPage('g', '?backend=gpu');
+  assertStarted(status, 'gpu');
   const probe = 'fmnist-0006-coat.png';
   const before = await page.evaluate((s) => window.tokenmixApp.classifySample(s), probe);
   await page.evaluate(() => window.tokenmixApp.api.loseDevice());
@@ -442,14 +445,49 @@ test('h. the webcam: start, capture a frame, classify it, stop', { timeout: 4 * 
   await page.close();
 });
 
-test('e. without navigator.gpu the page explains what is missing and throws nothing', { timeout: 2 * TIMEOUT }, async () => {
-  const { page, pageErrors, status } = await openPage('e', '', () => {
-    delete Navigator.prototype.gpu;
-    try {
-      if ('gpu' in navigator) Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined, configurable: true });
-    } catch { /* already gone */ }
-  });
+const removeWebGpu = () => {
+  delete Navigator.prototype.gpu;
+  try {
+    if ('gpu' in navigator) Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined, configurable: true });
+  } catch { /* already gone */ }
+};
+
+test('e. without navigator.gpu the page runs on the CPU backend: classify as the CLI, visualiser, hub model', { timeout: 4 * TIMEOUT }, async () => {
+  const cli = cliClassify(`www/samples/${SAMPLE}`);
+  const hub = `${server.url}/hub`;
+  const { page, pageErrors, status } = await openPage('e', `?hub=${encodeURIComponent(hub)}`, removeWebGpu);
   assert.equal(status.webgpu, false);
+  assertStarted(status, 'cpu');
+  assert.equal(await page.isVisible('#webgpu-missing'), false, 'no dead end');
+  const note = await page.textContent('#backend-note');
+  assert.ok(await page.isVisible('#backend-note'), 'one line says the CPU runs the model');
+  assert.match(note, /CPU/);
+  assert.match(note, /no WebGPU/);
+  const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  console.log(`[e] cli: ${JSON.stringify(cli)}\n[e] page (cpu): ${JSON.stringify(r.predictions)}; timings ${JSON.stringify(r.timings)}`);
+  assert.equal(r.predictions.length, 5);
+  for (const c of cli) {
+    const p = r.predictions.find((q) => q.index === c.index);
+    assert.ok(p, `class ${c.index} is in the page's top 5`);
+    assert.ok(Math.abs(p.probability - c.probability) <= 1e-3, `class ${c.index}: ${p.probability} vs CLI ${c.probability}`);
+  }
+  const mixing = await page.evaluate(() => window.tokenmixApp.api.tokenMixing(0).then((m) => ({ rows: m.rows, cols: m.cols, n: m.data.length })));
+  assert.ok(mixing.rows > 0 && mixing.n === mixing.rows * mixing.cols, 'the visualiser data is there');
+  await shot(page, 'e2e-e-cpu-backend');
+  // A hub checkpoint (the tiny PoolFormer stand-in) downloads and classifies on the CPU too.
+  const desc = await page.evaluate((url) => window.tokenmixApp.loadModelUrl(url), `${hub}/${HUB_REPO}/resolve/main/model.safetensors`);
+  assert.equal(desc.family, 'PoolFormer');
+  assert.equal((await page.evaluate(() => window.tokenmixApp.api.modelInfo())).backend, 'cpu');
+  const r2 = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  assert.ok(r2.predictions.length > 0);
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('e2. ?backend=gpu without navigator.gpu explains what is missing and throws nothing', { timeout: 2 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('e2', '?backend=gpu', removeWebGpu);
+  assert.equal(status.webgpu, false);
+  assert.equal(status.ok, false);
   assert.ok(await page.isVisible('#webgpu-missing'), 'the WebGPU-missing panel is shown');
   assert.equal(await page.isVisible('#app'), false, 'the app is hidden');
   const text = await page.textContent('#webgpu-missing');
@@ -457,7 +495,22 @@ test('e. without navigator.gpu the page explains what is missing and throws noth
     assert.ok(text.includes(s), `the panel mentions ${s}`);
   }
   await page.waitForTimeout(500); // late errors, if any
-  await shot(page, 'e2e-e-webgpu-missing');
+  await shot(page, 'e2e-e2-webgpu-missing');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as the CLI', { timeout: 4 * TIMEOUT }, async () => {
+  const cli = cliClassify(`www/samples/${SAMPLE}`);
+  const { page, pageErrors, status } = await openPage('i', '?backend=gpu');
+  assertStarted(status, 'gpu');
+  const adapter = await page.textContent('#adapter');
+  assert.match(adapter, /GEMM: /);
+  assert.equal(await page.isVisible('#backend-note'), false);
+  const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  console.log(`[i] page (gpu): ${JSON.stringify(r.predictions)}; timings ${JSON.stringify(r.timings)}; adapter ${adapter}`);
+  assert.equal(r.predictions[0].index, cli[0].index);
+  assert.ok(Math.abs(r.predictions[0].probability - cli[0].probability) <= 1e-3);
   assert.deepEqual(pageErrors, []);
   await page.close();
 });

@@ -18,9 +18,7 @@ pub mod tol {
 }
 
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("fixtures")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
 }
 
 /// Creates a device with the given GEMM variant (or the adapter's default) and prints the
@@ -57,17 +55,9 @@ fn wanted(name: &str) -> bool {
 
 /// Every GEMM variant the adapter supports, each on its own device (WGSL kernel tests).
 pub fn all_variants() -> Vec<Arc<Gpu>> {
-    let v: Vec<_> = gpu()
-        .gemm_variants()
-        .into_iter()
-        .filter(|v| wanted(v.name()))
-        .map(|v| gpu_with(Some(v)))
-        .collect();
+    let v: Vec<_> = gpu().gemm_variants().into_iter().filter(|v| wanted(v.name())).map(|v| gpu_with(Some(v))).collect();
     if v.is_empty() && !wanted("cpu") {
-        panic!(
-            "TOKENMIX_TEST_GEMM={:?} names no GEMM variant of this adapter",
-            std::env::var("TOKENMIX_TEST_GEMM")
-        );
+        panic!("TOKENMIX_TEST_GEMM={:?} names no GEMM variant of this adapter", std::env::var("TOKENMIX_TEST_GEMM"));
     }
     v
 }
@@ -98,11 +88,7 @@ pub fn read_tensors(path: &std::path::Path, names: &[&str]) -> Vec<(Vec<usize>, 
         .iter()
         .map(|n| {
             let t = st.tensor(n).expect("fixture tensor");
-            let data = t
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            let data = t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
             (t.shape().to_vec(), data)
         })
         .collect()
@@ -128,4 +114,27 @@ pub fn random(n: usize, seed: u64) -> Vec<f32> {
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
+}
+
+/// erf in f64 (std has none), independent of any kernel's approximation: the Maclaurin series
+/// for |x| < 2 and the continued fraction of erfc beyond, where the series would cancel
+/// catastrophically. Accurate to ~1e-14.
+pub fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    if z < 2.0 {
+        let (mut sum, mut term, mut n) = (0f64, x, 0f64);
+        while term.abs() > 1e-18 {
+            sum += term / (2.0 * n + 1.0);
+            n += 1.0;
+            term *= -x * x / n;
+        }
+        return sum * 2.0 / std::f64::consts::PI.sqrt();
+    }
+    // erfc(z) = exp(-z²)/√π · 1/(z + (1/2)/(z + 1/(z + (3/2)/(z + ...))))
+    let mut k = z;
+    for n in (1..=120).rev() {
+        k = z + (n as f64 / 2.0) / k;
+    }
+    let erfc = (-z * z).exp() / (std::f64::consts::PI.sqrt() * k);
+    x.signum() * (1.0 - erfc)
 }

@@ -1,0 +1,336 @@
+//! Every step of the network description, alone, on every executor — the WGSL path with each
+//! GEMM variant the adapter has (lavapipe in CI) and the CPU executor — against plain f64 CPU
+//! references on seeded random data: GEMM kinds (Linear, token mixing, convolution NCHW/NHWC)
+//! with every epilogue, LayerNorm on a strided view, Affine, GroupNorm, pooling at every
+//! border, mean over tokens. Tolerances are the named ones of the WGSL kernel tests.
+
+mod common;
+
+use common::{all_devices, erf, max_abs, max_abs_diff, random, tol};
+use tokenmix::exec::run_slots;
+use tokenmix::net::{self, ConvGeometry, Gemm, GemmKind, Slot, Step, Tensor, View, W};
+
+fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
+}
+
+fn tensor(name: &str, shape: &[usize], data: Vec<f32>) -> Tensor {
+    Tensor { name: name.into(), shape: shape.to_vec(), data }
+}
+
+/// Runs one step with these weights and slot contents on every executor; `check` compares the
+/// slots afterwards with the reference. Fails loudly when no executor ran.
+fn on_every_executor(weights: impl Fn() -> Vec<Tensor>, step: Step, batch: usize, inputs: &[(Slot, Vec<f32>)], check: impl Fn(&str, &[Vec<f32>])) {
+    let devices = all_devices();
+    let mut ran = 0;
+    for dev in &devices {
+        let net = net::from_parts(weights(), vec![step.clone()], 1, 1).expect("a valid single-step net");
+        let slots = run_slots(dev, net, batch, inputs).unwrap_or_else(|e| panic!("{}: {e}", dev.label()));
+        check(&dev.label(), &slots);
+        ran += 1;
+    }
+    assert!(ran > 0 && ran == devices.len(), "every executor ran");
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Epilogue {
+    bias: bool,
+    scale: bool,
+    gelu: bool,
+    gate: bool,
+    residual: bool,
+}
+
+const EPILOGUES: &[Epilogue] = &[
+    Epilogue { bias: false, scale: false, gelu: false, gate: false, residual: false },
+    Epilogue { bias: true, scale: false, gelu: true, gate: false, residual: false },
+    Epilogue { bias: true, scale: true, gelu: false, gate: false, residual: true },
+    Epilogue { bias: false, scale: true, gelu: true, gate: false, residual: true },
+    Epilogue { bias: true, scale: false, gelu: false, gate: true, residual: false },
+    Epilogue { bias: false, scale: false, gelu: false, gate: false, residual: true },
+];
+
+/// `c (+)= gate * (act(acc + bias) * scale)` in f64.
+fn epilogue(e: Epilogue, acc: f64, bias: f64, scale: f64, gate: f64, c0: f64) -> f32 {
+    let mut v = acc + if e.bias { bias } else { 0.0 };
+    if e.gelu {
+        v = gelu(v);
+    }
+    if e.scale {
+        v *= scale;
+    }
+    if e.gate {
+        v *= gate;
+    }
+    (if e.residual { c0 + v } else { v }) as f32
+}
+
+fn with_epilogue(mut g: Gemm, e: Epilogue, gate: View) -> Gemm {
+    if e.bias {
+        g = g.bias(W(1));
+    }
+    if e.scale {
+        g = g.scale(Some(W(2)));
+    }
+    if e.gelu {
+        g = g.gelu();
+    }
+    if e.gate {
+        g = g.gate(gate);
+    }
+    if e.residual {
+        g = g.residual();
+    }
+    g
+}
+
+#[test]
+fn linear_gemm_matches_reference() {
+    // (batch, rows per image, k, n), not multiples of any tile; a strided, offset A view.
+    for (case, &(batch, rows, k, n)) in [(1, 1, 1, 1), (2, 7, 13, 5), (2, 33, 64, 65), (3, 9, 196, 8), (1, 70, 3, 129)].iter().enumerate() {
+        for (ei, &e) in EPILOGUES.iter().enumerate() {
+            let seed = 1000 + 100 * case as u64 + ei as u64 * 7;
+            let (lda, off) = (k + 3, 2);
+            // Row r of A at off + r * lda: the last row ends inside batch * rows * lda floats.
+            let a = random(batch * rows * lda, seed);
+            let (w, bias, scale) = (random(n * k, seed + 1), random(n, seed + 2), random(n, seed + 3));
+            let (c0, gate) = (random(batch * rows * n, seed + 4), random(batch * rows * n, seed + 5));
+            let step = Step::Gemm(with_epilogue(
+                Gemm::new(GemmKind::Linear { rows, a: View { slot: Slot::Xn, off, ld: lda, bs: rows * lda } }, W(0), View::dense(Slot::X, rows, n)),
+                e,
+                View::dense(Slot::Hidden, rows, n),
+            ));
+            let weights = || vec![tensor("w", &[n, k], w.clone()), tensor("bias", &[n], bias.clone()), tensor("scale", &[n], scale.clone())];
+            let mut want = vec![0f32; batch * rows * n];
+            for r in 0..batch * rows {
+                for j in 0..n {
+                    let acc: f64 = (0..k).map(|kk| a[off + r * lda + kk] as f64 * w[j * k + kk] as f64).sum();
+                    let at = r * n + j;
+                    want[at] = epilogue(e, acc, bias[j] as f64, scale[j] as f64, gate[at] as f64, c0[at] as f64);
+                }
+            }
+            let mut inputs = vec![(Slot::Xn, a.clone()), (Slot::X, c0.clone())];
+            if e.gate {
+                inputs.push((Slot::Hidden, gate.clone()));
+            }
+            on_every_executor(weights, step, batch, &inputs, |dev, slots| {
+                let got = &slots[Slot::X.index()][..want.len()];
+                let diff = max_abs_diff(got, &want);
+                let bound = tol::GEMM * (k as f32).sqrt().max(1.0) * max_abs(&want).max(1.0);
+                assert!(diff <= bound, "{dev} linear {batch}x{rows}x{k}x{n} {e:?}: diff {diff} > {bound}");
+            });
+        }
+    }
+}
+
+#[test]
+fn token_mixing_gemm_matches_reference() {
+    // C[b] (+)= gate ⊙ (act(W · X[b] + bias per token) * scale per channel), X [tin, d].
+    for (case, &(batch, tout, tin, d)) in [(2, 13, 49, 20), (3, 40, 16, 64), (2, 7, 9, 128), (1, 1, 1, 1)].iter().enumerate() {
+        for (ei, &e) in EPILOGUES.iter().enumerate() {
+            let seed = 2000 + 100 * case as u64 + ei as u64 * 7;
+            let (w, x) = (random(tout * tin, seed), random(batch * tin * d, seed + 1));
+            let (bias, scale) = (random(tout, seed + 2), random(d, seed + 3));
+            let (c0, gate) = (random(batch * tout * d, seed + 4), random(batch * tout * d, seed + 5));
+            let step = Step::Gemm(with_epilogue(
+                Gemm::new(GemmKind::Tokens { x: View::dense(Slot::Xn, tin, d), channels: d }, W(0), View::dense(Slot::X, tout, d)),
+                e,
+                View::dense(Slot::Hidden, tout, d),
+            ));
+            let weights = || vec![tensor("w", &[tout, tin], w.clone()), tensor("bias", &[tout], bias.clone()), tensor("scale", &[d], scale.clone())];
+            let mut want = vec![0f32; batch * tout * d];
+            for b in 0..batch {
+                for t in 0..tout {
+                    for c in 0..d {
+                        let acc: f64 = (0..tin).map(|s| w[t * tin + s] as f64 * x[(b * tin + s) * d + c] as f64).sum();
+                        let at = (b * tout + t) * d + c;
+                        want[at] = epilogue(e, acc, bias[t] as f64, scale[c] as f64, gate[at] as f64, c0[at] as f64);
+                    }
+                }
+            }
+            let mut inputs = vec![(Slot::Xn, x.clone()), (Slot::X, c0.clone())];
+            if e.gate {
+                inputs.push((Slot::Hidden, gate.clone()));
+            }
+            on_every_executor(weights, step, batch, &inputs, |dev, slots| {
+                let got = &slots[Slot::X.index()][..want.len()];
+                let diff = max_abs_diff(got, &want);
+                let bound = tol::GEMM * 10.0 * max_abs(&want).max(1.0);
+                assert!(diff <= bound, "{dev} token mixing {batch}x{tout}x{tin}x{d} {e:?}: diff {diff} > {bound}");
+            });
+        }
+    }
+}
+
+#[test]
+fn convolution_matches_reference() {
+    // (images, cin, ih, iw, k, stride, pad, cout): patch embedding, PoolFormer stem, downsampling.
+    let cases =
+        [(2, 3, 16, 16, 4, 4, 0, 8), (2, 1, 24, 40, 8, 8, 0, 5), (2, 3, 19, 23, 7, 4, 2, 6), (1, 4, 9, 10, 3, 2, 1, 7), (3, 2, 5, 5, 1, 1, 0, 3)];
+    for (i, &(images, cin, ih, iw, k, stride, pad, cout)) in cases.iter().enumerate() {
+        for nhwc in [false, true] {
+            let g = ConvGeometry { cin, ih, iw, kh: k, kw: k, stride, pad };
+            let (oh, ow) = g.out_hw().unwrap();
+            let (x, w, bias) =
+                (random(images * cin * ih * iw, 100 + i as u64), random(cout * cin * k * k, 200 + i as u64), random(cout, 300 + i as u64));
+            // The input slot of a single-step net is sized by its `input` floats; NHWC reads X.
+            let input = if nhwc { Slot::X } else { Slot::Input };
+            let step = Step::Gemm(Gemm::new(GemmKind::Conv { input, geometry: g, nhwc }, W(0), View::dense(Slot::Xn, oh * ow, cout)).bias(W(1)));
+            let weights = || vec![tensor("w", &[cout, cin, k, k], w.clone()), tensor("b", &[cout], bias.clone())];
+            let mut want = vec![0f32; images * oh * ow * cout];
+            for img in 0..images {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        for co in 0..cout {
+                            let mut acc = bias[co] as f64;
+                            for ci in 0..cin {
+                                for ky in 0..k {
+                                    for kx in 0..k {
+                                        let (iy, ix) = ((oy * stride + ky) as isize - pad as isize, (ox * stride + kx) as isize - pad as isize);
+                                        if iy < 0 || ix < 0 || iy >= ih as isize || ix >= iw as isize {
+                                            continue;
+                                        }
+                                        let (iy, ix) = (iy as usize, ix as usize);
+                                        let at = if nhwc { ((img * ih + iy) * iw + ix) * cin + ci } else { ((img * cin + ci) * ih + iy) * iw + ix };
+                                        acc += x[at] as f64 * w[((co * cin + ci) * k + ky) * k + kx] as f64;
+                                    }
+                                }
+                            }
+                            want[((img * oh + oy) * ow + ox) * cout + co] = acc as f32;
+                        }
+                    }
+                }
+            }
+            let devices = all_devices();
+            let mut ran = 0;
+            for dev in &devices {
+                let mut net = net::from_parts(weights(), vec![step.clone()], cin * ih * iw, 1).expect("valid");
+                if nhwc {
+                    net.input = 1;
+                    // The NHWC input lives in X: a second (no-op) view makes X big enough.
+                    net.steps.push(Step::MeanTokens { tokens: ih * iw, d: cin, x: Slot::X, y: Slot::Pooled });
+                }
+                let slots = run_slots(dev, net, images, &[(input, x.clone())]).unwrap_or_else(|e| panic!("{}: {e}", dev.label()));
+                let diff = max_abs_diff(&slots[Slot::Xn.index()][..want.len()], &want);
+                assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} conv case {i} (nhwc {nhwc}): diff {diff}", dev.label());
+                ran += 1;
+            }
+            assert!(ran > 0 && ran == devices.len(), "every executor ran");
+        }
+    }
+}
+
+#[test]
+fn layer_norm_on_a_strided_view_matches_reference() {
+    // gMLP reads the second half of each hidden row in place: off = half, ld = 2 * half.
+    for (i, &(batch, rows, d, offset)) in [(1, 1, 1, 0.0f32), (2, 7, 33, 3.0), (2, 50, 512, -2.0), (3, 3, 5, 1000.0)].iter().enumerate() {
+        let ld = 2 * d;
+        let z: Vec<f32> = random(batch * rows * ld, 40 + i as u64).iter().map(|v| v * 0.01 + offset).collect();
+        let (gamma, beta) = (random(d, 7), random(d, 8));
+        let eps = 1e-5f32;
+        let step = Step::LayerNorm { rows, d, eps, x: View { slot: Slot::Hidden, off: d, ld, bs: rows * ld }, gamma: W(0), beta: W(1), y: Slot::Aux };
+        let weights = || vec![tensor("g", &[d], gamma.clone()), tensor("b", &[d], beta.clone())];
+        let mut want = vec![0f32; batch * rows * d];
+        for r in 0..batch * rows {
+            let row: Vec<f64> = z[r * ld + d..r * ld + 2 * d].iter().map(|&v| v as f64).collect();
+            let mean = row.iter().sum::<f64>() / d as f64;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+            for c in 0..d {
+                want[r * d + c] = ((row[c] - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
+            }
+        }
+        on_every_executor(weights, step, batch, &[(Slot::Hidden, z.clone())], |dev, slots| {
+            let diff = max_abs_diff(&slots[Slot::Aux.index()][..want.len()], &want);
+            // fp32 rounding of values near `offset`, as in the WGSL kernel test.
+            let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * offset.abs() / (0.01 / 3f32.sqrt()) * (d as f32).sqrt();
+            assert!(diff <= bound, "{dev} layer norm case {i}: diff {diff} > {bound}");
+        });
+    }
+}
+
+#[test]
+fn group_norm_affine_pooling_and_mean_match_reference() {
+    for (i, &(batch, h, w, d)) in [(2, 1, 1, 3), (1, 1, 5, 2), (2, 5, 7, 3), (1, 4, 4, 64)].iter().enumerate() {
+        let (tokens, n) = (h * w, batch * h * w * d);
+        let seed = 60 + 10 * i as u64;
+        let x: Vec<f32> = random(n, seed).iter().map(|v| v * 0.1 + 2.0).collect();
+        let (gamma, beta, ls) = (random(d, seed + 1), random(d, seed + 2), random(d, seed + 3));
+        let weights = || vec![tensor("g", &[d], gamma.clone()), tensor("b", &[d], beta.clone()), tensor("ls", &[d], ls.clone())];
+        let eps = 1e-5f32;
+
+        // GroupNorm(1 group) over each image's [tokens, d].
+        let mut want = vec![0f32; n];
+        for b in 0..batch {
+            let img: Vec<f64> = x[b * tokens * d..(b + 1) * tokens * d].iter().map(|&v| v as f64).collect();
+            let mean = img.iter().sum::<f64>() / img.len() as f64;
+            let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / img.len() as f64;
+            for (j, v) in img.iter().enumerate() {
+                want[b * tokens * d + j] = ((v - mean) / (var + eps as f64).sqrt() * gamma[j % d] as f64 + beta[j % d] as f64) as f32;
+            }
+        }
+        let step = Step::GroupNorm { tokens, d, eps, x: Slot::X, gamma: W(0), beta: W(1), y: Slot::Xn };
+        on_every_executor(weights, step, batch, &[(Slot::X, x.clone())], |dev, slots| {
+            let diff = max_abs_diff(&slots[Slot::Xn.index()][..n], &want);
+            let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * 2.0 / 0.058 * ((tokens * d) as f32).sqrt();
+            assert!(diff <= bound, "{dev} group norm case {i}: diff {diff} > {bound}");
+        });
+
+        // Affine: alpha * x + beta per channel.
+        let want: Vec<f32> = x.iter().enumerate().map(|(j, &v)| (gamma[j % d] as f64 * v as f64 + beta[j % d] as f64) as f32).collect();
+        let step = Step::Affine { rows: tokens, d, x: Slot::X, alpha: W(0), beta: W(1), y: Slot::Xn };
+        on_every_executor(weights, step, batch, &[(Slot::X, x.clone())], |dev, slots| {
+            assert!(max_abs_diff(&slots[Slot::Xn.index()][..n], &want) <= tol::NORM * max_abs(&want).max(1.0), "{dev} affine case {i}");
+        });
+
+        // Pooling: x += ls * (avgpool3x3(xn) - xn), count_include_pad = False.
+        let (xn, x0) = (random(n, seed + 4), random(n, seed + 5));
+        let mut want = x0.clone();
+        for b in 0..batch {
+            for y in 0..h {
+                for xx in 0..w {
+                    for c in 0..d {
+                        let (mut sum, mut count) = (0f64, 0f64);
+                        for ny in y.saturating_sub(1)..(y + 2).min(h) {
+                            for nx in xx.saturating_sub(1)..(xx + 2).min(w) {
+                                sum += xn[((b * h + ny) * w + nx) * d + c] as f64;
+                                count += 1.0;
+                            }
+                        }
+                        let at = ((b * h + y) * w + xx) * d + c;
+                        want[at] = (x0[at] as f64 + ls[c] as f64 * (sum / count - xn[at] as f64)) as f32;
+                    }
+                }
+            }
+        }
+        let step = Step::PoolMix { h, w, d, xn: Slot::Xn, scale: W(2), x: Slot::X };
+        on_every_executor(weights, step, batch, &[(Slot::Xn, xn.clone()), (Slot::X, x0.clone())], |dev, slots| {
+            let diff = max_abs_diff(&slots[Slot::X.index()][..n], &want);
+            assert!(diff <= tol::NORM, "{dev} pool case {i}: diff {diff}");
+        });
+
+        // Mean over tokens.
+        let mut want = vec![0f32; batch * d];
+        for b in 0..batch {
+            for c in 0..d {
+                want[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
+            }
+        }
+        let step = Step::MeanTokens { tokens, d, x: Slot::X, y: Slot::Pooled };
+        on_every_executor(weights, step, batch, &[(Slot::X, x.clone())], |dev, slots| {
+            assert!(max_abs_diff(&slots[Slot::Pooled.index()][..batch * d], &want) <= tol::NORM * max_abs(&want).max(1.0), "{dev} mean case {i}");
+        });
+    }
+}
+
+#[test]
+fn nets_with_bad_shapes_are_refused_before_running() {
+    // A bias shorter than the GEMM's output, and a GEMM that reads the slot it writes.
+    let step = Step::Gemm(Gemm::new(GemmKind::Linear { rows: 2, a: View::dense(Slot::Xn, 2, 4) }, W(0), View::dense(Slot::X, 2, 3)).bias(W(1)));
+    let err =
+        net::from_parts(vec![tensor("w", &[3, 4], vec![0.5; 12]), tensor("short", &[2], vec![0.0; 2])], vec![step], 1, 1).err().expect("refused");
+    assert!(err.to_string().contains("short"), "{err}");
+    let alias = Step::Gemm(Gemm::new(GemmKind::Linear { rows: 2, a: View::dense(Slot::X, 2, 4) }, W(0), View::dense(Slot::X, 2, 3)));
+    let net = net::from_parts(vec![tensor("w", &[3, 4], vec![0.5; 12])], vec![alias], 1, 1).expect("shapes are fine");
+    let err = run_slots(&common::cpu(), net, 1, &[]).err().expect("the CPU executor refuses an aliasing GEMM");
+    assert!(err.to_string().contains("reads the slot it writes"), "{err}");
+}
