@@ -52,13 +52,17 @@ bench: build
 	$(BIN) bench --gemm 1568x512x2048 --iters 5
 	$(BIN) bench --batch 1,8,64
 
-# The browser bench: tokenmix beside onnxruntime-web (WebGPU and wasm EPs) in headless Chromium,
-# on the shipped models and on timm-made mixer_s16_224 / gmlp_s16_224 / poolformer_s12 (written
-# once into BENCH_DIR with their ONNX exports; needs Python with tools/requirements.txt), plus the
-# .wasm size after wasm-opt. onnxruntime-web and binaryen come from npm here, not from
+# The browser bench: tokenmix's default path (auto: the wasm SIMD CPU executor on SwiftShader)
+# beside onnxruntime-web's wasm EP at 1 and 2 threads (and its WebGPU EP with
+# BENCH_ORT_EPS=wasm,webgpu) in headless Chromium, on the shipped models and on timm-made
+# mixer_s16_224 / gmlp_s16_224 / poolformer_s12 (written once into BENCH_DIR with their ONNX
+# exports; needs Python with tools/requirements.txt), plus the .wasm size after wasm-opt.
+# BENCH_BACKEND=gpu times tokenmix's WGSL path instead. onnxruntime-web and binaryen come from npm here, not from
 # package.json: the tests need neither (and they weigh 240 MB).
 BENCH_DIR ?= $(or $(TOKENMIX_CACHE),$(HOME)/.cache)/tokenmix-bench
 BENCH_MODELS ?= mixer_s16_224 gmlp_s16_224 poolformer_s12
+BENCH_BACKEND ?= auto
+BENCH_ORT_EPS ?= wasm
 WASM_OPT_FLAGS := -Oz --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals --enable-reference-types --enable-multivalue
 bench-web: web
 	npm install --no-save --no-audit --no-fund onnxruntime-web@1.30.0 binaryen@132.0.0
@@ -68,8 +72,8 @@ bench-web: web
 	  echo "$$f: $$(stat -c %s $$f) bytes, $$(gzip -9c $$f | wc -c) gzipped"; done
 	for m in $(BENCH_MODELS); do [ -f $(BENCH_DIR)/$$m.onnx ] || \
 	  (cd tools && python3 timm_checkpoint.py $$m $(BENCH_DIR)/$$m.safetensors --onnx $(BENCH_DIR)/$$m.onnx) || exit 1; done
-	node tests/browser/bench.mjs --iters 5 $(foreach m,mixer gmlp poolformer,$(m)_fmnist=weights/$(m)_fmnist.safetensors)
-	node tests/browser/bench.mjs --iters 3 --ort-iters 3 $(foreach m,$(BENCH_MODELS),$(m)=$(BENCH_DIR)/$(m).safetensors)
+	node tests/browser/bench.mjs --backend $(BENCH_BACKEND) --iters 5 $(foreach m,mixer gmlp poolformer,$(m)_fmnist=weights/$(m)_fmnist.safetensors)
+	node tests/browser/bench.mjs --backend $(BENCH_BACKEND) --ort-eps $(BENCH_ORT_EPS) --iters 5 --ort-iters 5 $(foreach m,$(BENCH_MODELS),$(m)=$(BENCH_DIR)/$(m).safetensors)
 
 # Both cargo-fuzz targets for FUZZ_SECONDS each, one after the other (nightly + cargo-fuzz).
 FUZZ_SECONDS ?= 600

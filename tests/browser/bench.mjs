@@ -31,10 +31,14 @@ const ORT_DIST = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist');
 const argv = process.argv.slice(2);
 let iters = 5;
 let ortIters = 3;
+let backend = 'auto';
+let ortEps = ['wasm'];
 const models = [];
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === '--iters') iters = Number(argv[++i]);
   else if (argv[i] === '--ort-iters') ortIters = Number(argv[++i]);
+  else if (argv[i] === '--backend') backend = argv[++i];
+  else if (argv[i] === '--ort-eps') ortEps = argv[++i].split(',').filter(Boolean);
   else {
     const [name, file] = argv[i].split('=');
     if (!file) throw new Error(`expected name=path.safetensors, got ${argv[i]}`);
@@ -72,9 +76,10 @@ try {
   await page.goto(`${server.url}/tests/browser/blank.html`);
   for (const m of models) {
     const base = `${server.url}/hub/bench/${m.name}/resolve/main`;
-    const tm = await page.evaluate(async ({ url, iters }) => {
+    const tm = await page.evaluate(async ({ url, iters, backend }) => {
       const api = await import('/www/pkg/tokenmix.js');
       await api.default();
+      api.setBackend(backend);
       const adapter = await api.adapterInfo();
       const t0 = performance.now();
       const info = await api.loadModel(url);
@@ -91,17 +96,26 @@ try {
       }
       times.sort((a, b) => a - b);
       window.benchInput = out.input.data; // what ORT is fed
-      return { adapter: `${adapter.name || 'unnamed adapter'} [${adapter.backend}, ${adapter.deviceType}] gemm ${adapter.gemm}`,
+      return { backend: adapter.backend, adapter: `${adapter.name || 'unnamed adapter'} [${adapter.apiBackend}, ${adapter.deviceType}] gemm ${adapter.gemm}`,
         preset: info.preset, family: info.family, input: info.inputSize, first_result_ms: first,
         warm_median_ms: times[Math.floor(times.length / 2)], iters, top5: out.predictions.map((p) => [p.index, p.probability]) };
-    }, { url: `${base}/model.safetensors`, iters });
+    }, { url: `${base}/model.safetensors`, iters, backend });
     const row = { model: m.name, ...tm };
     if (m.onnx) {
-      for (const ep of ['webgpu', 'wasm']) {
-        row[`ort_${ep}`] = await page.evaluate(async ({ url, ep, iters, shape, top5 }) => {
+      // ORT fixes the wasm thread count at its first use: one fresh page per configuration, wasm
+      // at tokenmix's thread count (1) and, where the page is cross-origin isolated, at 2.
+      const configs = ortEps.flatMap((ep) => (ep === 'wasm' ? [['wasm', 1], ['wasm', 2]] : [[ep, 0]]));
+      for (const [ep, threads] of configs) {
+        const key = ep === 'wasm' ? `ort_wasm${threads}` : `ort_${ep}`;
+        const input = await page.evaluate(() => Array.from(window.benchInput));
+        const ortPage = await context.newPage();
+        await ortPage.goto(`${server.url}/tests/browser/blank.html`);
+        row[key] = await ortPage.evaluate(async ({ url, ep, threads, iters, shape, top5, input }) => {
+          if (threads > 1 && !self.crossOriginIsolated) return null;
+          window.benchInput = new Float32Array(input);
           const ort = await import('/node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs');
           ort.env.wasm.wasmPaths = '/node_modules/onnxruntime-web/dist/';
-          ort.env.wasm.numThreads = self.crossOriginIsolated ? navigator.hardwareConcurrency : 1;
+          ort.env.wasm.numThreads = Math.max(1, threads);
           const t0 = performance.now();
           const session = await ort.InferenceSession.create(url, { executionProviders: [ep], graphOptimizationLevel: 'all' });
           const feeds = { [session.inputNames[0]]: new ort.Tensor('float32', window.benchInput, [1, ...shape]) };
@@ -125,10 +139,10 @@ try {
           await session.release();
           return { first_result_ms: first, warm_median_ms: times[Math.floor(times.length / 2)], iters,
             threads: ep === 'wasm' ? ort.env.wasm.numThreads : undefined, top1, same_top1: top1 === top5[0][0], max_dp_top5: maxDp };
-        }, { url: `${base}/model.onnx`, ep, iters: ortIters, shape: tm.input, top5: tm.top5 });
+        }, { url: `${base}/model.onnx`, ep, threads, iters: ortIters, shape: tm.input, top5: tm.top5, input });
+        await ortPage.close();
       }
-      row.ratio_vs_ort_webgpu = row.warm_median_ms / row.ort_webgpu.warm_median_ms;
-      row.ratio_vs_ort_wasm = row.warm_median_ms / row.ort_wasm.warm_median_ms;
+      for (const k of ['ort_webgpu', 'ort_wasm1', 'ort_wasm2']) if (row[k]) row[`ratio_vs_${k}`] = row.warm_median_ms / row[k].warm_median_ms;
     }
     console.log(JSON.stringify(row));
     rows.push(row);
@@ -141,10 +155,12 @@ try {
 }
 
 const ms = (v) => (v === undefined ? '–' : v >= 10_000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(0)} ms`);
-console.log(`\n${rows[0]?.adapter ?? ''}`);
-console.log('| model | tokenmix first | tokenmix warm | ORT WebGPU first | ORT WebGPU warm | ORT wasm warm | tokenmix / ORT WebGPU | tokenmix / ORT wasm | agree (top-1, max Δp) |');
-console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+console.log(`\ntokenmix backend ${rows[0]?.backend ?? '?'}: ${rows[0]?.adapter ?? ''}`);
+console.log('| model | tokenmix first | tokenmix warm | ORT wasm 1 thread warm | ORT wasm 2 threads warm | ORT WebGPU warm | tokenmix / ORT wasm 1t | tokenmix / ORT wasm 2t | tokenmix / ORT WebGPU | first / warm | agree (top-1, max Δp) |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
 for (const r of rows) {
-  const agree = r.ort_webgpu ? `${r.ort_webgpu.same_top1 && r.ort_wasm.same_top1 ? 'yes' : 'NO'}, ${Math.max(r.ort_webgpu.max_dp_top5, r.ort_wasm.max_dp_top5).toExponential(1)}` : '–';
-  console.log(`| ${r.model} | ${ms(r.first_result_ms)} | ${ms(r.warm_median_ms)} | ${ms(r.ort_webgpu?.first_result_ms)} | ${ms(r.ort_webgpu?.warm_median_ms)} | ${ms(r.ort_wasm?.warm_median_ms)} | ${r.ratio_vs_ort_webgpu?.toFixed(2) ?? '–'} | ${r.ratio_vs_ort_wasm?.toFixed(2) ?? '–'} | ${agree} |`);
+  const orts = ['ort_wasm1', 'ort_wasm2', 'ort_webgpu'].map((k) => r[k]).filter(Boolean);
+  const agree = orts.length ? `${orts.every((o) => o.same_top1) ? 'yes' : 'NO'}, ${Math.max(...orts.map((o) => o.max_dp_top5)).toExponential(1)}` : '–';
+  const ratio = (k) => r[`ratio_vs_${k}`]?.toFixed(2) ?? '–';
+  console.log(`| ${r.model} | ${ms(r.first_result_ms)} | ${ms(r.warm_median_ms)} | ${ms(r.ort_wasm1?.warm_median_ms)} | ${ms(r.ort_wasm2?.warm_median_ms)} | ${ms(r.ort_webgpu?.warm_median_ms)} | ${ratio('ort_wasm1')} | ${ratio('ort_wasm2')} | ${ratio('ort_webgpu')} | ${(r.first_result_ms / r.warm_median_ms).toFixed(2)} | ${agree} |`);
 }
