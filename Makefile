@@ -63,7 +63,7 @@ BENCH_DIR ?= $(or $(TOKENMIX_CACHE),$(HOME)/.cache)/tokenmix-bench
 BENCH_MODELS ?= mixer_s16_224 gmlp_s16_224 poolformer_s12
 BENCH_BACKEND ?= auto
 BENCH_ORT_EPS ?= wasm
-WASM_OPT_FLAGS := -Oz --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals --enable-reference-types --enable-multivalue
+WASM_OPT_FLAGS := -Oz --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals --enable-reference-types --enable-multivalue --enable-simd
 bench-web: web
 	npm install --no-save --no-audit --no-fund onnxruntime-web@1.30.0 binaryen@132.0.0
 	mkdir -p $(BENCH_DIR)

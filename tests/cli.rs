@@ -122,4 +122,55 @@ fn bench_reports_json() {
     assert!(v["first_result_ms"].as_f64().unwrap() > 0.0);
     let out = tokenmix(&["bench", "--gemm", "33x17x65", "--iters", "1", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let variants: Vec<&str> = v["runs"].as_array().unwrap().iter().map(|r| r["variant"].as_str().unwrap()).collect();
+    assert!(variants.contains(&"cpu") && variants.iter().any(|&x| x != "cpu"), "the CPU GEMM and the WGSL kernels: {variants:?}");
+}
+
+/// `--backend` and `TOKENMIX_BACKEND` choose the executor; `info` and `bench --json` say which
+/// and why; `auto` on this machine's software adapter (lavapipe) is the CPU; both give the
+/// same logits; a bad value is a one-line error.
+#[test]
+fn backend_is_chosen_reported_and_consistent() {
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let w = weights.to_str().unwrap();
+    let info = |args: &[&str], env: Option<&str>| -> serde_json::Value {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
+        cmd.args(args).env_remove("TOKENMIX_BACKEND");
+        if let Some(e) = env {
+            cmd.env("TOKENMIX_BACKEND", e);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let auto = info(&["info", "--weights", w, "--json"], None);
+    let software = common::gpu().info.device_type == wgpu::DeviceType::Cpu;
+    assert_eq!(auto["backend"], if software { "cpu" } else { "gpu" }, "{}", auto["backend_reason"]);
+    assert!(auto["backend_reason"].as_str().unwrap().len() > 10);
+    assert_eq!(info(&["--backend", "gpu", "info", "--weights", w, "--json"], None)["backend"], "gpu");
+    assert_eq!(info(&["info", "--weights", w, "--json"], Some("cpu"))["backend"], "cpu");
+    // The flag wins over the environment.
+    assert_eq!(info(&["--backend", "gpu", "info", "--weights", w, "--json"], Some("cpu"))["backend"], "gpu");
+    let bench = info(&["--backend", "cpu", "bench", "--weights", w, "--batch", "1", "--iters", "1", "--json"], None);
+    assert_eq!(bench["backend"], "cpu");
+    assert_eq!(bench["gemm"], "matrixmultiply");
+
+    // Same logits from both executors through the `logits` command.
+    let io = read_tensors(&fixtures().join("mixer_p4_rgb.io.safetensors"), &["input", "logits"]);
+    let (shape, input) = &io[0];
+    let x = tmp("backend.x.npy");
+    write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), input);
+    let mut got = Vec::new();
+    for b in ["cpu", "gpu"] {
+        let y = tmp(&format!("backend.{b}.npy"));
+        let out = tokenmix(&["--backend", b, "logits", "--weights", w, "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        got.push(read_npy(&y).1);
+    }
+    assert!(max_abs_diff(&got[0], &got[1]) <= tol::GOLDEN * max_abs(&io[1].1).max(1.0));
+
+    assert_clean_error(&tokenmix(&["--backend", "tpu", "info"]));
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["info"]).env("TOKENMIX_BACKEND", "fast").output().unwrap();
+    assert_clean_error(&out);
 }

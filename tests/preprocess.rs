@@ -1,12 +1,17 @@
-//! The GPU preprocessing the page uses (`Model::classify_rgba`, `preprocess.wgsl`) against the
-//! native CPU transform (`preprocess::transform`, the `image` crate's antialiased Catmull-Rom,
+//! The preprocessing the page uses (`Model::classify_rgba`: `preprocess.wgsl` on the GPU, the
+//! same footprint as two 1-D passes on the CPU executor) against the native CPU transform (`preprocess::transform`, the `image` crate's antialiased Catmull-Rom,
 //! checked against timm's PIL pipeline by the CLI tests): the same model input from the same
 //! pixels, and therefore the same classification.
 
 mod common;
 
 use common::{fixtures, gpu, max_abs_diff};
-use tokenmix::{preprocess, Model};
+use tokenmix::{preprocess, Device, Model};
+
+/// Both executors: the WGSL path on the test adapter, and the CPU.
+fn executors() -> [Device; 2] {
+    [gpu().into(), common::cpu()]
+}
 
 fn now() -> f64 {
     0.0
@@ -37,14 +42,14 @@ fn gpu_preprocessing_matches_the_cpu_transform() {
         (&rgb, synthetic(47, 61), 2.5 / 255.0 / 0.5),
         (&rgb, synthetic(150, 90), 0.0),
     ];
-    for (i, (bytes, img, tol)) in cases.into_iter().enumerate() {
-        let model = Model::load(gpu(), bytes, None).unwrap();
+    for ((i, (bytes, img, tol)), dev) in cases.into_iter().enumerate().flat_map(|c| executors().map(move |d| (c.clone(), d))) {
+        let model = Model::load(dev, bytes, None).unwrap();
         let want = preprocess::transform(&img, &model.info.preprocess).unwrap();
         let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), img.width() as usize, img.height() as usize, now)).unwrap();
         let diff = max_abs_diff(&run.input, &want);
-        eprintln!("case {i} ({}x{}): max |Δinput| = {diff:.2e}", img.width(), img.height());
+        eprintln!("case {i} ({}x{}) on {}: max |Δinput| = {diff:.2e}", img.width(), img.height(), model.backend());
         if tol > 0.0 {
-            assert!(diff <= tol, "case {i}: GPU and CPU preprocessing differ by {diff}");
+            assert!(diff <= tol, "case {i} on {}: the page's preprocessing and the CPU transform differ by {diff}", model.backend());
         } else {
             // The box pre-shrink is a different (coarser) antialiasing than PIL's wide bicubic:
             // close on average, not per pixel.
@@ -59,7 +64,13 @@ fn gpu_preprocessing_matches_the_cpu_transform() {
 
 #[test]
 fn bad_images_are_errors_and_the_model_keeps_working() {
-    let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).unwrap();
+    for dev in executors() {
+        bad_images_on(dev);
+    }
+}
+
+fn bad_images_on(dev: Device) {
+    let model = Model::load(dev, tokenmix::DEFAULT_MODEL, None).unwrap();
     let run = |rgba: &[u8], w: usize, h: usize| pollster::block_on(model.classify_rgba(rgba, w, h, now));
     assert!(run(&[], 0, 0).is_err(), "zero size");
     assert!(run(&[0; 12], 2, 2).is_err(), "wrong byte count");
@@ -74,10 +85,16 @@ fn bad_images_are_errors_and_the_model_keeps_working() {
 
 #[test]
 fn poolformer_reports_each_stage_energy() {
+    for dev in executors() {
+        stage_energy_on(dev);
+    }
+}
+
+fn stage_energy_on(dev: Device) {
     // A 4-stage PoolFormer on 64x64: the stage grids are 16, 8, 4 and 2 tokens a side; each
     // token's energy is the L2 norm of its channels, so non-negative and not all zero.
     let bytes = std::fs::read(fixtures().join("poolformer_rgb.safetensors")).unwrap();
-    let model = Model::load(gpu(), &bytes, Some([64, 64])).unwrap();
+    let model = Model::load(dev.clone(), &bytes, Some([64, 64])).unwrap();
     let img = synthetic(80, 64);
     let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), 80, 64, now)).unwrap();
     let grids: Vec<(usize, usize)> = run.stage_energy.iter().map(|(g, _)| *g).collect();
@@ -87,7 +104,7 @@ fn poolformer_reports_each_stage_energy() {
         assert!(e.iter().all(|v| v.is_finite() && *v >= 0.0) && e.iter().any(|v| *v > 0.0));
     }
     // The isotropic models have no stages to report.
-    let mixer = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).unwrap();
+    let mixer = Model::load(dev, tokenmix::DEFAULT_MODEL, None).unwrap();
     let run = pollster::block_on(mixer.classify_rgba(&[90; 28 * 28 * 4], 28, 28, now)).unwrap();
     assert!(run.stage_energy.is_empty());
 }

@@ -83,6 +83,7 @@ try {
       const adapter = await api.adapterInfo();
       const t0 = performance.now();
       const info = await api.loadModel(url);
+      const load = performance.now() - t0;
       const [c, h, w] = info.inputSize;
       const pixels = new Uint8ClampedArray(w * h * 4).map((_, i) => (i * 7919) % 251);
       const image = new ImageData(pixels, w, h);
@@ -97,7 +98,7 @@ try {
       times.sort((a, b) => a - b);
       window.benchInput = out.input.data; // what ORT is fed
       return { backend: adapter.backend, adapter: `${adapter.name || 'unnamed adapter'} [${adapter.apiBackend}, ${adapter.deviceType}] gemm ${adapter.gemm}`,
-        preset: info.preset, family: info.family, input: info.inputSize, first_result_ms: first,
+        preset: info.preset, family: info.family, input: info.inputSize, first_result_ms: first, load_ms: load,
         warm_median_ms: times[Math.floor(times.length / 2)], iters, top5: out.predictions.map((p) => [p.index, p.probability]) };
     }, { url: `${base}/model.safetensors`, iters, backend });
     const row = { model: m.name, ...tm };
