@@ -6,13 +6,9 @@
 
 mod common;
 
-use common::{all_devices, erf, max_abs, max_abs_diff, random, tol};
+use common::{all_devices, conv_reference, gelu, max_abs, max_abs_diff, pool_reference, random, tol};
 use tokenmix::exec::run_slots;
 use tokenmix::net::{self, ConvGeometry, Gemm, GemmKind, Slot, Step, Tensor, View, W};
-
-fn gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
-}
 
 fn tensor(name: &str, shape: &[usize], data: Vec<f32>) -> Tensor {
     Tensor { name: name.into(), shape: shape.to_vec(), data }
@@ -177,30 +173,7 @@ fn convolution_matches_reference() {
             let input = if nhwc { Slot::X } else { Slot::Input };
             let step = Step::Gemm(Gemm::new(GemmKind::Conv { input, geometry: g, nhwc }, W(0), View::dense(Slot::Xn, oh * ow, cout)).bias(W(1)));
             let weights = || vec![tensor("w", &[cout, cin, k, k], w.clone()), tensor("b", &[cout], bias.clone())];
-            let mut want = vec![0f32; images * oh * ow * cout];
-            for img in 0..images {
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        for co in 0..cout {
-                            let mut acc = bias[co] as f64;
-                            for ci in 0..cin {
-                                for ky in 0..k {
-                                    for kx in 0..k {
-                                        let (iy, ix) = ((oy * stride + ky) as isize - pad as isize, (ox * stride + kx) as isize - pad as isize);
-                                        if iy < 0 || ix < 0 || iy >= ih as isize || ix >= iw as isize {
-                                            continue;
-                                        }
-                                        let (iy, ix) = (iy as usize, ix as usize);
-                                        let at = if nhwc { ((img * ih + iy) * iw + ix) * cin + ci } else { ((img * cin + ci) * ih + iy) * iw + ix };
-                                        acc += x[at] as f64 * w[((co * cin + ci) * k + ky) * k + kx] as f64;
-                                    }
-                                }
-                            }
-                            want[((img * oh + oy) * ow + ox) * cout + co] = acc as f32;
-                        }
-                    }
-                }
-            }
+            let want = conv_reference(&x, &w, &bias, images, &g, cout, nhwc);
             let devices = all_devices();
             let mut ran = 0;
             for dev in &devices {
@@ -284,24 +257,7 @@ fn group_norm_affine_pooling_and_mean_match_reference() {
 
         // Pooling: x += ls * (avgpool3x3(xn) - xn), count_include_pad = False.
         let (xn, x0) = (random(n, seed + 4), random(n, seed + 5));
-        let mut want = x0.clone();
-        for b in 0..batch {
-            for y in 0..h {
-                for xx in 0..w {
-                    for c in 0..d {
-                        let (mut sum, mut count) = (0f64, 0f64);
-                        for ny in y.saturating_sub(1)..(y + 2).min(h) {
-                            for nx in xx.saturating_sub(1)..(xx + 2).min(w) {
-                                sum += xn[((b * h + ny) * w + nx) * d + c] as f64;
-                                count += 1.0;
-                            }
-                        }
-                        let at = ((b * h + y) * w + xx) * d + c;
-                        want[at] = (x0[at] as f64 + ls[c] as f64 * (sum / count - xn[at] as f64)) as f32;
-                    }
-                }
-            }
-        }
+        let want = pool_reference(&xn, &x0, &ls, (batch, h, w, d));
         let step = Step::PoolMix { h, w, d, xn: Slot::Xn, scale: W(2), x: Slot::X };
         on_every_executor(weights, step, batch, &[(Slot::Xn, xn.clone()), (Slot::X, x0.clone())], |dev, slots| {
             let diff = max_abs_diff(&slots[Slot::X.index()][..n], &want);

@@ -1,6 +1,6 @@
 //! The malformed-file corpus (`tests/hostile/`, written by `tools/make_hostile.py`): every file
 //! is refused with an error naming what is wrong — never a panic — by the CPU-only check
-//! (`tokenmix::inspect`) and by `Model::load` on the adapter, and a model loaded before still
+//! (`tokenmix::inspect`) and by `Model::load` on both executors, and a model loaded before still
 //! classifies bit-for-bit the same after each rejection. The browser runs the same corpus
 //! through the page's `loadModel` (tests/browser/e2e.mjs).
 
@@ -29,23 +29,30 @@ fn corpus() -> (PathBuf, Vec<(String, String, String, String)>) {
 
 #[test]
 fn every_hostile_file_is_refused_and_the_loaded_model_keeps_working() {
+    // On the WGSL path and on the CPU executor alike.
+    for dev in [tokenmix::Device::from(gpu()), common::cpu()] {
+        hostile_files_on(dev);
+    }
+}
+
+fn hostile_files_on(dev: tokenmix::Device) {
     let (dir, cases) = corpus();
     assert!(cases.len() >= 30, "the corpus has {} files", cases.len());
     // The corpus is mutations of a file that does load.
     let base = std::fs::read(dir.join("base.safetensors")).expect("base");
-    Model::load(gpu(), &base, None).expect("the unmutated base model loads");
+    Model::load(dev.clone(), &base, None).expect("the unmutated base model loads");
 
-    let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).expect("default model");
+    let model = Model::load(dev.clone(), tokenmix::DEFAULT_MODEL, None).expect("default model");
     let input: Vec<f32> = (0..model.input_len()).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
     let before = model.forward_blocking(&input).expect("classifies").logits;
     let mut failures = Vec::new();
     for (file, why, expect, stage) in &cases {
         let bytes = std::fs::read(dir.join(file)).expect("corpus file");
         let cpu = tokenmix::inspect(&bytes, None).err().map(|e| e.to_string());
-        let gpu_err = Model::load(gpu(), &bytes, None).err().map(|e| e.to_string());
+        let load_err = Model::load(dev.clone(), &bytes, None).err().map(|e| e.to_string());
         let after = model.forward_blocking(&input).expect("the loaded model still classifies").logits;
-        eprintln!("{file} ({why}): {}", gpu_err.as_deref().unwrap_or("LOADED"));
-        match (&cpu, &gpu_err) {
+        eprintln!("{file} ({why}) on {}: {}", dev.label(), load_err.as_deref().unwrap_or("LOADED"));
+        match (&cpu, &load_err) {
             (_, None) => failures.push(format!("{file}: loaded, expected an error containing `{expect}`")),
             (_, Some(e)) if !e.to_lowercase().contains(&expect.to_lowercase()) => failures.push(format!("{file}: `{e}` lacks `{expect}`")),
             // Header, metadata and config problems are caught by the CPU-only check, before
@@ -57,7 +64,7 @@ fn every_hostile_file_is_refused_and_the_loaded_model_keeps_working() {
             failures.push(format!("{file}: the loaded model's logits changed after the rejection"));
         }
     }
-    assert!(failures.is_empty(), "{} of {} hostile files:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(failures.is_empty(), "{} of {} hostile files on {}:\n{}", failures.len(), cases.len(), dev.label(), failures.join("\n"));
 }
 
 #[test]

@@ -1,17 +1,14 @@
-//! Each kernel against a plain-Rust f64 CPU reference on seeded random data, for every GEMM
-//! variant the adapter has: shapes that are not multiples of any tile, K = 1, batches, both
+//! The WGSL kernels' own generality against plain-Rust f64 CPU references on seeded random
+//! data, for every GEMM variant the adapter has (the steps the models use run on both
+//! executors in tests/executors.rs): shapes that are not multiples of any tile, K = 1, batches, both
 //! operand layouts, every epilogue, and convolutions with stride and padding.
 
 mod common;
 
-use common::{all_variants, erf, gpu, limited, max_abs, max_abs_diff, random, tol};
+use common::{all_variants, conv_reference as cpu_conv, gelu, gpu, limited, max_abs, max_abs_diff, random, tol};
 use tokenmix::gpu::GemmVariant;
 use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
-
-fn gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -192,41 +189,6 @@ fn across_tokens_matches_cpu_reference() {
     }
 }
 
-/// Reference convolution; the input is NCHW, or channels-last NHWC with `nhwc`.
-fn cpu_conv(x: &[f32], w: &[f32], bias: &[f32], images: usize, g: &ConvGeometry, cout: usize, nhwc: bool) -> Vec<f32> {
-    let (oh, ow) = g.out_hw().unwrap();
-    let mut out = vec![0f32; images * oh * ow * cout];
-    for img in 0..images {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                for co in 0..cout {
-                    let mut acc = bias[co] as f64;
-                    for ci in 0..g.cin {
-                        for ky in 0..g.kh {
-                            for kx in 0..g.kw {
-                                let iy = (oy * g.stride + ky) as isize - g.pad as isize;
-                                let ix = (ox * g.stride + kx) as isize - g.pad as isize;
-                                if iy < 0 || ix < 0 || iy >= g.ih as isize || ix >= g.iw as isize {
-                                    continue;
-                                }
-                                let (iy, ix) = (iy as usize, ix as usize);
-                                let at =
-                                    if nhwc { ((img * g.ih + iy) * g.iw + ix) * g.cin + ci } else { ((img * g.cin + ci) * g.ih + iy) * g.iw + ix };
-                                let xv = x[at] as f64;
-                                let wv = w[((co * g.cin + ci) * g.kh + ky) * g.kw + kx] as f64;
-                                acc += xv * wv;
-                            }
-                        }
-                    }
-                    // Channels-last output: [(img, oy, ox), co]
-                    out[((img * oh + oy) * ow + ox) * cout + co] = acc as f32;
-                }
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn convolution_matches_cpu_reference() {
     let cases = [
@@ -257,36 +219,6 @@ fn convolution_matches_cpu_reference() {
                 assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} conv case {i} (nhwc {nhwc}): diff {diff}", gpu.gemm.name());
             }
         }
-    }
-}
-
-#[test]
-fn layer_norm_matches_cpu_reference() {
-    let gpu = gpu();
-    for (rows, d, eps, offset) in [(1, 1, 1e-6f32, 0.0f32), (7, 33, 1e-6, 3.0), (50, 512, 1e-5, -2.0), (3, 5, 1e-6, 1000.0)] {
-        // A large common offset checks the two-pass variance (E[x²]-E[x]² would cancel).
-        let x: Vec<f32> = random(rows * d, rows as u64).iter().map(|v| v * 0.01 + offset).collect();
-        let gamma = random(d, 7);
-        let beta = random(d, 8);
-        let (xb, gb, bb) = (gpu.storage_init("x", &x).unwrap(), gpu.storage_init("g", &gamma).unwrap(), gpu.storage_init("b", &beta).unwrap());
-        let y = gpu.storage("y", rows * d).unwrap();
-        gpu.run_ops(&[ops::norm::layer_norm(&gpu, rows, d, eps, &xb, &gb, &bb, &y).unwrap()]).unwrap();
-        let got = pollster::block_on(gpu.read_buffer(&y, rows * d)).unwrap();
-        let mut want = vec![0f32; rows * d];
-        for r in 0..rows {
-            let row: Vec<f64> = x[r * d..(r + 1) * d].iter().map(|&v| v as f64).collect();
-            let mean = row.iter().sum::<f64>() / d as f64;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
-            for i in 0..d {
-                want[r * d + i] = ((row[i] - mean) / (var + eps as f64).sqrt() * gamma[i] as f64 + beta[i] as f64) as f32;
-            }
-        }
-        let diff = max_abs_diff(&got, &want);
-        // An fp32 mean of values near `offset` is off by ~ε·|offset|; after dividing by the
-        // row's std (~0.0058 here) that error is what any fp32 LayerNorm shows, torch's too.
-        let std_dev = 0.01 / 3f32.sqrt();
-        let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * offset.abs() / std_dev * (d as f32).sqrt();
-        assert!(diff <= bound, "layer_norm rows={rows} d={d}: diff {diff} > {bound}");
     }
 }
 
@@ -344,78 +276,6 @@ fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
     pollster::block_on(gpu.read_buffer(b, n)).unwrap()
 }
 
-#[test]
-fn pooling_matches_cpu_reference_at_every_border() {
-    let gpu = gpu();
-    // (batch, h, w, d): 1x1 (the mean of one value), a 1-pixel row, odd non-square, wide d.
-    for (i, &(batch, h, w, d)) in [(2, 1, 1, 3), (1, 1, 5, 2), (2, 5, 7, 3), (1, 4, 4, 64)].iter().enumerate() {
-        let n = batch * h * w * d;
-        let (xn, x0, ls) = (random(n, 40 + i as u64), random(n, 50 + i as u64), random(d, 60 + i as u64));
-        let (xnb, xb, lsb) = (upload(&gpu, &xn), upload(&gpu, &x0), upload(&gpu, &ls));
-        gpu.run_ops(&[ops::pool::pool_mix(&gpu, batch, h, w, d, &xnb, &lsb, &xb).unwrap()]).unwrap();
-        let got = read(&gpu, &xb, n);
-        let mut want = x0.clone();
-        for b in 0..batch {
-            for y in 0..h {
-                for xx in 0..w {
-                    for c in 0..d {
-                        // count_include_pad=False: average over the neighbours inside the image.
-                        let (mut sum, mut count) = (0f64, 0f64);
-                        for ny in y.saturating_sub(1)..(y + 2).min(h) {
-                            for nx in xx.saturating_sub(1)..(xx + 2).min(w) {
-                                sum += xn[((b * h + ny) * w + nx) * d + c] as f64;
-                                count += 1.0;
-                            }
-                        }
-                        let at = ((b * h + y) * w + xx) * d + c;
-                        want[at] = (x0[at] as f64 + ls[c] as f64 * (sum / count - xn[at] as f64)) as f32;
-                    }
-                }
-            }
-        }
-        let diff = max_abs_diff(&got, &want);
-        assert!(diff <= tol::NORM, "pool case {i} ({batch}x{h}x{w}x{d}): diff {diff}");
-    }
-}
-
-#[test]
-fn group_norm_and_affine_match_cpu_reference() {
-    let gpu = gpu();
-    // GroupNorm(1 group) over each image's [tokens, d]: fewer elements than the workgroup,
-    // an odd count, a count over 256 with a large offset (two-pass variance).
-    for (i, &(batch, tokens, d, offset)) in [(2, 1, 5, 0.0f32), (3, 49, 24, 2.0), (2, 16, 64, 300.0)].iter().enumerate() {
-        let n = batch * tokens * d;
-        let x: Vec<f32> = random(n, 70 + i as u64).iter().map(|v| v * 0.1 + offset).collect();
-        let (gamma, beta) = (random(d, 80 + i as u64), random(d, 90 + i as u64));
-        let (xb, gb, bb, y) = (upload(&gpu, &x), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", n).unwrap());
-        let eps = 1e-5;
-        gpu.run_ops(&[ops::norm::group_norm(&gpu, batch, tokens, d, eps, &xb, &gb, &bb, &y).unwrap()]).unwrap();
-        let got = read(&gpu, &y, n);
-        let mut want = vec![0f32; n];
-        for b in 0..batch {
-            let img: Vec<f64> = x[b * tokens * d..(b + 1) * tokens * d].iter().map(|&v| v as f64).collect();
-            let mean = img.iter().sum::<f64>() / img.len() as f64;
-            let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / img.len() as f64;
-            for (j, v) in img.iter().enumerate() {
-                let c = j % d;
-                want[b * tokens * d + j] = ((v - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
-            }
-        }
-        let diff = max_abs_diff(&got, &want);
-        let bound = tol::NORM * max_abs(&want).max(1.0) + 4.0 * f32::EPSILON * offset / 0.058 * ((tokens * d) as f32).sqrt();
-        assert!(diff <= bound, "group_norm case {i}: diff {diff} > {bound}");
-
-        // Affine (ResMLP): alpha * x + beta per channel, over the same rows.
-        let a = gpu.storage("a", n).unwrap();
-        gpu.run_ops(&[ops::norm::affine(&gpu, batch * tokens, d, &xb, &gb, &bb, &a).unwrap()]).unwrap();
-        let got = read(&gpu, &a, n);
-        let want: Vec<f32> = x.iter().enumerate().map(|(j, &v)| (gamma[j % d] as f64 * v as f64 + beta[j % d] as f64) as f32).collect();
-        assert!(max_abs_diff(&got, &want) <= tol::NORM * max_abs(&want).max(1.0), "affine case {i}");
-    }
-}
-
-/// gMLP's spatial gating unit as the model records it: LayerNorm of the second half of each
-/// hidden row (a strided view), the token projection with its bias, gated by the first half.
 #[test]
 fn spatial_gating_matches_cpu_reference() {
     let (batch, tokens, half) = (2, 35, 24);

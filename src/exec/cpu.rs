@@ -616,27 +616,31 @@ fn group_norm(x: &[f32], y: &mut [f32], d: usize, gamma: &[f32], beta: &[f32], e
 }
 
 /// `x += scale * (AvgPool3x3(xn) - xn)` over one channels-last [h, w, d] image,
-/// count_include_pad = False; rows of the grid in parallel.
+/// count_include_pad = False; rows of the grid in parallel, channels in register-sized chunks
+/// (no allocation).
 fn pool_mix(xn: &[f32], x: &mut [f32], (h, w, d): (usize, usize, usize), scale: &[f32]) {
+    const CHUNK: usize = 64;
     for_rows(&mut x[..h * w * d], w * d, |y, out_row| {
-        let mut acc = vec![0f32; d];
         let (y0, y1) = (y.saturating_sub(1), (y + 2).min(h));
         for xx in 0..w {
             let (x0, x1) = (xx.saturating_sub(1), (xx + 2).min(w));
-            acc.fill(0.0);
-            for ny in y0..y1 {
-                for nx in x0..x1 {
-                    let t = &xn[(ny * w + nx) * d..(ny * w + nx + 1) * d];
-                    for c in 0..d {
-                        acc[c] += t[c];
-                    }
-                }
-            }
             let inv = 1.0 / ((y1 - y0) * (x1 - x0)) as f32;
             let at = (y * w + xx) * d;
-            let (own, out) = (&xn[at..at + d], &mut out_row[xx * d..(xx + 1) * d]);
-            for c in 0..d {
-                out[c] += scale[c] * (acc[c] * inv - own[c]);
+            for c0 in (0..d).step_by(CHUNK) {
+                let len = CHUNK.min(d - c0);
+                let mut acc = [0f32; CHUNK];
+                let acc = &mut acc[..len];
+                for ny in y0..y1 {
+                    for nx in x0..x1 {
+                        let t = &xn[(ny * w + nx) * d + c0..][..len];
+                        acc.iter_mut().zip(t).for_each(|(a, v)| *a += v);
+                    }
+                }
+                let own = &xn[at + c0..][..len];
+                let out = &mut out_row[xx * d + c0..][..len];
+                for c in 0..len {
+                    out[c] += scale[c0 + c] * (acc[c] * inv - own[c]);
+                }
             }
         }
     });
@@ -654,26 +658,17 @@ fn im2col(src: &[f32], batch: usize, g: &ConvGeometry, nhwc: bool, cols: &mut [f
     for_rows(&mut cols[..batch * oh * ow * k], k, |r, row| {
         let (img, oy, ox) = (r / (oh * ow), r / ow % oh, r % ow);
         let x = &src[img * per..(img + 1) * per];
-        {
-            {
-                for ci in 0..g.cin {
-                    for ky in 0..g.kh {
-                        let iy = (oy * g.stride + ky) as isize - g.pad as isize;
-                        for kx in 0..g.kw {
-                            let ix = (ox * g.stride + kx) as isize - g.pad as isize;
-                            let inside = iy >= 0 && ix >= 0 && (iy as usize) < g.ih && (ix as usize) < g.iw;
-                            row[(ci * g.kh + ky) * g.kw + kx] = if inside {
-                                let (iy, ix) = (iy as usize, ix as usize);
-                                if nhwc {
-                                    x[(iy * g.iw + ix) * g.cin + ci]
-                                } else {
-                                    x[(ci * g.ih + iy) * g.iw + ix]
-                                }
-                            } else {
-                                0.0
-                            };
-                        }
-                    }
+        for ci in 0..g.cin {
+            for ky in 0..g.kh {
+                let iy = (oy * g.stride + ky) as isize - g.pad as isize;
+                for kx in 0..g.kw {
+                    let ix = (ox * g.stride + kx) as isize - g.pad as isize;
+                    let inside = iy >= 0 && ix >= 0 && (iy as usize) < g.ih && (ix as usize) < g.iw;
+                    row[(ci * g.kh + ky) * g.kw + kx] = match (inside, nhwc) {
+                        (false, _) => 0.0,
+                        (true, true) => x[(iy as usize * g.iw + ix as usize) * g.cin + ci],
+                        (true, false) => x[(ci * g.ih + iy as usize) * g.iw + ix as usize],
+                    };
                 }
             }
         }

@@ -116,6 +116,11 @@ pub fn random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// torch.nn.GELU() (exact erf) in f64.
+pub fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
+}
+
 /// erf in f64 (std has none), independent of any kernel's approximation: the Maclaurin series
 /// for |x| < 2 and the continued fraction of erfc beyond, where the series would cancel
 /// catastrophically. Accurate to ~1e-14.
@@ -137,4 +142,63 @@ pub fn erf(x: f64) -> f64 {
     }
     let erfc = (-z * z).exp() / (std::f64::consts::PI.sqrt() * k);
     x.signum() * (1.0 - erfc)
+}
+
+/// Reference convolution; the input is NCHW, or channels-last NHWC with `nhwc`.
+pub fn conv_reference(x: &[f32], w: &[f32], bias: &[f32], images: usize, g: &tokenmix::net::ConvGeometry, cout: usize, nhwc: bool) -> Vec<f32> {
+    let (oh, ow) = g.out_hw().unwrap();
+    let mut out = vec![0f32; images * oh * ow * cout];
+    for img in 0..images {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for co in 0..cout {
+                    let mut acc = bias[co] as f64;
+                    for ci in 0..g.cin {
+                        for ky in 0..g.kh {
+                            for kx in 0..g.kw {
+                                let iy = (oy * g.stride + ky) as isize - g.pad as isize;
+                                let ix = (ox * g.stride + kx) as isize - g.pad as isize;
+                                if iy < 0 || ix < 0 || iy >= g.ih as isize || ix >= g.iw as isize {
+                                    continue;
+                                }
+                                let (iy, ix) = (iy as usize, ix as usize);
+                                let at =
+                                    if nhwc { ((img * g.ih + iy) * g.iw + ix) * g.cin + ci } else { ((img * g.cin + ci) * g.ih + iy) * g.iw + ix };
+                                let xv = x[at] as f64;
+                                let wv = w[((co * g.cin + ci) * g.kh + ky) * g.kw + kx] as f64;
+                                acc += xv * wv;
+                            }
+                        }
+                    }
+                    // Channels-last output: [(img, oy, ox), co]
+                    out[((img * oh + oy) * ow + ox) * cout + co] = acc as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Reference PoolFormer mixing: `x0 + ls * (avgpool3x3(xn) - xn)` with count_include_pad =
+/// False, over `batch` channels-last [h, w, d] images.
+pub fn pool_reference(xn: &[f32], x0: &[f32], ls: &[f32], (batch, h, w, d): (usize, usize, usize, usize)) -> Vec<f32> {
+    let mut want = x0.to_vec();
+    for b in 0..batch {
+        for y in 0..h {
+            for xx in 0..w {
+                for c in 0..d {
+                    let (mut sum, mut count) = (0f64, 0f64);
+                    for ny in y.saturating_sub(1)..(y + 2).min(h) {
+                        for nx in xx.saturating_sub(1)..(xx + 2).min(w) {
+                            sum += xn[((b * h + ny) * w + nx) * d + c] as f64;
+                            count += 1.0;
+                        }
+                    }
+                    let at = ((b * h + y) * w + xx) * d + c;
+                    want[at] = (x0[at] as f64 + ls[c] as f64 * (sum / count - xn[at] as f64)) as f32;
+                }
+            }
+        }
+    }
+    want
 }
