@@ -11,7 +11,7 @@ WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
 WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
 PORT ?= 8080
 
-.PHONY: demo test test-native test-wasm test-browser setup build web bench bench-web fuzz clean
+.PHONY: demo test lint test-native test-wasm test-browser setup build web bench bench-web fuzz clean
 
 setup:
 	@bash tools/setup.sh
@@ -31,7 +31,13 @@ demo: build web
 	node tests/browser/server.mjs $(PORT)
 
 # --nocapture so the log shows the adapter each test ran on and the golden error margins.
-test: setup test-native test-wasm test-browser
+test: setup lint test-native test-wasm test-browser
+
+# rustfmt (rustfmt.toml) and clippy with warnings as errors, natively and for the wasm build.
+lint: setup
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --lib --target wasm32-unknown-unknown -- -D warnings
 
 test-native:
 	$(CARGO) test --release -- --nocapture

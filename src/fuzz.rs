@@ -32,7 +32,7 @@ pub fn preprocess_image(data: &[u8]) {
     let (width, height) = (u16_at(0), u16_at(2));
     let size = [u16_at(4) % 1024, u16_at(6) % 1024];
     let crop_pct = f32::from(data[8]) / 128.0;
-    let channels = if data[9] % 2 == 0 { 1 } else { 3 };
+    let channels = if data[9].is_multiple_of(2) { 1 } else { 3 };
     let pp = Preprocess { size, crop_pct, mean: vec![0.5; channels], std: vec![0.25; channels], channels };
     if pp.validate().is_err() {
         return;
@@ -41,7 +41,7 @@ pub fn preprocess_image(data: &[u8]) {
     // The fuzzed bytes as the pixels (usually the wrong length) ...
     let _ = pp.prepare_rgba(pixels, width, height);
     // ... and, when small enough to allocate, a buffer of the right length made from them.
-    if data[10] % 2 == 0 && width * height <= 1 << 20 {
+    if data[10].is_multiple_of(2) && width * height <= 1 << 20 {
         let img: Vec<u8> = pixels.iter().copied().cycle().take(width * height * 4).collect();
         if let Ok((words, w, h, g)) = pp.prepare_rgba(&img, width, height) {
             assert_eq!(words.len(), w * h, "one word per shrunk pixel");

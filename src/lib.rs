@@ -2,6 +2,10 @@
 //! wgpu — or, where the GPU is software or missing, SIMD CPU kernels running the same network
 //! description. See ARCHITECTURE.md for the module map.
 
+// wgpu's web types are neither Send nor Sync (wasm is single-threaded); natively the same Arcs
+// cross threads, so they stay Arcs on both.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+
 #[cfg(not(target_arch = "wasm32"))]
 pub mod dataset;
 pub mod error;

@@ -287,6 +287,6 @@ fn nets_with_bad_shapes_are_refused_before_running() {
     assert!(err.to_string().contains("short"), "{err}");
     let alias = Step::Gemm(Gemm::new(GemmKind::Linear { rows: 2, a: View::dense(Slot::X, 2, 4) }, W(0), View::dense(Slot::X, 2, 3)));
     let net = net::from_parts(vec![tensor("w", &[3, 4], vec![0.5; 12])], vec![alias], 1, 1).expect("shapes are fine");
-    let err = run_slots(&common::cpu(), net, 1, &[]).err().expect("the CPU executor refuses an aliasing GEMM");
+    let err = run_slots(&common::cpu(), net, 1, &[]).expect_err("the CPU executor refuses an aliasing GEMM");
     assert!(err.to_string().contains("reads the slot it writes"), "{err}");
 }

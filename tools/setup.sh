@@ -33,6 +33,13 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
+# `make test` checks formatting and lints.
+if command -v rustup >/dev/null; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || { echo "setup: adding $c"; rustup component add "$c" >/dev/null; }
+  done
+fi
+
 # The library must keep building for the browser: `make test` checks it for wasm32.
 if command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown; then
   echo "setup: adding the wasm32-unknown-unknown target"

@@ -394,7 +394,7 @@ impl Gpu {
 
     /// The most bytes one storage buffer (and so one binding) may hold on this adapter.
     pub fn binding_limit(&self) -> u64 {
-        u64::from(self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size)
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
 
     /// Size in bytes of `floats` f32 values, checked against the binding limit.

@@ -27,7 +27,7 @@ pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String>
     let mut directives = String::new();
     // Each entry: (this branch active, any enclosing branch active)
     let mut stack: Vec<(bool, bool)> = Vec::new();
-    let active = |stack: &Vec<(bool, bool)>| stack.last().map_or(true, |&(a, p)| a && p);
+    let active = |stack: &Vec<(bool, bool)>| stack.last().is_none_or(|&(a, p)| a && p);
     for (lineno, line) in &lines {
         let (lineno, line) = (*lineno, line.as_str());
         let trimmed = line.trim_start();

@@ -64,8 +64,11 @@ pub struct MlpMixerConfig {
     pub num_classes: usize,
 }
 
-/// timm's named presets at 224²: (name, block, patch, dim, depth, tokens_hidden, channels_hidden).
-const PRESETS: &[(&str, BlockKind, usize, usize, usize, Option<usize>, usize)] = &[
+/// (name, block, patch, dim, depth, tokens_hidden, channels_hidden)
+type Preset = (&'static str, BlockKind, usize, usize, usize, Option<usize>, usize);
+
+/// timm's named presets at 224².
+const PRESETS: &[Preset] = &[
     ("mixer_s32_224", BlockKind::Mixer, 32, 512, 8, Some(256), 2048),
     ("mixer_s16_224", BlockKind::Mixer, 16, 512, 8, Some(256), 2048),
     ("mixer_b32_224", BlockKind::Mixer, 32, 768, 12, Some(384), 3072),
@@ -156,7 +159,7 @@ impl MlpMixerConfig {
                 self.tokens()
             )));
         }
-        if self.block == BlockKind::Gmlp && self.channels_hidden % 2 != 0 {
+        if self.block == BlockKind::Gmlp && !self.channels_hidden.is_multiple_of(2) {
             return Err(Error::tensor("blocks.0.mlp_channels.fc1.weight", format!("gMLP needs an even hidden width, not {}", self.channels_hidden)));
         }
         super::check_bounds(&[

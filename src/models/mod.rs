@@ -168,7 +168,7 @@ impl Model {
 
     fn check_input(&self, input: &[f32]) -> Result<()> {
         let per = self.input_len();
-        if input.is_empty() || input.len() % per != 0 {
+        if input.is_empty() || !input.len().is_multiple_of(per) {
             let [c, h, w] = self.info.arch.input_shape();
             return Err(Error::Input(format!("input has {} floats, expected a multiple of {c}x{h}x{w} = {per}", input.len())));
         }

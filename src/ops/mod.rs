@@ -115,7 +115,7 @@ pub struct ActTexture {
 
 impl ActTexture {
     pub fn new(gpu: &Gpu, label: &str, rows: usize, cols: usize) -> Option<ActTexture> {
-        if cols % 64 != 0 {
+        if !cols.is_multiple_of(64) {
             return None;
         }
         let texture = gpu.rgba32f_texture(label, rows, cols / 4)?;
