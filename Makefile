@@ -19,10 +19,11 @@ setup:
 build: setup
 	$(CARGO) build --release
 
-# The wasm module and its JS glue for the page: www/pkg/tokenmix.js + tokenmix_bg.wasm.
+# The wasm module and its JS glue, inside the npm package js/ (js/pkg/tokenmix.js +
+# tokenmix_bg.wasm); the page imports the package.
 web: setup
 	$(CARGO) build --release --lib --target wasm32-unknown-unknown
-	$(WASM_BINDGEN) --target web --out-dir www/pkg --out-name tokenmix $(WASM)
+	$(WASM_BINDGEN) --target web --out-dir js/pkg --out-name tokenmix $(WASM)
 
 # The demo: the page (index.html) served on localhost with the embedded default model.
 demo: build web
@@ -52,6 +53,7 @@ test-wasm: setup
 
 # The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core.
 test-browser: build web
+	node_modules/.bin/tsc -p examples/web-minimal --noEmit
 	TOKENMIX_BIN=$(BIN) node --test tests/browser/e2e.mjs
 
 bench: build
@@ -73,8 +75,8 @@ WASM_OPT_FLAGS := -Oz --enable-bulk-memory --enable-sign-ext --enable-nontrappin
 bench-web: web
 	npm install --no-save --no-audit --no-fund onnxruntime-web@1.30.0 binaryen@132.0.0
 	mkdir -p $(BENCH_DIR)
-	node_modules/.bin/wasm-opt $(WASM_OPT_FLAGS) www/pkg/tokenmix_bg.wasm -o $(BENCH_DIR)/tokenmix_bg.opt.wasm
-	@for f in www/pkg/tokenmix_bg.wasm $(BENCH_DIR)/tokenmix_bg.opt.wasm; do \
+	node_modules/.bin/wasm-opt $(WASM_OPT_FLAGS) js/pkg/tokenmix_bg.wasm -o $(BENCH_DIR)/tokenmix_bg.opt.wasm
+	@for f in js/pkg/tokenmix_bg.wasm $(BENCH_DIR)/tokenmix_bg.opt.wasm; do \
 	  echo "$$f: $$(stat -c %s $$f) bytes, $$(gzip -9c $$f | wc -c) gzipped"; done
 	for m in $(BENCH_MODELS); do [ -f $(BENCH_DIR)/$$m.onnx ] || \
 	  (cd tools && python3 timm_checkpoint.py $$m $(BENCH_DIR)/$$m.safetensors --onnx $(BENCH_DIR)/$$m.onnx) || exit 1; done

@@ -1,4 +1,5 @@
-// Shared part of the GEMM kernels (prepended to gemm_register.wgsl and gemm_tiled.wgsl).
+// Shared part of the GEMM kernels (prepended to each of gemm_tiled.wgsl, gemm_texture.wgsl,
+// gemm_subgroup.wgsl and gemm_register.wgsl).
 //
 //   C[b][m, n] (+)= epilogue( sum_k A[b][m, k] * B[b][k, n] )
 //

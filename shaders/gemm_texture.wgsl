@@ -4,7 +4,8 @@
 // texture of N rows and ceil(K/4) texels, zero-padded. llvmpipe fetches a texel for all lanes
 // with vector gathers, 4 k values at once, while a storage-buffer load is a scalar loop over
 // lanes. Token mixing is computed transposed (A_TRANS, C_TRANS) so that the weight is B here too.
-// With A_TEX the activations are gathered from a texture as well (the 29-34 GFLOP/s design).
+// With A_TEX the activations are gathered from a texture as well (measured 11-30 GFLOP/s on
+// lavapipe at 1568x512x2048 depending on the VM's load; `tokenmix bench --gemm`).
 
 @group(0) @binding(6) var wtex: texture_2d<f32>;
 #if A_TEX

@@ -230,6 +230,7 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         v["adapter"] = adapter.into();
         v["backend"] = sel.device.backend().into();
         v["backend_reason"] = sel.reason.clone().into();
+        v["backend_detail"] = sel.detail.clone().into();
         v["kernels"] = sel.device.kernels().into();
         println!("{v}");
         return Ok(());

@@ -8,6 +8,7 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod dataset;
+pub mod env;
 pub mod error;
 pub mod exec;
 #[doc(hidden)]

@@ -1,5 +1,5 @@
 //! The browser API (wasm32 only), exported by wasm-bindgen as an ES module (`make web` →
-//! `www/pkg/tokenmix.js`):
+//! `js/pkg/tokenmix.js`, inside the npm package `js/`):
 //!
 //! - `setBackend(choice)` → `'auto'` (default), `'gpu'` or `'cpu'`: the executor the state is
 //!   made with at the first call (the page passes its `?backend=`); a bad value rejects
@@ -7,10 +7,14 @@
 //!   gemm}`: which executor runs and why. `auto` takes the CPU (WebAssembly SIMD) where
 //!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
 //!   adapter), else the GPU
-//! - `loadModel(source, {onProgress, name, backend})` → description; `source` is a URL,
+//! - `loadModel(source, {onProgress, name, backend, cache})` → description (with `fromCache`); `source` is a URL,
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
 //!   for this and later calls. On failure it rejects with an `Error` naming the problem and
 //!   the previous model stays loaded.
+//! - `isCached(url)`, `clearCache(url?)` → the model cache (`loadModel(url, {cache: true})`
+//!   reads and fills it; Cache API `tokenmix-models`)
+//! - `cropGeometry(width, height)` → `{resized, left, top, size}`: where the model's input
+//!   comes from in an image of that size (the one implementation the page uses)
 //! - `modelInfo()` → description of the current model (the embedded default until one loads)
 //! - `classify(imageData, topK = 5)` → `[{index, label, probability}]`, sorted; preprocessing
 //!   runs in `preprocess.wgsl` in the same GPU submission as the forward pass
@@ -60,12 +64,44 @@ export async function fetch_bytes(url, onProgress) {
 }
 export function now() { return performance.now(); }
 export function has_webgpu() { return typeof navigator !== 'undefined' && Boolean(navigator.gpu); }
+// Downloaded models are kept in the Cache API under this name (window and worker alike).
+const CACHE = 'tokenmix-models';
+async function open_cache() {
+  try { return typeof caches !== 'undefined' ? await caches.open(CACHE) : null; } catch { return null; }
+}
+export async function cache_get(url) {
+  const c = await open_cache();
+  const r = c && await c.match(url);
+  return r ? new Uint8Array(await r.arrayBuffer()) : null;
+}
+export async function cache_put(url, bytes) {
+  const c = await open_cache();
+  if (!c) return false;
+  try {
+    await c.put(url, new Response(bytes, { headers: { 'Content-Type': 'application/octet-stream', 'Content-Length': String(bytes.length) } }));
+    return true;
+  } catch { return false; } // quota, storage disabled: the model still loaded
+}
+export async function cache_has(url) {
+  const c = await open_cache();
+  return Boolean(c && await c.match(url));
+}
+export async function cache_clear(url) {
+  if (typeof caches === 'undefined') return false;
+  if (url === undefined || url === null) return caches.delete(CACHE);
+  const c = await open_cache();
+  return c ? c.delete(url) : false;
+}
 "#)]
 extern "C" {
     #[wasm_bindgen(catch)]
     async fn fetch_bytes(url: &str, on_progress: &JsValue) -> Result<JsValue, JsValue>;
     fn now() -> f64;
     fn has_webgpu() -> bool;
+    async fn cache_get(url: &str) -> JsValue;
+    async fn cache_put(url: &str, bytes: &Uint8Array) -> JsValue;
+    async fn cache_has(url: &str) -> JsValue;
+    async fn cache_clear(url: JsValue) -> JsValue;
 }
 
 struct State {
@@ -100,7 +136,7 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
 
 async fn select(choice: BackendChoice) -> Result<Selected, JsError> {
     if choice == BackendChoice::Auto && !has_webgpu() {
-        return Ok(Selected { device: Device::cpu(), choice, reason: "this browser has no WebGPU (navigator.gpu is missing)".into() });
+        return Ok(Selected { device: Device::cpu(), choice, reason: "this browser has no WebGPU (navigator.gpu is missing)".into(), detail: None });
     }
     exec::select(choice)
         .await
@@ -157,6 +193,7 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
     json(&serde_json::json!({
         "backend": d.backend(),
         "reason": sel.reason,
+        "detail": sel.detail,
         "requested": sel.choice.name(),
         "name": name,
         "apiBackend": api,
@@ -185,14 +222,33 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         }
     };
     let on_progress = option("onProgress");
+    let use_cache = option("cache").as_bool().unwrap_or(false);
+    // A URL loaded with `cache: true` comes from the Cache API when it is there, and goes into
+    // it once it has loaded (never a file that failed to load).
+    let mut cache_after: Option<(String, Uint8Array)> = None;
+    let mut from_cache = false;
     let (bytes, name) = if source.is_null() || source.is_undefined() {
         (crate::DEFAULT_MODEL.to_vec(), crate::DEFAULT_MODEL_NAME.to_string())
     } else if let Some(url) = source.as_string() {
-        let data = fetch_bytes(&url, &on_progress).await.map_err(|e| {
-            let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
-            js_err(format!("download failed: {msg}"))
-        })?;
-        (Uint8Array::new(&data).to_vec(), url)
+        let hit = if use_cache { cache_get(&url).await.dyn_into::<Uint8Array>().ok() } else { None };
+        let data = match hit {
+            Some(data) => {
+                from_cache = true;
+                data
+            }
+            None => {
+                let data = fetch_bytes(&url, &on_progress).await.map_err(|e| {
+                    let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
+                    js_err(format!("download failed: {msg}"))
+                })?;
+                let data = Uint8Array::new(&data);
+                if use_cache {
+                    cache_after = Some((url.clone(), data.clone()));
+                }
+                data
+            }
+        };
+        (data.to_vec(), url)
     } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
         (Uint8Array::new(&source).to_vec(), "(bytes)".to_string())
     } else {
@@ -217,6 +273,10 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     };
     let model = Model::load_scoped(sel.device.clone(), &bytes, None).await.map_err(|e| js_err(format!("{name}: {e}")))?;
     let desc = describe(&model, &name)?;
+    set(desc.unchecked_ref(), "fromCache", from_cache);
+    if let Some((url, data)) = cache_after {
+        cache_put(&url, &data).await;
+    }
     if let Some(c) = wanted {
         CHOICE.with(|x| *x.borrow_mut() = c);
     }
@@ -226,6 +286,30 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     st.name = name;
     st.energy.clear();
     Ok(desc)
+}
+
+/// Whether `url` is in the model cache (a `loadModel(url, {cache: true})` put it there).
+#[wasm_bindgen(js_name = isCached)]
+pub async fn is_cached(url: String) -> bool {
+    cache_has(&url).await.as_bool().unwrap_or(false)
+}
+
+/// Removes `url` from the model cache, or the whole cache when `url` is null/undefined.
+#[wasm_bindgen(js_name = clearCache)]
+pub async fn clear_cache(url: JsValue) -> bool {
+    cache_clear(url).await.as_bool().unwrap_or(false)
+}
+
+/// Where the current model's input comes from in a `width` x `height` image (timm's eval
+/// transform): `{resized: [w, h], left, top, size: [h, w]}` — the crop is `size` at
+/// (`left`, `top`) of the image resized to `resized`. The page draws its overlays with this.
+#[wasm_bindgen(js_name = cropGeometry)]
+pub async fn crop_geometry(width: usize, height: usize) -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let model = s.borrow().model.clone();
+    let pp = &model.info.preprocess;
+    let g = pp.geometry(width, height).map_err(js_err)?;
+    json(&serde_json::json!({"resized": [g.resized.0, g.resized.1], "left": g.left, "top": g.top, "size": pp.size}))
 }
 
 /// Classifies a DOM ImageData of any size with the current model: the top `topK` (default 5)

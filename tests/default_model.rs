@@ -35,6 +35,7 @@ fn default_model_agrees_with_pytorch() {
     let (input, torch_preds, labels) = slice();
     let out = model.forward_blocking(&input).expect("forward");
     let ours: Vec<i32> = out.logits.chunks(out.classes).map(argmax).collect();
+    assert_eq!(ours.len(), torch_preds.len(), "one prediction per image of the slice");
     let disagree = ours.iter().zip(&torch_preds).filter(|(a, b)| a != b).count();
     let correct = ours.iter().zip(&labels).filter(|(a, b)| a == b).count();
     eprintln!("default model on {} test images: {disagree} disagreements with PyTorch, {correct} correct", ours.len());
@@ -50,6 +51,7 @@ fn every_shipped_model_agrees_with_pytorch() {
         let (input, torch_preds, labels) = slice_of(name);
         let out = model.forward_blocking(&input).expect("forward");
         let ours: Vec<i32> = out.logits.chunks(out.classes).map(argmax).collect();
+        assert_eq!(ours.len(), torch_preds.len(), "{name}: one prediction per image of the slice");
         let disagree = ours.iter().zip(&torch_preds).filter(|(a, b)| a != b).count();
         let correct = ours.iter().zip(&labels).filter(|(a, b)| a == b).count();
         eprintln!("{name} ({}) on {} test images: {disagree} disagreements with PyTorch, {correct} correct", model.info.family, ours.len());
@@ -70,7 +72,9 @@ fn sample_pngs_classify_as_pytorch_predicted() {
     let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(&args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for (entry, path) in v.as_array().unwrap().iter().zip(&paths) {
+    let entries = v.as_array().unwrap();
+    assert_eq!(entries.len(), paths.len(), "one result per sample");
+    for (entry, path) in entries.iter().zip(&paths) {
         // fmnist-IIII-name.png is test image IIII, saved losslessly from the IDX file.
         let name = path.file_name().unwrap().to_str().unwrap();
         let index: usize = name[7..11].parse().unwrap();

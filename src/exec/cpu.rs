@@ -402,7 +402,7 @@ impl CpuExec {
 
 /// `TOKENMIX_CPU_PROFILE=1`: print the time spent in each kind of step after every forward.
 #[cfg(not(target_arch = "wasm32"))]
-static PROFILE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("TOKENMIX_CPU_PROFILE").is_some_and(|v| v != "0"));
+static PROFILE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| crate::env::env().cpu_profile);
 
 /// A step's kind and shape class, for the profile.
 #[cfg(not(target_arch = "wasm32"))]

@@ -71,11 +71,7 @@ impl BackendChoice {
 
     /// `TOKENMIX_BACKEND`, when set (a bad value is an error, not a silent default).
     pub fn from_env() -> Result<Option<Self>> {
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Ok(v) = std::env::var("TOKENMIX_BACKEND") {
-            return Self::parse(&v).map(Some).map_err(|e| Error::Input(format!("TOKENMIX_BACKEND: {e}")));
-        }
-        Ok(None)
+        crate::env::env().backend.as_deref().map(|v| Self::parse(v).map_err(|e| Error::Input(format!("TOKENMIX_BACKEND: {e}")))).transpose()
     }
 
     pub fn name(self) -> &'static str {
@@ -157,7 +153,10 @@ impl Device {
 pub struct Selected {
     pub device: Device,
     pub choice: BackendChoice,
+    /// One line a page or `info` can show.
     pub reason: String,
+    /// What the adapter request said, when auto fell back for want of one.
+    pub detail: Option<String>,
 }
 
 /// Adapter names of software rasterisers, lower-case.
@@ -173,25 +172,25 @@ pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
 /// Picks the executor for `choice` (see the module docs). `gpu` fails where there is no
 /// adapter; `auto` never fails for want of one.
 pub async fn select(choice: BackendChoice) -> Result<Selected> {
+    let cpu = |reason: String, detail: Option<String>| Selected { device: Device::cpu(), choice, reason, detail };
     match choice {
-        BackendChoice::Cpu => Ok(Selected { device: Device::cpu(), choice, reason: "the CPU backend was asked for".into() }),
+        BackendChoice::Cpu => Ok(cpu("the CPU backend was asked for".into(), None)),
         BackendChoice::Gpu => {
             let gpu = Gpu::new().await?;
             let reason = format!("the GPU backend was asked for ({})", gpu.describe());
-            Ok(Selected { device: Device::Gpu(Arc::new(gpu)), choice, reason })
+            Ok(Selected { device: Device::Gpu(Arc::new(gpu)), choice, reason, detail: None })
         }
         BackendChoice::Auto => match Gpu::adapter().await {
-            Err(e) => Ok(Selected { device: Device::cpu(), choice, reason: format!("no GPU adapter ({e})") }),
+            Err(e) => Ok(cpu("no GPU adapter was found".into(), Some(e.to_string()))),
             Ok(adapter) => {
                 let info = adapter.get_info();
                 if is_software(&info) {
-                    let reason =
-                        format!("the only adapter, {} [{:?}], is a software rasteriser: the CPU backend is faster", info.name, info.device_type);
-                    Ok(Selected { device: Device::cpu(), choice, reason })
+                    let name = if info.name.is_empty() { "WebGPU's fallback adapter".to_string() } else { info.name.clone() };
+                    Ok(cpu(format!("the GPU adapter, {name}, is a software rasteriser, where the CPU backend is faster"), None))
                 } else {
                     let gpu = Gpu::from_adapter(adapter).await?;
                     let reason = format!("{} is a hardware GPU", gpu.describe());
-                    Ok(Selected { device: Device::Gpu(Arc::new(gpu)), choice, reason })
+                    Ok(Selected { device: Device::Gpu(Arc::new(gpu)), choice, reason, detail: None })
                 }
             }
         },

@@ -130,7 +130,7 @@ pub struct Gpu {
 impl Gpu {
     /// Chooses an adapter from the environment: `WGPU_BACKEND` (vulkan, metal, dx12, gl,
     /// webgpu), `WGPU_ADAPTER_NAME` (a substring of the adapter name), `WGPU_POWER_PREF`
-    /// (low/high), and `TOKENMIX_GEMM` (register/tiled) to override the GEMM choice.
+    /// (low/high), and `TOKENMIX_GEMM` (texture/subgroup/register/tiled; see `crate::env`) to override the GEMM choice.
     pub async fn new() -> Result<Self> {
         Self::from_adapter(Self::adapter().await?).await
     }
@@ -176,8 +176,12 @@ impl Gpu {
             }
         });
 
-        let gemm =
-            std::env::var("TOKENMIX_GEMM").ok().and_then(|s| GemmVariant::parse(&s)).unwrap_or_else(|| default_gemm(&info, adapter.features()));
+        let gemm = match crate::env::env().gemm.as_deref() {
+            Some(s) => {
+                GemmVariant::parse(s).ok_or_else(|| Error::Input(format!("TOKENMIX_GEMM={s}: expected texture, subgroup, register or tiled")))?
+            }
+            None => default_gemm(&info, adapter.features()),
+        };
         Ok(Gpu { device, queue, info, limits, gemm, pipelines: Mutex::default(), errors, lost })
     }
 
@@ -254,7 +258,7 @@ impl Gpu {
         }
         let source = shader::preprocess(kernel.name, kernel.source, &kernel.defines)?;
         #[cfg(not(target_arch = "wasm32"))]
-        if let Some(dir) = std::env::var_os("TOKENMIX_DUMP_SHADERS") {
+        if let Some(dir) = &crate::env::env().dump_shaders {
             // Debugging aid: the specialised WGSL of every pipeline, named by its cache key.
             let file: String = key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
             let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{file}.wgsl")), &source);
@@ -502,7 +506,7 @@ fn default_gemm(info: &wgpu::AdapterInfo, features: wgpu::Features) -> GemmVaria
 }
 
 async fn select_adapter(instance: &wgpu::Instance, backends: wgpu::Backends) -> Result<wgpu::Adapter> {
-    let wanted_name = std::env::var("WGPU_ADAPTER_NAME").ok().map(|s| s.to_lowercase());
+    let wanted_name = crate::env::env().adapter_name.as_ref().map(|s| s.to_lowercase());
     #[cfg(not(target_arch = "wasm32"))]
     {
         let adapters = instance.enumerate_adapters(backends).await;

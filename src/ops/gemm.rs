@@ -1,7 +1,10 @@
 //! GEMM with fused epilogue: `C[b] (+)= act(A[b] · B[b] + bias) * scale`. Linear layers,
 //! token mixing (weight · activations, no transpose pass) and convolutions (implicit im2col of
-//! an NCHW image) are all this one op. Two kernel families, chosen per adapter (see
-//! [`GemmVariant`]): `gemm_register.wgsl` for CPU rasterisers, `gemm_tiled.wgsl` for GPUs.
+//! an NCHW image) are all this one op. Four kernels, chosen per adapter (see
+//! [`GemmVariant`]): `gemm_tiled.wgsl` (shared-memory tiles) on GPUs; on CPU rasterisers
+//! `gemm_texture.wgsl` (weights, and activations where mirrored, from textures, 8-lane
+//! subgroups: lavapipe), `gemm_subgroup.wgsl` (the same from buffers) and `gemm_register.wgsl`
+//! (no subgroups: SwiftShader). All share `gemm_common.wgsl`.
 
 use crate::error::{Error, Result};
 use crate::gpu::{Binding, GemmVariant, Gpu, Kernel, Resource};
@@ -507,11 +510,9 @@ const REGISTER_LANES: u32 = 8;
 /// SwiftShader took 15-16 s to compile each of them (4 rows: 0.4 s; measured by creating the
 /// pipelines of poolformer_fmnist in Chromium), and they are a small share of the work.
 fn register_tile(conv: bool) -> (u32, u32) {
-    tile_override("TOKENMIX_GEMM_TILE").filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c)).unwrap_or(if conv {
-        (4, 4)
-    } else {
-        (8, 8)
-    })
+    tile_override(crate::env::env().gemm_tile.as_deref())
+        .filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c))
+        .unwrap_or(if conv { (4, 4) } else { (8, 8) })
 }
 
 /// The subgroup kernel is compiled for exactly this many lanes (lavapipe's subgroup size).
@@ -523,7 +524,7 @@ pub const SUBGROUP_LANES: u32 = 8;
 /// mixing (10 GFLOP/s; 64x4 8, 24x8 7). LLVM's register allocation makes this bumpy, hence
 /// measured values rather than a formula. `TOKENMIX_SUBGROUP_TILE=RxC` overrides.
 fn subgroup_tile(variant: GemmVariant, a_trans: bool) -> (u32, u32) {
-    tile_override("TOKENMIX_SUBGROUP_TILE")
+    tile_override(crate::env::env().subgroup_tile.as_deref())
         .filter(|&(r, c): &(u32, u32)| (1..=8).contains(&(r / SUBGROUP_LANES)) && r % SUBGROUP_LANES == 0 && (1..=16).contains(&c))
         .unwrap_or(match (variant, a_trans) {
             (GemmVariant::Texture, false) => (24, 8),
@@ -532,9 +533,9 @@ fn subgroup_tile(variant: GemmVariant, a_trans: bool) -> (u32, u32) {
         })
 }
 
-/// A tile `RxC` from an environment variable, for tuning; each caller checks the range.
-fn tile_override(var: &str) -> Option<(u32, u32)> {
-    let s = std::env::var(var).ok()?;
-    let (r, c) = s.split_once('x')?;
+/// A tile `RxC` from an override (`TOKENMIX_GEMM_TILE`, `TOKENMIX_SUBGROUP_TILE`); each
+/// caller checks the range.
+fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
+    let (r, c) = value?.split_once('x')?;
     Some((r.parse().ok()?, c.parse().ok()?))
 }

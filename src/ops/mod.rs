@@ -93,14 +93,6 @@ impl Op {
         check_extent("copy destination", dst, dst_offset as u64, floats as u64)?;
         Ok(Op { work: Work::CopyBuffer { src: src.clone(), dst: dst.clone(), dst_offset: dst_offset as u64 * 4, bytes: floats as u64 * 4 } })
     }
-
-    /// The kernel this op runs (None for a copy).
-    pub fn kernel_name(&self) -> Option<&str> {
-        match &self.work {
-            Work::Dispatch { pipeline, .. } => Some(&pipeline.name),
-            Work::Copy { .. } | Work::CopyBuffer { .. } => None,
-        }
-    }
 }
 
 /// An activation matrix [rows, cols] mirrored in an rgba32float texture (4 columns per texel),

@@ -77,7 +77,7 @@ try {
   for (const m of models) {
     const base = `${server.url}/hub/bench/${m.name}/resolve/main`;
     const tm = await page.evaluate(async ({ url, iters, backend }) => {
-      const api = await import('/www/pkg/tokenmix.js');
+      const api = await import('/js/pkg/tokenmix.js');
       await api.default();
       api.setBackend(backend);
       const adapter = await api.adapterInfo();

@@ -1,4 +1,4 @@
-// End-to-end tests of the page (index.html + www/ + the wasm build in www/pkg/) in headless
+// End-to-end tests of the page (index.html + www/ + the tokenmix package js/ with its wasm build in js/pkg/) in headless
 // Chromium with WebGPU (SwiftShader). Run after `make web` and `cargo build --release`:
 //
 //   npm install && npm run test:browser
@@ -34,6 +34,45 @@ const CHROMIUM_ARGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu
   '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
 
 let server, context, hubDir, userDir;
+// A full-size MLP-Mixer (mixer_s16_224's shapes, random weights, 74 MB) for the worker test.
+const BIG_REPO = 'timm/mixer_s16_224.random';
+
+/** A safetensors file of random F32 tensors with these names and shapes. */
+function safetensors(tensors) {
+  const header = {};
+  let offset = 0;
+  for (const [name, shape] of tensors) {
+    const n = shape.reduce((a, b) => a * b, 1);
+    header[name] = { dtype: 'F32', shape, data_offsets: [offset, offset + 4 * n] };
+    offset += 4 * n;
+  }
+  let json = JSON.stringify(header);
+  json += ' '.repeat((8 - (json.length % 8)) % 8);
+  const out = Buffer.alloc(8 + json.length + offset);
+  out.writeBigUInt64LE(BigInt(json.length), 0);
+  out.write(json, 8, 'latin1');
+  const data = new Float32Array(out.buffer, out.byteOffset + 8 + json.length, offset / 4);
+  let seed = 12345;
+  for (let i = 0; i < data.length; i++) {
+    seed = (seed * 1103515245 + 12345) >>> 0;
+    data[i] = ((seed >>> 8) / (1 << 24) - 0.5) * 0.05;
+  }
+  return out;
+}
+
+/** timm's mixer_s16_224: patch 16, dim 512, depth 8, token MLP 256, channel MLP 2048, 1000 classes. */
+function mixerS16() {
+  const [d, t, th, ch] = [512, 196, 256, 2048];
+  const tensors = [['stem.proj.weight', [d, 3, 16, 16]], ['stem.proj.bias', [d]]];
+  for (let i = 0; i < 8; i++) {
+    const b = `blocks.${i}`;
+    tensors.push([`${b}.norm1.weight`, [d]], [`${b}.norm1.bias`, [d]], [`${b}.mlp_tokens.fc1.weight`, [th, t]], [`${b}.mlp_tokens.fc1.bias`, [th]],
+      [`${b}.mlp_tokens.fc2.weight`, [t, th]], [`${b}.mlp_tokens.fc2.bias`, [t]], [`${b}.norm2.weight`, [d]], [`${b}.norm2.bias`, [d]],
+      [`${b}.mlp_channels.fc1.weight`, [ch, d]], [`${b}.mlp_channels.fc1.bias`, [ch]], [`${b}.mlp_channels.fc2.weight`, [d, ch]], [`${b}.mlp_channels.fc2.bias`, [d]]);
+  }
+  tensors.push(['norm.weight', [d]], ['norm.bias', [d]], ['head.weight', [1000, d]], ['head.bias', [1000]]);
+  return safetensors(tensors);
+}
 
 before(async () => {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
@@ -42,6 +81,8 @@ before(async () => {
   hubDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-hub-'));
   fs.mkdirSync(path.join(hubDir, HUB_REPO), { recursive: true });
   fs.copyFileSync(FIXTURE, path.join(hubDir, HUB_REPO, 'model.safetensors'));
+  fs.mkdirSync(path.join(hubDir, BIG_REPO), { recursive: true });
+  fs.writeFileSync(path.join(hubDir, BIG_REPO, 'model.safetensors'), mixerS16());
   process.env.HUB_DIR = hubDir;
   server = await start(0, { root: WEB_ROOT, hubDir });
   userDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-chromium-'));
@@ -61,8 +102,8 @@ after(async () => {
 });
 
 /** Opens the page, logs its console errors and page errors, waits for tokenmixApp.ready. */
-async function openPage(tag, query = '', initScript = null) {
-  const page = await context.newPage();
+async function openPage(tag, query = '', initScript = null, ctx = context) {
+  const page = await ctx.newPage();
   const pageErrors = [];
   page.on('console', (m) => {
     if (m.type() === 'error' || m.type() === 'warning') console.log(`[${tag}] console.${m.type()}: ${m.text()}`);
@@ -115,7 +156,8 @@ test('a. the default model classifies a sample as the native CLI does', { timeou
     `top-1 probability ${r.predictions[0].probability} vs CLI ${cli[0].probability}`);
   for (const c of cli) { // the rest of the top 5, where both list the class
     const p = r.predictions.find((q) => q.index === c.index);
-    if (p) assert.ok(Math.abs(p.probability - c.probability) <= 1e-3, `class ${c.index}: ${p.probability} vs CLI ${c.probability}`);
+    assert.ok(p, `class ${c.index} of the CLI's top 5 is in the page's`);
+    assert.ok(Math.abs(p.probability - c.probability) <= 1e-3, `class ${c.index}: ${p.probability} vs CLI ${c.probability}`);
   }
   for (let i = 1; i < r.predictions.length; i++) assert.ok(r.predictions[i - 1].probability >= r.predictions[i].probability);
   // The API's plain form: classify(imageData, topK) resolves to [{index, label, probability}].
@@ -148,10 +190,9 @@ test('b. the visualiser draws the token-mixing weights', { timeout: 4 * TIMEOUT 
   const { page, pageErrors, status } = await openPage('b');
   assertStarted(status);
 
-  // What the API says layer L's weights are, computed in the page from the same module instance.
+  // What the API says layer L's weights are, from the page's own classifier (in its worker).
   const weights = (layer) => page.evaluate(async (l) => {
-    const m = await import('/www/pkg/tokenmix.js');
-    const t = await m.tokenMixing(l); // a Promise or the value itself: both work
+    const t = await window.tokenmixApp.api.tokenMixing(l);
     let sum = 0, abs = 0;
     for (const v of t.data) { sum += v; abs += Math.abs(v); }
     const rows = [];
@@ -236,15 +277,15 @@ test('b. the visualiser draws the token-mixing weights', { timeout: 4 * TIMEOUT 
 
   // Hovering a unit (or a matrix row) lays it over the input image.
   const target = w0.kind === 'mixer' ? '[data-testid="viz-unit"]' : '[data-testid="viz-matrix"]';
-  if (await page.$(target)) {
-    await page.hover(target);
-    const overlay = await page.$eval('#overlay', (c) => c.dataset.checksum ?? null);
-    assert.ok(overlay != null, 'hover draws the overlay');
-  }
+  assert.ok(await page.$(target), `the visualiser has ${target}`);
+  await page.hover(target);
+  const overlay = await page.$eval('#overlay', (c) => c.dataset.checksum ?? null);
+  assert.ok(overlay != null, 'hover draws the overlay');
   await page.locator('#viz').screenshot({ path: path.join(ARTIFACTS, 'e2e-b-visualiser.png') });
 
-  // The slider redraws another layer from that layer's weights.
-  if (w0.layers > 1) {
+  // The slider redraws another layer from that layer's weights (the default Mixer has 6).
+  assert.ok(w0.layers > 1, 'the default model has several layers to slide through');
+  {
     const last = w0.layers - 1;
     await page.$eval('#layer', (el, v) => {
       el.value = String(v);
@@ -305,9 +346,7 @@ test('c. a timm checkpoint from the hub stand-in downloads with progress, then c
   // The visualiser shows PoolFormer's fixed kernel, and per-stage energy where the build has it.
   await page.waitForFunction(() => document.querySelector('#viz').dataset.kind === 'poolformer');
   assert.ok(await page.$('[data-testid="viz-pool-kernel"]'), 'the fixed pooling kernel is drawn');
-  if (await page.evaluate(async () => typeof (await import('/www/pkg/tokenmix.js')).stageEnergy === 'function')) {
-    await page.waitForFunction(() => document.querySelectorAll('[data-testid="viz-energy"]').length > 0);
-  }
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="viz-energy"]').length > 0);
   await shot(page, 'e2e-c-hub-poolformer');
   assert.deepEqual(pageErrors, []);
   await page.close();
@@ -452,17 +491,37 @@ const removeWebGpu = () => {
   } catch { /* already gone */ }
 };
 
-test('e. without navigator.gpu the page runs on the CPU backend: classify as the CLI, visualiser, hub model', { timeout: 4 * TIMEOUT }, async () => {
+/** Chromium as most Linux users have it: no --enable-unsafe-webgpu, so navigator.gpu exists
+ * but requestAdapter() gives null, in windows and workers alike (the realistic "no WebGPU"). */
+async function withoutWebGpu(fn) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-chromium-nogpu-'));
+  const ctx = await chromium.launchPersistentContext(dir, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: CHROMIUM_ARGS.filter((a) => a !== '--enable-unsafe-webgpu'),
+    viewport: { width: 1280, height: 1000 },
+  });
+  ctx.setDefaultTimeout(TIMEOUT);
+  try {
+    return await fn(ctx);
+  } finally {
+    await ctx.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('e. without a WebGPU adapter the page runs on the CPU backend: classify as the CLI, visualiser, hub model', { timeout: 4 * TIMEOUT }, () => withoutWebGpu(async (ctx) => {
   const cli = cliClassify(`www/samples/${SAMPLE}`);
   const hub = `${server.url}/hub`;
-  const { page, pageErrors, status } = await openPage('e', `?hub=${encodeURIComponent(hub)}`, removeWebGpu);
-  assert.equal(status.webgpu, false);
+  const { page, pageErrors, status } = await openPage('e', `?hub=${encodeURIComponent(hub)}`, null, ctx);
+  assert.equal(status.webgpu, true, 'navigator.gpu is there, its adapter is not');
   assertStarted(status, 'cpu');
   assert.equal(await page.isVisible('#webgpu-missing'), false, 'no dead end');
   const note = await page.textContent('#backend-note');
   assert.ok(await page.isVisible('#backend-note'), 'one line says the CPU runs the model');
   assert.match(note, /CPU/);
-  assert.match(note, /no WebGPU/);
+  assert.match(note, /no GPU adapter/);
+  assert.ok(!note.includes("\n") && note.length < 120, `one short line: ${note}`);
   const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
   console.log(`[e] cli: ${JSON.stringify(cli)}\n[e] page (cpu): ${JSON.stringify(r.predictions)}; timings ${JSON.stringify(r.timings)}`);
   assert.equal(r.predictions.length, 5);
@@ -482,11 +541,23 @@ test('e. without navigator.gpu the page runs on the CPU backend: classify as the
   assert.ok(r2.predictions.length > 0);
   assert.deepEqual(pageErrors, []);
   await page.close();
+}));
+
+test('e1. with navigator.gpu removed (on the page thread, ?worker=0) the page says so and runs on the CPU', { timeout: 2 * TIMEOUT }, async () => {
+  const cli = cliClassify(`www/samples/${SAMPLE}`);
+  const { page, pageErrors, status } = await openPage('e1', '?worker=0', removeWebGpu);
+  assert.equal(status.webgpu, false);
+  assertStarted(status, 'cpu');
+  assert.match(await page.textContent('#backend-note'), /no WebGPU/);
+  const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  assert.equal(r.predictions[0].index, cli[0].index);
+  assert.ok(Math.abs(r.predictions[0].probability - cli[0].probability) <= 1e-3);
+  assert.deepEqual(pageErrors, []);
+  await page.close();
 });
 
-test('e2. ?backend=gpu without navigator.gpu explains what is missing and throws nothing', { timeout: 2 * TIMEOUT }, async () => {
-  const { page, pageErrors, status } = await openPage('e2', '?backend=gpu', removeWebGpu);
-  assert.equal(status.webgpu, false);
+test('e2. ?backend=gpu without a WebGPU adapter explains what is missing and throws nothing', { timeout: 2 * TIMEOUT }, () => withoutWebGpu(async (ctx) => {
+  const { page, pageErrors, status } = await openPage('e2', '?backend=gpu', null, ctx);
   assert.equal(status.ok, false);
   assert.ok(await page.isVisible('#webgpu-missing'), 'the WebGPU-missing panel is shown');
   assert.equal(await page.isVisible('#app'), false, 'the app is hidden');
@@ -498,7 +569,7 @@ test('e2. ?backend=gpu without navigator.gpu explains what is missing and throws
   await shot(page, 'e2e-e2-webgpu-missing');
   assert.deepEqual(pageErrors, []);
   await page.close();
-});
+}));
 
 test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as the CLI', { timeout: 4 * TIMEOUT }, async () => {
   const cli = cliClassify(`www/samples/${SAMPLE}`);
@@ -511,6 +582,71 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
   console.log(`[i] page (gpu): ${JSON.stringify(r.predictions)}; timings ${JSON.stringify(r.timings)}; adapter ${adapter}`);
   assert.equal(r.predictions[0].index, cli[0].index);
   assert.ok(Math.abs(r.predictions[0].probability - cli[0].probability) <= 1e-3);
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
+/** Loads the full-size model and classifies a 224² image while a 10 ms timer runs on the page's
+ * thread; returns the longest gap between its ticks and how long the work took. */
+async function responsiveness(page) {
+  return page.evaluate(async (url) => {
+    const api = window.tokenmixApp.api;
+    let last = performance.now(), maxGap = 0, ticks = 0;
+    const timer = setInterval(() => {
+      const t = performance.now();
+      maxGap = Math.max(maxGap, t - last);
+      last = t;
+      ticks++;
+    }, 10);
+    const t0 = performance.now();
+    const desc = await api.loadModel(url, { name: 'mixer_s16_224 (random)' });
+    const t1 = performance.now();
+    const pixels = new Uint8ClampedArray(224 * 224 * 4).map((_, i) => (i * 7919) % 251);
+    const top = await api.classify(new ImageData(pixels, 224, 224), 5);
+    const t2 = performance.now();
+    await new Promise((r) => setTimeout(r, 30));
+    clearInterval(timer);
+    await api.loadModel(null); // back to the embedded model
+    return { maxGap, ticks, loadMs: t1 - t0, classifyMs: t2 - t1, preset: desc.preset, top: top.length };
+  }, `${server.url}/hub/${BIG_REPO}/resolve/main/model.safetensors`);
+}
+
+test('j. in worker mode the page keeps responding while a full-size timm model loads and classifies', { timeout: 4 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('j');
+  assertStarted(status);
+  assert.equal(await page.evaluate(() => window.tokenmixApp.api.worker), true, 'the page runs tokenmix in a worker');
+  const r = await responsiveness(page);
+  console.log(`[j] worker: ${JSON.stringify(r)}`);
+  assert.equal(r.preset, 'mixer_s16_224');
+  assert.equal(r.top, 5);
+  // The work is long enough that blocking would show (a 74 MB model, a 196-token forward).
+  assert.ok(r.loadMs + r.classifyMs > 200, `the work took only ${r.loadMs + r.classifyMs} ms`);
+  assert.ok(r.maxGap < 50, `the page's timer stalled for ${r.maxGap.toFixed(0)} ms`);
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+  // The same on the page's own thread (?worker=0), for the log: the stall a worker avoids.
+  const inline = await openPage('j0', '?worker=0');
+  assertStarted(inline.status);
+  console.log(`[j] without a worker: ${JSON.stringify(await responsiveness(inline.page))}`);
+  await inline.page.close();
+});
+
+test('k. the example consumer (examples/web-minimal, TypeScript) type-checks and classifies as the CLI', { timeout: 4 * TIMEOUT }, async () => {
+  const tsc = path.join(ROOT, 'node_modules', '.bin', 'tsc');
+  execFileSync(tsc, ['-p', path.join(ROOT, 'examples', 'web-minimal')], { cwd: ROOT, stdio: 'inherit' });
+  const cli = cliClassify(`www/samples/${SAMPLE}`);
+  const page = await context.newPage();
+  const pageErrors = [];
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.on('console', (m) => { if (m.type() === 'error') console.log(`[k] console.error: ${m.text()}`); });
+  await page.goto(`${server.url}/examples/web-minimal/index.html`);
+  await page.waitForFunction(() => document.body.dataset.result, null, { timeout: TIMEOUT });
+  const result = JSON.parse(await page.evaluate(() => document.body.dataset.result));
+  console.log(`[k] example: ${await page.textContent('#out')}`);
+  assert.equal(result.length, 3);
+  assert.equal(result[0].index, cli[0].index);
+  assert.ok(Math.abs(result[0].probability - cli[0].probability) <= 1e-3);
+  await shot(page, 'e2e-k-example');
   assert.deepEqual(pageErrors, []);
   await page.close();
 });

@@ -1,0 +1,147 @@
+// Types of the tokenmix package (index.js). Every method returns a promise; failures reject
+// with an Error whose message names the problem (the model file, the tensor, the limit).
+
+/** Which executor runs the model: WGSL compute shaders on WebGPU, or WebAssembly SIMD on the CPU. */
+export type Backend = 'auto' | 'gpu' | 'cpu';
+
+/** Options of {@link createClassifier}; every one is optional. */
+export interface ClassifierOptions {
+  /** Run inference, downloads and preprocessing in a dedicated worker (default true). */
+  worker?: boolean;
+  /** 'auto' (default): the GPU unless WebGPU is missing or a software adapter, then the CPU. */
+  backend?: Backend;
+  /** Arithmetic precision; this build computes in 'f32' only. */
+  precision?: 'f32';
+}
+
+/** What {@link Classifier.classify} accepts. */
+export type ImageSource = ImageData | ImageBitmap | HTMLImageElement | HTMLCanvasElement | HTMLVideoElement | OffscreenCanvas;
+
+/** A model file: a URL (timm's model.safetensors, e.g. from the Hugging Face hub), its bytes, or null for the embedded default. */
+export type ModelSource = string | ArrayBuffer | Uint8Array | null;
+
+export interface LoadOptions {
+  /** Download progress in bytes; `total` is null when the server does not say. */
+  onProgress?: (loaded: number, total: number | null) => void;
+  /** A label for messages (default: the URL). */
+  name?: string;
+  /** Read a URL from the Cache API when it is there, and keep it there once it loaded (default false). */
+  cache?: boolean;
+  /** Switch the executor for this and later calls. */
+  backend?: Backend;
+}
+
+export interface Prediction {
+  index: number;
+  label: string;
+  probability: number;
+}
+
+export interface Timings {
+  preprocessMs: number;
+  forwardMs: number;
+  readbackMs: number;
+}
+
+export interface DetailedResult {
+  predictions: Prediction[];
+  timings: Timings;
+  /** The model's input made from the image (CHW, normalised). */
+  input: { channels: number; height: number; width: number; data: Float32Array };
+}
+
+export interface Preprocess {
+  size: [number, number];
+  crop_pct: number;
+  mean: number[];
+  std: number[];
+  channels: number;
+}
+
+export interface ModelDescription {
+  name: string;
+  family: 'MLP-Mixer' | 'gMLP' | 'ResMLP' | 'PoolFormer';
+  /** The timm preset whose shapes match, e.g. 'mixer_b16_224', or null. */
+  preset: string | null;
+  params: number;
+  macs: number;
+  classes: number;
+  inputSize: [number, number, number];
+  labels: string[];
+  preprocess: Preprocess;
+  /** The inferred timm config (class and fields). */
+  arch: { class: 'mlp_mixer' | 'meta_former' } & Record<string, unknown>;
+  mixingLayers: number;
+  backend: 'gpu' | 'cpu';
+  /** Set by loadModel: whether the bytes came from the cache. */
+  fromCache?: boolean;
+}
+
+export interface AdapterInfo {
+  /** The executor that runs: 'gpu' (WGSL on WebGPU) or 'cpu' (WebAssembly SIMD). */
+  backend: 'gpu' | 'cpu';
+  /** Why that one, in one line (e.g. "this browser has no WebGPU (navigator.gpu is missing)"). */
+  reason: string;
+  /** What the adapter request said, when 'auto' fell back to the CPU for want of one. */
+  detail: string | null;
+  requested: Backend;
+  name: string;
+  apiBackend: string;
+  deviceType: string;
+  gemm: string;
+}
+
+export interface TokenMixing {
+  kind: 'mixer' | 'gmlp' | 'resmlp' | 'poolformer';
+  layer: number;
+  layers: number;
+  rows: number;
+  cols: number;
+  grid: [number, number];
+  /** Row-major rows x cols. */
+  data: Float32Array;
+  note: string;
+}
+
+export interface StageEnergy {
+  stage: number;
+  grid: [number, number];
+  energy: Float32Array;
+}
+
+export interface CropGeometry {
+  /** The image size after timm's resize step, [width, height]. */
+  resized: [number, number];
+  left: number;
+  top: number;
+  /** The crop (model input) size, [height, width]. */
+  size: [number, number];
+}
+
+export interface Classifier {
+  /** True when the calls run in a dedicated worker. */
+  readonly worker: boolean;
+  loadModel(source?: ModelSource, options?: LoadOptions): Promise<ModelDescription>;
+  /** The top `topK` (default 5) classes, most probable first. */
+  classify(image: ImageSource, topK?: number): Promise<Prediction[]>;
+  /** As classify, plus the latency split and the model's input. */
+  classifyDetailed(image: ImageSource, topK?: number): Promise<DetailedResult>;
+  /** The learned token mixing of one layer (the visualiser's data). */
+  tokenMixing(layer: number): Promise<TokenMixing>;
+  /** PoolFormer: per-stage token energy of the latest image; empty for other families. */
+  stageEnergy(): Promise<StageEnergy[]>;
+  /** Where the model's input comes from in a width x height image. */
+  cropGeometry(width: number, height: number): Promise<CropGeometry>;
+  info(): Promise<{ adapter: AdapterInfo; model: ModelDescription }>;
+  adapterInfo(): Promise<AdapterInfo>;
+  modelInfo(): Promise<ModelDescription>;
+  isCached(url: string): Promise<boolean>;
+  /** Removes one URL from the model cache, or all of it. */
+  clearCache(url?: string): Promise<boolean>;
+  /** Tests of the recovery path: destroys the WebGPU device (the GPU backend only). */
+  loseDevice(): Promise<void>;
+  /** Ends the worker; later calls reject. */
+  dispose(): void;
+}
+
+export function createClassifier(options?: ClassifierOptions): Promise<Classifier>;

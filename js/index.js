@@ -1,0 +1,110 @@
+// tokenmix in a web page: createClassifier() loads the wasm build (./pkg) in a dedicated
+// worker (default) or on the calling thread, and returns one object whose methods all return
+// promises. See index.d.ts for the types and README.md for an example.
+import { createCore, toImageData } from './core.js';
+
+const BACKENDS = ['auto', 'gpu', 'cpu'];
+
+/** @param {import('./index.js').ClassifierOptions} [options] */
+export async function createClassifier({ worker = true, backend = 'auto', precision = 'f32' } = {}) {
+  if (!BACKENDS.includes(backend)) throw new Error(`backend ${backend}: expected auto, gpu or cpu`);
+  if (precision !== 'f32') throw new Error(`precision ${precision}: this build computes in f32 only`);
+  const call = worker && typeof Worker !== 'undefined' ? workerCalls() : await inlineCalls();
+  await call('init', [{ backend }]);
+
+  // In a worker an image travels as an ImageBitmap (transferred) or an ImageData (copied).
+  const image = async (img) => {
+    if (!call.worker) return img;
+    if (typeof ImageData !== 'undefined' && img instanceof ImageData) return img;
+    if (typeof ImageBitmap !== 'undefined' && img instanceof ImageBitmap) return img;
+    try {
+      return await createImageBitmap(img);
+    } catch {
+      return toImageData(img); // e.g. a video element without createImageBitmap support
+    }
+  };
+  const transfer = (img) => (typeof ImageBitmap !== 'undefined' && img instanceof ImageBitmap ? [img] : []);
+
+  return {
+    worker: call.worker,
+    async loadModel(source = null, { onProgress, name, cache = false, backend: b } = {}) {
+      if (b !== undefined && !BACKENDS.includes(b)) throw new Error(`backend ${b}: expected auto, gpu or cpu`);
+      const src = source instanceof ArrayBuffer ? new Uint8Array(source) : source;
+      const options = { name, cache, backend: b };
+      if (call.worker) return call('loadModel', [src, { ...options, progress: Boolean(onProgress) }], [], onProgress);
+      return call('loadModel', [src, { ...options, onProgress }]);
+    },
+    async classify(img, topK = 5) {
+      const i = await image(img);
+      return call('classify', [i, topK], transfer(i));
+    },
+    async classifyDetailed(img, topK = 5) {
+      const i = await image(img);
+      return call('classifyDetailed', [i, topK], transfer(i));
+    },
+    tokenMixing: (layer) => call('tokenMixing', [layer]),
+    stageEnergy: () => call('stageEnergy', []),
+    cropGeometry: (width, height) => call('cropGeometry', [width, height]),
+    info: () => call('info', []),
+    adapterInfo: () => call('adapterInfo', []),
+    modelInfo: () => call('modelInfo', []),
+    isCached: (url) => call('isCached', [url]),
+    clearCache: (url) => call('clearCache', [url ?? null]),
+    loseDevice: () => call('loseDevice', []),
+    dispose() {
+      call.dispose();
+    },
+  };
+}
+
+/** Calls on this thread. */
+async function inlineCalls() {
+  const core = await createCore();
+  let disposed = false;
+  const call = async (method, args) => {
+    if (disposed) throw new Error('tokenmix: this classifier was disposed');
+    return core[method](...args);
+  };
+  call.worker = false;
+  call.dispose = () => { disposed = true; };
+  return call;
+}
+
+/** Calls into a dedicated module worker, one message each, answered by id. */
+function workerCalls() {
+  const w = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'tokenmix' });
+  const pending = new Map();
+  let next = 0;
+  let failure = null;
+  w.onmessage = ({ data }) => {
+    const p = pending.get(data.id);
+    if (!p) return;
+    if (data.progress) {
+      p.onProgress?.(...data.progress);
+      return;
+    }
+    pending.delete(data.id);
+    if ('error' in data) p.reject(new Error(data.error));
+    else p.resolve(data.result);
+  };
+  w.onerror = (e) => {
+    e.preventDefault?.();
+    failure = new Error(`tokenmix worker failed: ${e.message || 'could not start (is ./pkg built? make web)'}`);
+    for (const p of pending.values()) p.reject(failure);
+    pending.clear();
+  };
+  const call = (method, args, transfer = [], onProgress = null) => new Promise((resolve, reject) => {
+    if (failure) return reject(failure);
+    const id = next++;
+    pending.set(id, { resolve, reject, onProgress });
+    w.postMessage({ id, method, args }, transfer);
+  });
+  call.worker = true;
+  call.dispose = () => {
+    w.terminate();
+    failure = new Error('tokenmix: this classifier was disposed');
+    for (const p of pending.values()) p.reject(failure);
+    pending.clear();
+  };
+  return call;
+}

@@ -1,0 +1,50 @@
+//! Every environment override tokenmix reads, in one place, read once (the first time one is
+//! needed). wgpu reads its own too: `WGPU_BACKEND` and `WGPU_POWER_PREF` (through
+//! `InstanceDescriptor::from_env` and `PowerPreference::from_env`). README lists them all.
+//! In the browser there is no environment: every field is unset.
+
+use std::sync::OnceLock;
+
+#[derive(Debug, Default)]
+pub struct Env {
+    /// `TOKENMIX_BACKEND`: auto, gpu or cpu (checked by `BackendChoice::from_env`).
+    pub backend: Option<String>,
+    /// `TOKENMIX_GEMM`: the WGSL GEMM kernel instead of the adapter's default (texture,
+    /// subgroup, register, tiled; checked when the device is made).
+    pub gemm: Option<String>,
+    /// `TOKENMIX_GEMM_TILE=RxC`: the register kernel's tile, for tuning.
+    pub gemm_tile: Option<String>,
+    /// `TOKENMIX_SUBGROUP_TILE=RxC`: the subgroup/texture kernels' tile, for tuning.
+    pub subgroup_tile: Option<String>,
+    /// `TOKENMIX_DUMP_SHADERS=DIR`: write every specialised kernel there.
+    pub dump_shaders: Option<std::path::PathBuf>,
+    /// `TOKENMIX_CPU_PROFILE=1`: time per kind of step on the CPU executor.
+    pub cpu_profile: bool,
+    /// `WGPU_ADAPTER_NAME`: a substring of the adapter to use.
+    pub adapter_name: Option<String>,
+}
+
+/// The overrides, read on first use.
+pub fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(read)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn read() -> Env {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    Env {
+        backend: var("TOKENMIX_BACKEND"),
+        gemm: var("TOKENMIX_GEMM"),
+        gemm_tile: var("TOKENMIX_GEMM_TILE"),
+        subgroup_tile: var("TOKENMIX_SUBGROUP_TILE"),
+        dump_shaders: std::env::var_os("TOKENMIX_DUMP_SHADERS").map(Into::into),
+        cpu_profile: var("TOKENMIX_CPU_PROFILE").is_some_and(|v| v != "0"),
+        adapter_name: var("WGPU_ADAPTER_NAME"),
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn read() -> Env {
+    Env::default()
+}

@@ -1,0 +1,292 @@
+// Images in: samples, files, drop, paste, the camera; classifying what came in.
+
+import * as viz from './visualise.js';
+import { $, clearError, exclusive, MAX_IMAGE_SIDE, messageOf, plain, SAMPLES, showError, state, tm, VIEW_BOX } from './page.js';
+import { cropRect, fitViews, updateEnergy, wireImageHover } from './views.js';
+import { loadModelFile } from './models.js';
+
+// ---------------------------------------------------------------------------------------
+// Images in
+
+export function sampleUrl(name) {
+  return new URL(`./samples/${name}`, import.meta.url).href;
+}
+
+export function buildSamples() {
+  const host = $('samples');
+  host.replaceChildren(...SAMPLES.map((name) => {
+    const label = name.replace(/^fmnist-\d+-/, '').replace(/\.png$/, '');
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'sample';
+    b.dataset.sample = name;
+    b.title = `Sample: ${label}`;
+    b.setAttribute('aria-label', `Classify sample: ${label}`);
+    const img = new Image(28, 28);
+    img.src = sampleUrl(name);
+    img.alt = '';
+    b.append(img);
+    b.addEventListener('click', () => classifySample(name).catch(() => {}));
+    return b;
+  }));
+}
+
+/** Draws an image source onto the original canvas at its own size (at most MAX_IMAGE_SIDE). */
+export function drawOriginal(source, width, height) {
+  const k = Math.min(1, MAX_IMAGE_SIDE / Math.max(width, height));
+  const w = Math.max(1, Math.round(width * k)), h = Math.max(1, Math.round(height * k));
+  const c = $('original');
+  c.width = w;
+  c.height = h;
+  const ctx = c.getContext('2d', { willReadFrequently: true });
+  ctx.imageSmoothingEnabled = true;
+  ctx.imageSmoothingQuality = 'high';
+  ctx.clearRect(0, 0, w, h);
+  ctx.drawImage(source, 0, 0, w, h);
+  c.classList.toggle('pixelated', Math.max(w, h) < VIEW_BOX);
+  $('original-caption').textContent = `Original · ${width}×${height}${k < 1 ? ` (scaled to ${w}×${h})` : ''}`;
+  fitViews();
+  return ctx.getImageData(0, 0, w, h);
+}
+
+export async function classifyBlob(blob, name) {
+  clearError();
+  let bitmap;
+  try {
+    // No colour management: the pixels the file holds, as the native CLI reads them.
+    bitmap = await createImageBitmap(blob, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+  } catch (e) {
+    const msg = `Could not read ${name} as an image: ${messageOf(e)}`;
+    showError(msg);
+    throw new Error(msg);
+  }
+  const data = drawOriginal(bitmap, bitmap.width, bitmap.height);
+  bitmap.close();
+  return classifyImageData(data, name);
+}
+
+export async function classifySample(name) {
+  if (!SAMPLES.includes(name)) throw new Error(`unknown sample ${name}`);
+  for (const b of document.querySelectorAll('.sample')) b.setAttribute('aria-pressed', String(b.dataset.sample === name));
+  let blob;
+  try {
+    const r = await fetch(sampleUrl(name));
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    blob = await r.blob();
+  } catch (e) {
+    const msg = `Could not fetch sample ${name}: ${messageOf(e)}`;
+    showError(msg);
+    throw new Error(msg);
+  }
+  return classifyBlob(blob, name);
+}
+
+export let classifySeq = 0;
+
+/** Classifies an ImageData (already drawn on the original canvas) and shows the result. */
+export async function classifyImageData(imageData, source = 'image') {
+  if (!tm) throw new Error('tokenmix is not running');
+  state.image = { imageData, source };
+  const seq = ++classifySeq;
+  $('predictions').setAttribute('aria-busy', 'true');
+  let r;
+  try {
+    r = await exclusive(() => tm.classifyDetailed(imageData, 5));
+  } catch (e) {
+    const msg = `Classification failed: ${messageOf(e)}`;
+    if (seq === classifySeq) {
+      showError(msg);
+      $('predictions').removeAttribute('aria-busy');
+    }
+    throw new Error(msg);
+  }
+  state.crop = await exclusive(() => tm.cropGeometry(imageData.width, imageData.height)).then(plain, () => null);
+  const result = {
+    predictions: Array.from(r.predictions, (p) => {
+      p = plain(p);
+      return { index: p.index, label: state.labels[p.index] ?? p.label, probability: p.probability };
+    }),
+    timings: { ...plain(r.timings) },
+    input: plain(r.input),
+    source,
+  };
+  if (seq === classifySeq) { // a newer request will draw itself
+    state.result = result;
+    renderPredictions(result.predictions, source);
+    renderTimings(result.timings);
+    drawEye(result.input);
+    updateEnergy();
+    $('predictions').removeAttribute('aria-busy');
+  }
+  // Plain, serialisable summary for callers (tests).
+  const { channels, height, width } = result.input ?? {};
+  return { predictions: result.predictions, timings: result.timings, input: { channels, height, width }, source };
+}
+
+export function renderPredictions(preds, source) {
+  const ol = $('predictions');
+  ol.dataset.source = source;
+  ol.dataset.generation = String(state.generation);
+  ol.replaceChildren(...preds.map((p, i) => {
+    const li = document.createElement('li');
+    li.dataset.index = String(p.index);
+    li.dataset.label = p.label;
+    li.dataset.probability = String(p.probability);
+    if (i === 0) li.className = 'top';
+    const pct = 100 * p.probability;
+    const pctText = pct >= 0.1 || pct === 0 ? `${pct.toFixed(1)} %` : '<0.1 %';
+    const name = document.createElement('span');
+    name.className = 'label';
+    name.textContent = p.label;
+    name.title = `class ${p.index}`;
+    const bar = document.createElement('span');
+    bar.className = 'bar';
+    bar.setAttribute('aria-hidden', 'true');
+    const fill = document.createElement('span');
+    fill.style.width = `${Math.max(0, Math.min(100, pct)).toFixed(2)}%`;
+    bar.append(fill);
+    const value = document.createElement('span');
+    value.className = 'pct';
+    value.textContent = pctText;
+    li.append(name, bar, value);
+    return li;
+  }));
+}
+
+export function renderTimings(t) {
+  const ms = (v) => (Number.isFinite(v) ? `${v.toFixed(v < 10 ? 2 : 1)} ms` : '–');
+  const total = (t.preprocessMs ?? 0) + (t.forwardMs ?? 0) + (t.readbackMs ?? 0);
+  const rows = [
+    ['Preprocess', ms(t.preprocessMs)],
+    ['Forward', ms(t.forwardMs)],
+    ['Read-back', ms(t.readbackMs)],
+    ['Total', ms(total)],
+    ['Runs on', state.adapter ? [state.adapter.name || 'unnamed adapter', state.adapter.backend].filter(Boolean).join(' · ') : '–'],
+  ];
+  $('timings').replaceChildren(...rows.flatMap(([k, v]) => {
+    const dt = document.createElement('dt');
+    dt.textContent = k;
+    const dd = document.createElement('dd');
+    dd.textContent = v;
+    return [dt, dd];
+  }));
+}
+
+/** The model's input, de-normalised with its mean/std; CSS upscales it nearest-neighbour. */
+export function drawEye(input) {
+  const c = $('eye');
+  if (!input || !input.data) return;
+  const { channels: C, height: H, width: W, data } = input;
+  const plane = H * W;
+  const pp = state.model?.preprocess;
+  const mean = pp && Array.from(pp.mean ?? []), std = pp && Array.from(pp.std ?? []);
+  const known = mean && std && mean.length === C && std.length === C;
+  let lo = 0, hi = 1;
+  if (!known) { // no preprocess info: stretch to the data's own range
+    const s = viz.stats(data);
+    lo = s.min;
+    hi = s.max > s.min ? s.max : s.min + 1;
+  }
+  const img = new ImageData(W, H);
+  for (let i = 0; i < plane; i++) {
+    for (let k = 0; k < 3; k++) {
+      const ch = C === 1 ? 0 : Math.min(k, C - 1);
+      const x = data[ch * plane + i];
+      const v = known ? x * std[ch] + mean[ch] : (x - lo) / (hi - lo);
+      img.data[i * 4 + k] = Math.round(Math.max(0, Math.min(1, v)) * 255);
+    }
+    img.data[i * 4 + 3] = 255;
+  }
+  c.width = W;
+  c.height = H;
+  c.getContext('2d').putImageData(img, 0, 0);
+  viz.stamp(c, data, { channels: C, height: H, width: W });
+  $('eye-caption').textContent = `Model's-eye view · ${C === 1 ? 'grey' : 'RGB'} ${W}×${H}`;
+  fitViews();
+}
+
+// ---------------------------------------------------------------------------------------
+// Input wiring: file picker, drag and drop, paste, camera
+
+export function wireInputs() {
+  const dz = $('dropzone');
+  $('image-file').addEventListener('change', (ev) => {
+    const f = ev.target.files?.[0];
+    ev.target.value = '';
+    if (f) handleFile(f);
+  });
+  // Dropping outside the zone must not navigate away from the page.
+  window.addEventListener('dragover', (e) => e.preventDefault());
+  window.addEventListener('drop', (e) => e.preventDefault());
+  dz.addEventListener('dragenter', () => dz.classList.add('over'));
+  dz.addEventListener('dragover', (e) => {
+    e.preventDefault();
+    if (e.dataTransfer) e.dataTransfer.dropEffect = 'copy';
+    dz.classList.add('over');
+  });
+  dz.addEventListener('dragleave', () => dz.classList.remove('over'));
+  dz.addEventListener('drop', (e) => {
+    e.preventDefault();
+    dz.classList.remove('over');
+    const f = e.dataTransfer?.files?.[0];
+    if (f) handleFile(f);
+  });
+  document.addEventListener('paste', (e) => {
+    const f = [...(e.clipboardData?.files ?? [])].find((x) => x.type.startsWith('image/'));
+    if (f) handleFile(f);
+  });
+
+  const video = $('camera');
+  let stream = null;
+  const camButtons = (on) => {
+    $('camera-start').disabled = on;
+    $('camera-capture').disabled = !on;
+    $('camera-stop').disabled = !on;
+    video.hidden = !on;
+  };
+  if (!navigator.mediaDevices?.getUserMedia) {
+    $('camera-start').disabled = true;
+    $('camera-start').title = 'This browser gives no camera access here (it needs https or localhost).';
+  }
+  $('camera-start').addEventListener('click', async () => {
+    clearError();
+    try {
+      stream = await navigator.mediaDevices.getUserMedia({ video: { facingMode: 'environment', width: { ideal: 640 } }, audio: false });
+      video.srcObject = stream;
+      await video.play();
+      camButtons(true);
+    } catch (e) {
+      showError(`Camera: ${messageOf(e)}`);
+    }
+  });
+  $('camera-capture').addEventListener('click', () => {
+    if (!video.videoWidth) return;
+    const data = drawOriginal(video, video.videoWidth, video.videoHeight);
+    classifyImageData(data, 'camera').catch(() => {});
+  });
+  $('camera-stop').addEventListener('click', () => {
+    stream?.getTracks().forEach((t) => t.stop());
+    stream = null;
+    video.srcObject = null;
+    camButtons(false);
+  });
+
+  wireImageHover($('overlay'), cropRect);
+  wireImageHover($('eye-overlay'), () => ({ x: 0, y: 0, w: 1, h: 1 }));
+  let resizeQueued = false;
+  window.addEventListener('resize', () => {
+    if (resizeQueued) return;
+    resizeQueued = true;
+    requestAnimationFrame(() => { resizeQueued = false; fitViews(); });
+  });
+}
+
+export function handleFile(f) {
+  if (/\.safetensors$/i.test(f.name)) {
+    loadModelFile(f).catch(() => {});
+  } else if (f.type && !f.type.startsWith('image/')) {
+    showError(`${f.name} is not an image (${f.type}); drop a PNG/JPEG/WebP, or a .safetensors model.`);
+  } else {
+    classifyBlob(f, f.name).catch(() => {});
+  }
+}

@@ -1,0 +1,215 @@
+// Models: the picker (embedded, shipped, a file, timm checkpoints from the hub), loading, labels.
+
+import { $, clearError, exclusive, finishProgress, HUB, HUB_MODELS, hubUrl, IMAGENET_LABELS_URL, messageOf, onProgress, plain, resetProgress, setStatus, SHIPPED, showError, state, tm } from './page.js';
+import { classifyImageData } from './input.js';
+import { drawOverlays, setupViz } from './views.js';
+
+// ---------------------------------------------------------------------------------------
+// Models
+
+export function buildModelSelect() {
+  const sel = $('model-select');
+  const opt = (value, text) => Object.assign(document.createElement('option'), { value, textContent: text });
+  const group = (label, options) => {
+    const g = document.createElement('optgroup');
+    g.label = label;
+    g.append(...options);
+    return g;
+  };
+  const hubHost = new URL(HUB).host;
+  sel.replaceChildren(
+    group('Fashion-MNIST, shipped with tokenmix', [
+      opt('embedded', 'Embedded default (MLP-Mixer, Fashion-MNIST)'),
+      ...SHIPPED.map((m) => opt(`url:${m.file}`, `${m.label} — ${m.file}`)),
+    ]),
+    group(`ImageNet-1k, timm checkpoints from ${hubHost}`, HUB_MODELS.map((m) => opt(`hub:${m.repo}`, `${m.label} — ${m.repo}`))),
+    opt('file', 'Open a .safetensors file…'),
+  );
+  sel.value = 'embedded';
+  sel.addEventListener('change', () => {
+    const v = sel.value;
+    if (v === 'file') {
+      $('model-file').value = '';
+      $('model-file').click();
+      return;
+    }
+    if (v === 'current-file') return;
+    let job;
+    if (v === 'embedded') job = loadModelSource(null, { label: 'the embedded default model', option: 'embedded' });
+    else if (v.startsWith('url:')) job = loadModelSource(v.slice(4), { label: v.slice(4), option: v });
+    else if (v.startsWith('hub:')) job = loadModelSource(hubUrl(v.slice(4)), { label: v.slice(4), option: v, cacheable: true });
+    job?.catch(() => {});
+  });
+  const file = $('model-file');
+  file.addEventListener('change', () => {
+    const f = file.files?.[0];
+    if (f) loadModelFile(f).catch(() => {});
+    else revertSelect();
+  });
+  file.addEventListener('cancel', revertSelect);
+}
+
+export function revertSelect() {
+  $('model-select').value = state.modelOption;
+}
+
+export function fileOption(name) {
+  const sel = $('model-select');
+  let o = sel.querySelector('option[value="current-file"]');
+  if (!o) {
+    o = document.createElement('option');
+    o.value = 'current-file';
+    sel.insertBefore(o, sel.querySelector('option[value="file"]'));
+  }
+  o.textContent = `Loaded: ${name}`;
+}
+
+export async function loadModelFile(file) {
+  let bytes;
+  try {
+    bytes = new Uint8Array(await file.arrayBuffer());
+  } catch (e) {
+    const msg = `Could not read ${file.name}: ${messageOf(e)}`;
+    showError(msg);
+    revertSelect();
+    throw new Error(msg);
+  }
+  return loadModelSource(bytes, { label: file.name, option: 'current-file', fileName: file.name });
+}
+
+/** Loads model bytes (ArrayBuffer or Uint8Array). */
+export function loadModelBytes(bytes, name = 'model.safetensors') {
+  return loadModelSource(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes), { label: name, option: 'current-file', fileName: name });
+}
+
+/** Loads a model from a URL (hub URLs go through the Cache API, like the select does). */
+export function loadModelUrl(url) {
+  const abs = new URL(url, document.baseURI).href;
+  const sel = $('model-select');
+  const match = [...sel.options].find((o) =>
+    (o.value.startsWith('url:') && new URL(o.value.slice(4), document.baseURI).href === abs) ||
+    (o.value.startsWith('hub:') && hubUrl(o.value.slice(4)) === abs));
+  const cacheable = abs.startsWith(`${HUB}/`);
+  const name = decodeURIComponent(new URL(abs).pathname.split('/').pop() || abs);
+  return loadModelSource(abs, { label: url, option: match?.value ?? 'current-file', fileName: name, cacheable });
+}
+
+export let loadAbort = null;
+
+/**
+ * The one model-loading path. source: null (the embedded default), a URL string, or bytes.
+ * tokenmix downloads URLs itself (progress, and the Cache API for hub files); on failure the
+ * old model stays.
+ */
+export async function loadModelSource(source, { label, option, cacheable = false, fileName = null }) {
+  loadAbort?.abort();
+  const abort = new AbortController();
+  loadAbort = abort;
+  clearError();
+  resetProgress();
+  $('progress-row').hidden = typeof source !== 'string';
+  state.load = { status: 'loading', label, error: null };
+  setStatus('loading', `Loading ${label}…`);
+  const t0 = performance.now();
+  let url = null;
+  try {
+    let desc;
+    if (typeof source === 'string') {
+      url = new URL(source, document.baseURI).href;
+      desc = await exclusive(() => tm.loadModel(url, { onProgress, name: label, cache: cacheable }));
+    } else {
+      desc = await exclusive(() => tm.loadModel(source, { name: label }));
+    }
+    if (abort.signal.aborted) throw new DOMException('superseded', 'AbortError');
+    const fromCache = Boolean(desc?.fromCache);
+    finishProgress();
+    state.lastLoad = { source, opts: { label, option, cacheable, fileName } };
+    if (option === 'current-file') fileOption(fileName ?? label);
+    await adoptModel(plain(desc), option);
+    const info = state.model;
+    const secs = ((performance.now() - t0) / 1000).toFixed(1);
+    state.load = { status: 'ok', label, error: null };
+    setStatus('ok', `Loaded ${info.family}${info.preset ? ` (${info.preset})` : ''} from ${label}${fromCache ? ' (browser cache)' : ''} in ${secs} s.`);
+    if (state.image) await classifyImageData(state.image.imageData, state.image.source).catch(() => {});
+    return info;
+  } catch (e) {
+    if (e?.name === 'AbortError') {
+      state.load = { status: 'aborted', label, error: null };
+      throw e;
+    }
+    // loadModel's errors already start with the model's name (the label we passed).
+    const detail = messageOf(e);
+    const msg = `Could not load ${label}: ${detail.startsWith(`${label}: `) ? detail.slice(label.length + 2) : detail}`;
+    state.load = { status: 'error', label, error: msg };
+    showError(msg);
+    setStatus('error', `Still using ${state.model ? `${state.model.family}${state.model.preset ? ` (${state.model.preset})` : ''}` : 'the previous model'}.`);
+    revertSelect();
+    throw new Error(msg);
+  }
+}
+
+export let imagenetLabels = null;
+/** Real class names from the file; placeholders such as "class 7" do not count. */
+export const hasLabels = (info) => Array.from(info.labels ?? []).some((l, i) => l !== `class ${i}`);
+
+export async function labelsFor(info) {
+  if (hasLabels(info)) return Array.from(info.labels);
+  if (info.classes === 1000) {
+    imagenetLabels ??= fetch(IMAGENET_LABELS_URL).then((r) => {
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      return r.json();
+    });
+    try {
+      const l = await imagenetLabels;
+      if (Array.isArray(l) && l.length === 1000) return l;
+    } catch (e) {
+      imagenetLabels = null;
+      console.warn(`ImageNet labels unavailable: ${messageOf(e)}`);
+    }
+  }
+  return [];
+}
+
+export async function adoptModel(desc, option) {
+  let info = desc ?? {};
+  try {
+    const now = plain(await exclusive(() => tm.modelInfo()));
+    if (now) info = { ...info, ...now };
+  } catch { /* the description from loadModel is enough */ }
+  if (info.preprocess) info.preprocess = plain(info.preprocess);
+  state.model = info;
+  state.generation++;
+  state.modelOption = option;
+  $('model-select').value = option;
+  state.labels = await labelsFor(info);
+  state.labelSource = hasLabels(info) ? 'from the model file' : state.labels.length ? 'ImageNet-1k (timm)' : 'class numbers';
+  renderModelInfo(info);
+  state.overlay = state.pinned = null;
+  state.result = null; // energies and the eye view belong to the old model
+  state.layer = 0;
+  drawOverlays();
+  await setupViz();
+}
+
+export function renderModelInfo(info) {
+  const params = Number(info.params);
+  const size = info.inputSize ? Array.from(info.inputSize).join('×') : '–';
+  const rows = [
+    ['Family', info.family ?? '–'],
+    ['timm preset', info.preset ?? 'none (a custom shape)'],
+    ['Parameters', Number.isFinite(params) ? (params >= 1e6 ? `${(params / 1e6).toFixed(2)} M` : `${(params / 1e3).toFixed(1)} k`) : '–'],
+    ['Classes', `${info.classes ?? '–'} · labels ${state.labelSource}`],
+    ['Input (C×H×W)', size],
+  ];
+  if (info.name) rows.push(['Name', info.name]);
+  const dl = $('model-info');
+  dl.dataset.family = info.family ?? '';
+  dl.dataset.preset = info.preset ?? '';
+  dl.replaceChildren(...rows.flatMap(([k, v]) => {
+    const dt = document.createElement('dt');
+    dt.textContent = k;
+    const dd = document.createElement('dd');
+    dd.textContent = v;
+    return [dt, dd];
+  }));
+}
