@@ -12,7 +12,7 @@
 // window.tokenmixApp = {ready, classifySample(name), loadModelUrl(url), state, ...} is there
 // for tests and the console.
 
-import { $, adapterText, clearError, exclusive, HUB, messageOf, plain, reloadModel, SAMPLES, setApi, setStatus, showError, showMissing, state, tm } from './page.js';
+import { $, adapterText, clearError, exclusive, HUB, messageOf, reloadModel, SAMPLES, setApi, setStatus, showError, showMissing, state, tm } from './page.js';
 import { buildSamples, classifyImageData, classifySample, wireInputs } from './input.js';
 import { fitViews, wireViz } from './views.js';
 import { adoptModel, buildModelSelect, loadModelBytes, loadModelUrl } from './models.js';
@@ -50,7 +50,7 @@ async function start() {
   }
   try {
     setApi(await createClassifier({ backend, worker }));
-    state.adapter = plain(await tm.adapterInfo());
+    state.adapter = await tm.adapterInfo();
   } catch (e) {
     const msg = messageOf(e);
     $('adapter').textContent = 'not started';
@@ -79,7 +79,7 @@ async function start() {
   fitViews();
 
   try {
-    await adoptModel(plain(await exclusive(() => tm.modelInfo())), 'embedded');
+    await adoptModel(await exclusive(() => tm.modelInfo()), 'embedded');
     setStatus('ok', 'Embedded default model.');
   } catch (e) {
     showError(`Could not read the embedded model: ${messageOf(e)}`);

@@ -1,7 +1,7 @@
 // Images in: samples, files, drop, paste, the camera; classifying what came in.
 
 import * as viz from './visualise.js';
-import { $, clearError, exclusive, MAX_IMAGE_SIDE, messageOf, plain, SAMPLES, showError, state, tm, VIEW_BOX } from './page.js';
+import { $, clearError, exclusive, MAX_IMAGE_SIDE, messageOf, SAMPLES, showError, state, tm, VIEW_BOX } from './page.js';
 import { cropRect, fitViews, updateEnergy, wireImageHover } from './views.js';
 import { loadModelFile } from './models.js';
 
@@ -100,14 +100,13 @@ export async function classifyImageData(imageData, source = 'image') {
     }
     throw new Error(msg);
   }
-  state.crop = await exclusive(() => tm.cropGeometry(imageData.width, imageData.height)).then(plain, () => null);
+  state.crop = await exclusive(() => tm.cropGeometry(imageData.width, imageData.height)).catch(() => null);
   const result = {
     predictions: Array.from(r.predictions, (p) => {
-      p = plain(p);
       return { index: p.index, label: state.labels[p.index] ?? p.label, probability: p.probability };
     }),
-    timings: { ...plain(r.timings) },
-    input: plain(r.input),
+    timings: { ...r.timings },
+    input: r.input,
     source,
   };
   if (seq === classifySeq) { // a newer request will draw itself

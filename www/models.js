@@ -1,6 +1,6 @@
 // Models: the picker (embedded, shipped, a file, timm checkpoints from the hub), loading, labels.
 
-import { $, clearError, exclusive, finishProgress, HUB, HUB_MODELS, hubUrl, IMAGENET_LABELS_URL, messageOf, onProgress, plain, resetProgress, setStatus, SHIPPED, showError, state, tm } from './page.js';
+import { $, clearError, exclusive, finishProgress, HUB, HUB_MODELS, hubUrl, IMAGENET_LABELS_URL, messageOf, onProgress, resetProgress, setStatus, SHIPPED, showError, state, tm } from './page.js';
 import { classifyImageData } from './input.js';
 import { drawOverlays, setupViz } from './views.js';
 
@@ -125,7 +125,7 @@ export async function loadModelSource(source, { label, option, cacheable = false
     finishProgress();
     state.lastLoad = { source, opts: { label, option, cacheable, fileName } };
     if (option === 'current-file') fileOption(fileName ?? label);
-    await adoptModel(plain(desc), option);
+    await adoptModel(desc, option);
     const info = state.model;
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
     state.load = { status: 'ok', label, error: null };
@@ -173,10 +173,9 @@ export async function labelsFor(info) {
 export async function adoptModel(desc, option) {
   let info = desc ?? {};
   try {
-    const now = plain(await exclusive(() => tm.modelInfo()));
+    const now = await exclusive(() => tm.modelInfo());
     if (now) info = { ...info, ...now };
   } catch { /* the description from loadModel is enough */ }
-  if (info.preprocess) info.preprocess = plain(info.preprocess);
   state.model = info;
   state.generation++;
   state.modelOption = option;

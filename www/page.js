@@ -50,8 +50,6 @@ export function hubBase(param) {
 
 export const $ = (id) => document.getElementById(id);
 export const messageOf = (e) => (e && typeof e === 'object' && 'message' in e ? e.message : String(e));
-// serde-wasm-bindgen may hand maps over as Map; the page wants plain objects.
-export const plain = (x) => (x instanceof Map ? Object.fromEntries([...x].map(([k, v]) => [k, plain(v)])) : x);
 
 export const state = {
   webgpu: null, // navigator.gpu exists: true, false, or null while starting

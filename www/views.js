@@ -1,7 +1,7 @@
 // The views: predictions, the two image views with the token overlay, and the visualiser.
 
 import * as viz from './visualise.js';
-import { $, exclusive, messageOf, plain, state, tm, VIEW_BOX } from './page.js';
+import { $, exclusive, messageOf, state, tm, VIEW_BOX } from './page.js';
 
 export let vizController = null;
 
@@ -95,14 +95,9 @@ export function wireViz() {
 
 export async function setupViz() {
   const slider = $('layer');
-  if (typeof tm.tokenMixing !== 'function') {
-    $('viz-body').replaceChildren(Object.assign(document.createElement('p'), { className: 'muted', textContent: 'This build has no tokenMixing().' }));
-    slider.disabled = true;
-    return;
-  }
   let probe;
   try {
-    probe = plain(await exclusive(() => tm.tokenMixing(0)));
+    probe = await exclusive(() => tm.tokenMixing(0));
   } catch (e) {
     $('viz-body').replaceChildren(Object.assign(document.createElement('p'), { className: 'muted', textContent: `No token-mixing weights to show: ${messageOf(e)}` }));
     slider.disabled = true;
@@ -136,7 +131,7 @@ export async function drawViz(pre) {
   const layer = state.layer;
   let t;
   try {
-    t = pre && Number(pre.layer ?? 0) === layer ? pre : plain(await exclusive(() => tm.tokenMixing(layer)));
+    t = pre && Number(pre.layer ?? 0) === layer ? pre : await exclusive(() => tm.tokenMixing(layer));
   } catch (e) {
     $('viz-body').replaceChildren(Object.assign(document.createElement('p'), { className: 'muted', textContent: `Layer ${layer}: ${messageOf(e)}` }));
     return;
@@ -156,10 +151,9 @@ export async function updateEnergy() {
   const host = document.getElementById('viz-energy');
   if (!host) return;
   const p = (text) => host.replaceChildren(Object.assign(document.createElement('p'), { className: 'muted', textContent: text }));
-  if (typeof tm.stageEnergy !== 'function') return p('This build does not report activations (no stageEnergy()).');
   if (!state.result) return p('Classify an image to see where its activations are strong.');
   try {
-    const stages = Array.from(await exclusive(() => tm.stageEnergy()) ?? [], plain);
+    const stages = await exclusive(() => tm.stageEnergy());
     viz.renderEnergy(host, stages, overlayHooks);
   } catch (e) {
     p(`No activations: ${messageOf(e)}`);
