@@ -8,7 +8,8 @@
 # loader). Writes results under $OUT. Never run by CI.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export PYTHONUNBUFFERED=1 WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
+# TOKENMIX_BACKEND=gpu: the WGSL path is what this script measures, whatever auto would pick.
+export PYTHONUNBUFFERED=1 WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg TOKENMIX_BACKEND=gpu
 mkdir -p -m 700 /tmp/xdg /tmp/train
 TM=.bin/tokenmix
 MINUTES=${MINUTES:-4}

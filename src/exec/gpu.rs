@@ -144,13 +144,11 @@ impl GpuExec {
 
     /// The dense activation matrix a GEMM reads as its A operand (rows over the whole batch).
     fn gemm_input(&self, batch: usize, g: &crate::net::Gemm) -> Option<(Slot, usize, usize)> {
-        let (_, rows, cols) = &self.shapes[g.w.0];
+        // The weight's columns are K: A's row length (Linear) or X's row count (Tokens).
+        let k = self.shapes[g.w.0].2;
         match g.kind {
-            GemmKind::Linear { rows: r, a } if a.off == 0 && a.ld == *cols => Some((a.slot, batch * r, *cols)),
-            GemmKind::Tokens { x, channels } if x.off == 0 && x.ld == channels && x.bs == cols * channels => {
-                let _ = rows;
-                Some((x.slot, batch * cols, channels))
-            }
+            GemmKind::Linear { rows, a } if a.off == 0 && a.ld == k => Some((a.slot, batch * rows, k)),
+            GemmKind::Tokens { x, channels } if x.off == 0 && x.ld == channels && x.bs == k * channels => Some((x.slot, batch * k, channels)),
             _ => None,
         }
     }
@@ -194,9 +192,10 @@ impl GpuExec {
         match step {
             Step::Gemm(g) => {
                 let w = self.matrix(g.w)?;
-                let mirror = self.gemm_input(batch, g).and_then(|k| mirrors.get(&k));
-                if let Some(t) = mirror {
-                    let slot = self.gemm_input(batch, g).map_or(Slot::Input, |k| k.0);
+                let input = self.gemm_input(batch, g);
+                let mirror = input.and_then(|key| mirrors.get(&key));
+                if let (Some((slot, _, _)), Some(t)) = (input, mirror) {
+                    // The texture must hold what the previous steps just wrote.
                     ops.push(Op::copy_to_texture(buf(slot), t)?);
                 }
                 let mut gemm = match g.kind {
