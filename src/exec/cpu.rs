@@ -523,9 +523,29 @@ enum Bias<'a> {
     Row(f32),
 }
 
-/// `out (+)= gate ⊙ (act(prod + bias) * scale)` for one row, in chunks of 64 that stay in
-/// registers/L1, one tight loop per stage so each vectorises (GELU included).
+/// `out (+)= gate ⊙ (act(prod + bias) * scale)` for one row. The crate is built for baseline
+/// x86-64 (SSE2, 4 lanes); where the CPU has AVX2 the same code runs compiled for it (8 lanes),
+/// chosen at run time as matrixmultiply chooses its kernels.
 fn epilogue_row(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); the function is otherwise safe.
+        unsafe { epilogue_row_avx2(prod, out, bias, scale, gelu, gate, residual) };
+        return;
+    }
+    epilogue_row_any(prod, out, bias, scale, gelu, gate, residual);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn epilogue_row_avx2(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
+    epilogue_row_any(prod, out, bias, scale, gelu, gate, residual);
+}
+
+/// The epilogue in chunks of 64 that stay in registers/L1, one tight loop per stage so each
+/// vectorises (GELU included).
+#[inline(always)]
+fn epilogue_row_any(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
     const CHUNK: usize = 64;
     let mut tmp = [0f32; CHUNK];
     let n = prod.len();
@@ -560,7 +580,7 @@ fn epilogue_row(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>
 }
 
 /// GELU with the exact erf, as torch.nn.GELU() (not the tanh approximation).
-#[inline]
+#[inline(always)]
 pub fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
@@ -570,7 +590,7 @@ pub fn gelu_erf(x: f32) -> f32 {
 /// vectorises the epilogue loops that call it (plain multiply-adds: `mul_add` without FMA
 /// enabled at compile time is a libm call) (libm's scalar `erff` made GELU the largest cost
 /// of a Mixer forward on the CPU). Within 1e-6 of libm's erff everywhere (tested below).
-#[inline]
+#[inline(always)]
 pub fn erf(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
