@@ -454,6 +454,10 @@ fn check(len: usize, rows: usize, cols: usize, ld: usize, what: &str) -> Result<
     Ok(())
 }
 
+/// GEMMs with at most this many rows use the `gemm` crate natively (see [`sgemm`]).
+#[cfg(not(target_arch = "wasm32"))]
+const SMALL_M: usize = 256;
+
 /// `C = A · B` (or `C += A · B`), A [m, k] and B [k, n] with (row, column) strides, C [m, n]
 /// with row stride `ldc`. Callers check every extent first ([`check`]).
 #[allow(clippy::too_many_arguments)]
@@ -472,6 +476,38 @@ fn sgemm(
     debug_assert!(a.len() > (m - 1) * rsa + (k - 1) * csa);
     debug_assert!(b.len() > (k - 1) * rsb + (n - 1) * csb);
     debug_assert!(c.len() >= (m - 1) * ldc + n);
+    // Natively, few rows (one image's tokens: 196 at 224²) go to the `gemm` crate, which
+    // measured 1.1-1.6x matrixmultiply there (196x512x2048: 150-180 vs 110 GFLOP/s, 2 threads);
+    // at 1568 rows matrixmultiply was as fast or faster (162 vs 102-155), and it alone has
+    // simd128 kernels for wasm.
+    #[cfg(not(target_arch = "wasm32"))]
+    if m <= SMALL_M {
+        // SAFETY: as below; `gemm` takes the same pointers and strides (column stride first).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                ldc as isize,
+                accumulate,
+                a.as_ptr(),
+                csa as isize,
+                rsa as isize,
+                b.as_ptr(),
+                csb as isize,
+                rsb as isize,
+                if accumulate { 1.0 } else { 0.0 },
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(rayon::current_num_threads()),
+            );
+        }
+        return;
+    }
     // SAFETY: the extents above are checked by the callers (`check`) for every operand: each
     // pointer plus its largest offset stays inside its slice, and C does not alias A or B
     // (they are different slices; `CpuExec::new` refuses GEMMs that read the slot they write).
