@@ -154,7 +154,7 @@ fn backend_is_chosen_reported_and_consistent() {
     assert_eq!(info(&["--backend", "gpu", "info", "--weights", w, "--json"], Some("cpu"))["backend"], "gpu");
     let bench = info(&["--backend", "cpu", "bench", "--weights", w, "--batch", "1", "--iters", "1", "--json"], None);
     assert_eq!(bench["backend"], "cpu");
-    assert_eq!(bench["gemm"], "matrixmultiply");
+    assert_eq!(bench["gemm"], "gemm+matrixmultiply");
 
     // Same logits from both executors through the `logits` command.
     let io = read_tensors(&fixtures().join("mixer_p4_rgb.io.safetensors"), &["input", "logits"]);

@@ -17,6 +17,10 @@ use crate::preprocess::{Geometry, Preprocess};
 
 use super::{Output, RunTimes, MAX_BATCH};
 
+/// The GEMM crates the CPU executor uses here (see [`sgemm`]).
+#[cfg(not(target_arch = "wasm32"))]
+pub const GEMM_NAME: &str = "gemm+matrixmultiply";
+#[cfg(target_arch = "wasm32")]
 pub const GEMM_NAME: &str = "matrixmultiply";
 
 /// The CPU as a device: its thread count and SIMD level, for reports.
