@@ -204,10 +204,9 @@ pub enum Step {
         x: Slot,
         y: Slot,
     },
-    /// Keep the first `floats` values of `x` of the latest image as stage output `stage`
-    /// (PoolFormer's per-stage token energy for the page).
+    /// Keep the first `floats` values of `x` of the latest image as the next stage's output
+    /// (PoolFormer's per-stage token energy for the page; [`Net::stages`] has their shapes).
     Snapshot {
-        stage: usize,
         x: Slot,
         floats: usize,
     },
@@ -253,6 +252,9 @@ impl Net {
                     if let GemmKind::Tokens { x, channels } = g.kind {
                         view_in(need, &x, self.weight(g.w).cols(), channels);
                     }
+                    if let GemmKind::Conv { input, geometry: c, .. } = g.kind {
+                        grow_to(need, input, c.cin * c.ih * c.iw);
+                    }
                     let c_bs = if matches!(g.kind, GemmKind::Tokens { .. }) { g.c.bs } else { m * g.c.ld };
                     view_in(need, &View { bs: c_bs, ..g.c }, m, n);
                     if let Some(gate) = &g.gate {
@@ -280,10 +282,16 @@ impl Net {
                     grow_to(need, *x, tokens * d);
                     grow_to(need, *y, *d);
                 }
-                Step::Snapshot { x, floats, .. } => grow_to(need, *x, *floats),
+                Step::Snapshot { x, floats } => grow_to(need, *x, *floats),
             }
         }
         *need
+    }
+
+    /// Bytes of one image's widest activation slot (at least 4): what a storage binding must
+    /// hold for a batch of one.
+    pub fn widest_slot_bytes(&self) -> u64 {
+        self.slot_floats().into_iter().max().unwrap_or(1).max(1) as u64 * 4
     }
 
     /// (m, n, k) of a GEMM for one image (a Linear GEMM's m is its rows per image).

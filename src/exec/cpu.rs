@@ -1,8 +1,9 @@
 //! The CPU executor: runs a [`Net`] where the GPU is software or missing. GEMMs go to
 //! `matrixmultiply` (SIMD microkernels: AVX2/FMA, AVX-512, NEON natively, simd128 in wasm;
-//! threads natively), which takes any row and column stride, so Linear layers read PyTorch's
-//! [out, in] weights transposed in place, token mixing reads the activations in their own
-//! layout and convolutions run on an im2col copy. Epilogues, norms, pooling and reductions are
+//! threads natively) and, natively for one image's rows, to `gemm` (see [`sgemm`]); both take
+//! any row and column stride, so Linear layers read PyTorch's [out, in] weights transposed in
+//! place, token mixing reads the activations in their own layout and convolutions run on an
+//! im2col copy. Epilogues, norms, pooling and reductions are
 //! plain loops over contiguous rows that the compiler vectorises; GELU is the exact erf.
 //!
 //! Weights are f32 from load on; activations live in a per-batch [`Workspace`] made once and
@@ -83,6 +84,8 @@ struct Workspace {
 pub struct CpuExec {
     net: Net,
     slot_floats: [usize; 7],
+    /// [`Net::widest_slot_bytes`].
+    widest: u64,
     work: Mutex<HashMap<usize, Workspace>>,
 }
 
@@ -101,18 +104,15 @@ impl CpuExec {
                 }
             }
         }
-        let exec = CpuExec { net, slot_floats, work: Mutex::default() };
+        let widest = net.widest_slot_bytes();
+        let exec = CpuExec { net, slot_floats, widest, work: Mutex::default() };
         // Like the GPU executor, make the batch-1 workspace at load.
         exec.with_workspace(1, |_| Ok(()))?;
         Ok(exec)
     }
 
-    pub fn input_len(&self) -> usize {
-        self.net.input
-    }
-
     pub fn widest_activation_bytes(&self) -> u64 {
-        self.slot_floats.iter().max().copied().unwrap_or(1).max(1) as u64 * 4
+        self.widest
     }
 
     pub fn max_batch(&self) -> usize {
@@ -268,7 +268,7 @@ impl CpuExec {
                     }
                     ws.slots[y.index()] = out;
                 }
-                Step::Snapshot { x, floats, .. } => {
+                Step::Snapshot { x, floats } => {
                     // The last image's stage output (batch-1 runs are the page's).
                     let b = ws.batch - 1;
                     let src = &ws.slots[x.index()][b * floats..(b + 1) * floats];
@@ -294,105 +294,45 @@ impl CpuExec {
         let (m, n, k) = self.net.gemm_dims(g);
         let w = &self.net.weight(g.w).data;
         let batch = ws.batch;
-        let bias = g.bias.map(|b| &self.net.weight(b).data[..]);
-        let scale = g.scale.map(|s| &self.net.weight(s).data[..]);
-        // Nothing but a bias (and the residual) after the product: put the bias into C first
-        // and let the GEMM accumulate onto it, with no second pass over a scratch product.
-        let only_bias = scale.is_none() && !g.gelu && g.gate.is_none();
+        let epi = Epilogue {
+            bias: g.bias.map(|b| &self.net.weight(b).data[..]),
+            bias_per_row: matches!(g.kind, GemmKind::Tokens { .. }),
+            scale: g.scale.map(|s| &self.net.weight(s).data[..]),
+            gelu: g.gelu,
+            residual: g.residual,
+        };
         let mut c = std::mem::take(&mut ws.slots[g.c.slot.index()]);
         let mut scratch = std::mem::take(&mut ws.scratch);
         let result = (|| -> Result<()> {
+            let cv = g.c;
             match g.kind {
                 GemmKind::Linear { .. } | GemmKind::Conv { .. } => {
+                    // Every image's rows at once. A: the activations, or a convolution's im2col columns.
                     let rows = batch * m;
-                    // A: the activations, or the im2col columns of a convolution.
                     let (a, lda): (&[f32], usize) = match g.kind {
-                        GemmKind::Linear { a, .. } => (ws.slots[a.slot.index()].get(a.off..).ok_or_else(|| overrun("GEMM A"))?, a.ld),
                         GemmKind::Conv { input, geometry, nhwc } => {
+                            // im2col checks that the columns hold rows x k.
                             im2col(&ws.slots[input.index()], batch, &geometry, nhwc, &mut ws.cols)?;
                             (&ws.cols[..], k)
                         }
+                        GemmKind::Linear { a, .. } => (rows_at(&ws.slots[a.slot.index()], a.off, rows, k, a.ld, "GEMM A")?, a.ld),
                         GemmKind::Tokens { .. } => unreachable!(),
                     };
-                    check(a.len(), rows, k, lda, "GEMM A")?;
-                    let cv = g.c;
-                    let cs = c.get_mut(cv.off..).ok_or_else(|| overrun("GEMM C"))?;
-                    check(cs.len(), rows, n, cv.ld, "GEMM C")?;
-                    if only_bias {
-                        // C (+)= bias + A · Wᵀ straight into C.
-                        if let Some(b) = bias {
-                            let residual = g.residual;
-                            for_rows(&mut cs[..(rows - 1) * cv.ld + n], cv.ld, |_, out| {
-                                let out = &mut out[..n];
-                                if residual {
-                                    out.iter_mut().zip(b).for_each(|(o, b)| *o += b);
-                                } else {
-                                    out.copy_from_slice(b);
-                                }
-                            });
-                        }
-                        sgemm(rows, k, n, a, (lda, 1), w, (1, k), cs, cv.ld, g.residual || bias.is_some());
-                        return Ok(());
-                    }
-                    let prod = &mut scratch[..rows * n];
-                    sgemm(rows, k, n, a, (lda, 1), w, (1, k), prod, n, false);
-                    let gate = match &g.gate {
-                        Some(v) => Some((ws.slots[v.slot.index()].get(v.off..).ok_or_else(|| overrun("GEMM gate"))?, v.ld)),
-                        None => None,
-                    };
-                    if let Some((gs, ld)) = gate {
-                        check(gs.len(), rows, n, ld, "GEMM gate")?;
-                    }
-                    let (prod, gelu, residual) = (&*prod, g.gelu, g.residual);
-                    for_rows(&mut cs[..(rows - 1) * cv.ld + n], cv.ld, |r, out| {
-                        let gate_row = gate.map(|(gs, ld)| &gs[r * ld..r * ld + n]);
-                        epilogue_row(
-                            &prod[r * n..(r + 1) * n],
-                            &mut out[..n],
-                            bias.map_or(Bias::None, Bias::Columns),
-                            scale,
-                            gelu,
-                            gate_row,
-                            residual,
-                        );
-                    });
+                    let gate =
+                        g.gate.map(|v| Ok::<_, Error>((rows_at(&ws.slots[v.slot.index()], v.off, rows, n, v.ld, "GEMM gate")?, v.ld))).transpose()?;
+                    let cs = rows_at_mut(&mut c, cv.off, rows, n, cv.ld, "GEMM C")?;
+                    epi.apply(cs, cv.ld, rows, n, gate, &mut scratch, |out, ld, acc| sgemm(rows, k, n, a, (lda, 1), w, (1, k), out, ld, acc));
                 }
                 GemmKind::Tokens { x, .. } => {
+                    // One image at a time: C[b] = W · X[b].
                     for b in 0..batch {
-                        let xs = ws.slots[x.slot.index()].get(x.off + b * x.bs..).ok_or_else(|| overrun("token-mixing input"))?;
-                        check(xs.len(), k, n, x.ld, "token-mixing input")?;
-                        let cv = g.c;
-                        let cs = c.get_mut(cv.off + b * cv.bs..).ok_or_else(|| overrun("token-mixing output"))?;
-                        check(cs.len(), m, n, cv.ld, "token-mixing output")?;
-                        if only_bias {
-                            if let Some(b) = bias {
-                                for i in 0..m {
-                                    let out = &mut cs[i * cv.ld..i * cv.ld + n];
-                                    if g.residual {
-                                        out.iter_mut().for_each(|o| *o += b[i]);
-                                    } else {
-                                        out.fill(b[i]);
-                                    }
-                                }
-                            }
-                            sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), cs, cv.ld, g.residual || bias.is_some());
-                            continue;
-                        }
-                        let prod = &mut scratch[..m * n];
-                        sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), prod, n, false);
-                        let gate = match &g.gate {
-                            Some(v) => Some((ws.slots[v.slot.index()].get(v.off + b * v.bs..).ok_or_else(|| overrun("GEMM gate"))?, v.ld)),
-                            None => None,
-                        };
-                        if let Some((gs, ld)) = gate {
-                            check(gs.len(), m, n, ld, "GEMM gate")?;
-                        }
-                        let (prod, gelu, residual) = (&*prod, g.gelu, g.residual);
-                        for_rows(&mut cs[..(m - 1) * cv.ld + n], cv.ld, |i, out| {
-                            let gate_row = gate.map(|(gs, ld)| &gs[i * ld..i * ld + n]);
-                            let row_bias = bias.map_or(Bias::None, |b| Bias::Row(b[i]));
-                            epilogue_row(&prod[i * n..(i + 1) * n], &mut out[..n], row_bias, scale, gelu, gate_row, residual);
-                        });
+                        let xs = rows_at(&ws.slots[x.slot.index()], x.off + b * x.bs, k, n, x.ld, "token-mixing input")?;
+                        let gate = g
+                            .gate
+                            .map(|v| Ok::<_, Error>((rows_at(&ws.slots[v.slot.index()], v.off + b * v.bs, m, n, v.ld, "GEMM gate")?, v.ld)))
+                            .transpose()?;
+                        let cs = rows_at_mut(&mut c, cv.off + b * cv.bs, m, n, cv.ld, "token-mixing output")?;
+                        epi.apply(cs, cv.ld, m, n, gate, &mut scratch, |out, ld, acc| sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), out, ld, acc));
                     }
                 }
             }
@@ -401,6 +341,66 @@ impl CpuExec {
         ws.slots[g.c.slot.index()] = c;
         ws.scratch = scratch;
         result
+    }
+}
+
+/// What follows a GEMM's product (see [`crate::net::Gemm`]).
+struct Epilogue<'a> {
+    bias: Option<&'a [f32]>,
+    /// The bias has one value per row of C (token mixing) rather than per column.
+    bias_per_row: bool,
+    scale: Option<&'a [f32]>,
+    gelu: bool,
+    residual: bool,
+}
+
+impl Epilogue<'_> {
+    fn row_bias(&self, r: usize) -> Bias<'_> {
+        match self.bias {
+            None => Bias::None,
+            Some(b) if self.bias_per_row => Bias::Row(b[r]),
+            Some(b) => Bias::Columns(b),
+        }
+    }
+
+    /// C (`m` rows of `n`, row stride `ldc`, checked to fit) (+)= this epilogue of the product
+    /// that `product(out, ld, accumulate)` computes. With nothing but a bias (and the residual)
+    /// after the product, the bias goes into C first and the GEMM accumulates onto it; else the
+    /// product goes to `scratch` and the epilogue combines it into C row by row.
+    fn apply(
+        &self,
+        c: &mut [f32],
+        ldc: usize,
+        m: usize,
+        n: usize,
+        gate: Option<(&[f32], usize)>,
+        scratch: &mut [f32],
+        product: impl FnOnce(&mut [f32], usize, bool),
+    ) {
+        let c = &mut c[..(m - 1) * ldc + n];
+        if self.scale.is_none() && !self.gelu && gate.is_none() {
+            if self.bias.is_some() {
+                for_rows(c, ldc, |r, out| {
+                    let out = &mut out[..n];
+                    match (self.row_bias(r), self.residual) {
+                        (Bias::Columns(b), true) => out.iter_mut().zip(b).for_each(|(o, b)| *o += b),
+                        (Bias::Columns(b), false) => out.copy_from_slice(b),
+                        (Bias::Row(b), true) => out.iter_mut().for_each(|o| *o += b),
+                        (Bias::Row(b), false) => out.fill(b),
+                        (Bias::None, _) => {}
+                    }
+                });
+            }
+            product(c, ldc, self.residual || self.bias.is_some());
+            return;
+        }
+        let prod = &mut scratch[..m * n];
+        product(prod, n, false);
+        let prod = &*prod;
+        for_rows(c, ldc, |r, out| {
+            let gate_row = gate.map(|(gs, ld)| &gs[r * ld..r * ld + n]);
+            epilogue_row(&prod[r * n..(r + 1) * n], &mut out[..n], self.row_bias(r), self.scale, self.gelu, gate_row, self.residual);
+        });
     }
 }
 
@@ -450,12 +450,26 @@ fn overrun(what: &str) -> Error {
     Error::Input(format!("{what}: view outside its activation buffer"))
 }
 
-/// A [rows, cols] matrix with row stride `ld` must fit in `len` floats.
+/// A [rows, cols] matrix with row stride `ld` must fit in `len` floats, its rows apart.
 fn check(len: usize, rows: usize, cols: usize, ld: usize, what: &str) -> Result<()> {
-    if rows == 0 || cols == 0 || cols > ld.max(cols) || (rows - 1) * ld + cols > len {
+    if rows == 0 || cols == 0 || (rows > 1 && cols > ld) || (rows - 1) * ld + cols > len {
         return Err(overrun(what));
     }
     Ok(())
+}
+
+/// The [rows, cols] matrix with row stride `ld` that starts at `off` of `buf`, checked to fit.
+fn rows_at<'a>(buf: &'a [f32], off: usize, rows: usize, cols: usize, ld: usize, what: &str) -> Result<&'a [f32]> {
+    let s = buf.get(off..).ok_or_else(|| overrun(what))?;
+    check(s.len(), rows, cols, ld, what)?;
+    Ok(s)
+}
+
+/// [`rows_at`], writable.
+fn rows_at_mut<'a>(buf: &'a mut [f32], off: usize, rows: usize, cols: usize, ld: usize, what: &str) -> Result<&'a mut [f32]> {
+    let s = buf.get_mut(off..).ok_or_else(|| overrun(what))?;
+    check(s.len(), rows, cols, ld, what)?;
+    Ok(s)
 }
 
 /// GEMMs with at most this many rows use the `gemm` crate natively (see [`sgemm`]).

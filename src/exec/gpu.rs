@@ -41,9 +41,12 @@ pub struct GpuExec {
     shapes: Vec<(String, usize, usize)>,
     weights: Vec<GpuWeight>,
     slot_floats: [usize; 7],
+    /// [`Net::widest_slot_bytes`].
+    widest: u64,
     input: usize,
     classes: usize,
-    stage_floats: Vec<usize>,
+    /// Floats of all stage snapshots of one image (nets with [`Step::Snapshot`]s).
+    stage_floats: usize,
     plans: Mutex<HashMap<usize, Arc<Plan>>>,
 }
 
@@ -53,7 +56,7 @@ impl GpuExec {
     pub fn new(gpu: Arc<Gpu>, net: Net) -> Result<GpuExec> {
         let slot_floats = net.slot_floats();
         let limit = gpu.binding_limit();
-        let widest = slot_floats.iter().max().copied().unwrap_or(1) as u64 * 4;
+        let widest = net.widest_slot_bytes();
         if widest > limit {
             return Err(Error::Config(format!(
                 "one image's widest activation needs {widest} bytes, over the adapter's binding limit of {limit} bytes"
@@ -72,13 +75,14 @@ impl GpuExec {
             });
             shapes.push((name.clone(), rows, cols));
         }
-        let stage_floats = net.steps.iter().filter_map(|s| if let Step::Snapshot { floats, .. } = s { Some(*floats) } else { None }).collect();
+        let stage_floats = net.stages.iter().map(|((h, w), d)| h * w * d).sum();
         let exec = GpuExec {
             gpu,
             steps: net.steps,
             shapes,
             weights,
             slot_floats,
+            widest,
             input: net.input,
             classes: net.classes,
             stage_floats,
@@ -90,7 +94,7 @@ impl GpuExec {
 
     /// Bytes of the widest activation buffer for one image.
     pub fn widest_activation_bytes(&self) -> u64 {
-        self.slot_floats.iter().max().copied().unwrap_or(1).max(1) as u64 * 4
+        self.widest
     }
 
     /// The largest batch one plan runs: [`super::MAX_BATCH`], or fewer when a batch's
@@ -121,7 +125,7 @@ impl GpuExec {
         let gpu = &self.gpu;
         let slots = Slot::ALL.iter().map(|s| gpu.storage(s.name(), batch * self.slot_floats[s.index()].max(1))).collect::<Result<Vec<_>>>()?;
         let probs = gpu.storage("probs", batch * self.classes)?;
-        let stages = match self.stage_floats.iter().sum::<usize>() {
+        let stages = match self.stage_floats {
             n if n > 0 && batch == 1 => Some(gpu.storage("stages", n)?),
             _ => None,
         };
@@ -130,7 +134,7 @@ impl GpuExec {
         let mut stage_offset = 0;
         for step in &self.steps {
             self.record(batch, step, &slots, &mirrors, &mut ops)?;
-            if let (Step::Snapshot { x, floats, .. }, Some(st)) = (step, &stages) {
+            if let (Step::Snapshot { x, floats }, Some(st)) = (step, &stages) {
                 ops.push(Op::copy_buffer(&slots[x.index()], st, stage_offset, *floats)?);
                 stage_offset += floats;
             }

@@ -211,7 +211,7 @@ pub fn build(w: &mut Weights, cfg: &MetaFormerConfig) -> Result<Net> {
             };
             block.describe(n, &stream)?;
         }
-        n.push(Step::Snapshot { stage: i, x, floats: h * wd * d });
+        n.push(Step::Snapshot { x, floats: h * wd * d });
         n.stages.push(((h, wd), d));
     }
     let head_norm = Norm::layer(n, "head.norm", last, HEAD_LN_EPS)?;
