@@ -4,16 +4,13 @@
 /** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video). */
 export async function toImageData(image) {
   if (typeof ImageData !== 'undefined' && image instanceof ImageData) return image;
-  if (image && typeof image === 'object' && 'data' in image && 'width' in image && 'height' in image && !('getContext' in image)) {
-    return new ImageData(new Uint8ClampedArray(image.data), image.width, image.height); // a cloned ImageData-like
-  }
   const w = image?.naturalWidth || image?.videoWidth || image?.width;
   const h = image?.naturalHeight || image?.videoHeight || image?.height;
   if (!w || !h) throw new Error('classify: the image has no pixels yet (not loaded, or a video without a frame)');
   const canvas = typeof OffscreenCanvas !== 'undefined' ? new OffscreenCanvas(w, h) : Object.assign(document.createElement('canvas'), { width: w, height: h });
   const ctx = canvas.getContext('2d', { willReadFrequently: true });
   ctx.drawImage(image, 0, 0, w, h);
-  if (typeof image.close === 'function' && typeof ImageBitmap !== 'undefined' && image instanceof ImageBitmap) image.close();
+  if (typeof ImageBitmap !== 'undefined' && image instanceof ImageBitmap) image.close(); // ours: it was transferred or made here
   return ctx.getImageData(0, 0, w, h);
 }
 
