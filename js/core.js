@@ -10,7 +10,6 @@ export async function toImageData(image) {
   const canvas = typeof OffscreenCanvas !== 'undefined' ? new OffscreenCanvas(w, h) : Object.assign(document.createElement('canvas'), { width: w, height: h });
   const ctx = canvas.getContext('2d', { willReadFrequently: true });
   ctx.drawImage(image, 0, 0, w, h);
-  if (typeof ImageBitmap !== 'undefined' && image instanceof ImageBitmap) image.close(); // ours: it was transferred or made here
   return ctx.getImageData(0, 0, w, h);
 }
 

@@ -23,7 +23,8 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
       return toImageData(img); // e.g. a video element without createImageBitmap support
     }
   };
-  const transfer = (img) => (typeof ImageBitmap !== 'undefined' && img instanceof ImageBitmap ? [img] : []);
+  // Only a bitmap made here is transferred: the caller's own ImageBitmap stays usable (it is copied).
+  const transfer = (made, given) => (made !== given && typeof ImageBitmap !== 'undefined' && made instanceof ImageBitmap ? [made] : []);
 
   return {
     worker: call.worker,
@@ -36,11 +37,11 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     },
     async classify(img, topK = 5) {
       const i = await image(img);
-      return call('classify', [i, topK], transfer(i));
+      return call('classify', [i, topK], transfer(i, img));
     },
     async classifyDetailed(img, topK = 5) {
       const i = await image(img);
-      return call('classifyDetailed', [i, topK], transfer(i));
+      return call('classifyDetailed', [i, topK], transfer(i, img));
     },
     tokenMixing: (layer) => call('tokenMixing', [layer]),
     stageEnergy: () => call('stageEnergy', []),
