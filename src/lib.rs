@@ -26,7 +26,7 @@ pub mod weights;
 pub use error::{Error, Result};
 pub use exec::{BackendChoice, Cpu, Device};
 pub use gpu::Gpu;
-pub use models::{inspect, Inspected, Model, ModelInfo, Output};
+pub use models::{inspect, Explained, Inspected, Model, ModelInfo, Output};
 
 /// The default model, embedded so everything works offline: an MLP-Mixer trained on
 /// Fashion-MNIST by `tools/train.py` (timm names, F16, metadata with preprocessing and labels).

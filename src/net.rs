@@ -46,15 +46,22 @@ pub enum Slot {
     Aux,
     Pooled,
     Logits,
+    /// Per-token class evidence, [tokens, classes] per image: written only by the
+    /// [`Explain`] steps, so plain forward passes do not allocate it.
+    Evidence,
 }
 
+/// Per-slot sizes, in [`Slot::ALL`] order.
+pub type SlotSizes = [usize; Slot::COUNT];
+
 impl Slot {
-    pub const ALL: [Slot; 7] = [Slot::Input, Slot::X, Slot::Xn, Slot::Hidden, Slot::Aux, Slot::Pooled, Slot::Logits];
+    pub const COUNT: usize = 8;
+    pub const ALL: [Slot; Slot::COUNT] = [Slot::Input, Slot::X, Slot::Xn, Slot::Hidden, Slot::Aux, Slot::Pooled, Slot::Logits, Slot::Evidence];
     pub fn index(self) -> usize {
         self as usize
     }
     pub fn name(self) -> &'static str {
-        ["input", "x", "xn", "hidden", "aux", "pooled", "logits"][self.index()]
+        ["input", "x", "xn", "hidden", "aux", "pooled", "logits", "evidence"][self.index()]
     }
 }
 
@@ -212,6 +219,42 @@ pub enum Step {
     },
 }
 
+/// How a net splits each logit into one contribution per token of its last token grid
+/// (`tokenmix explain`): steps that run after [`Net::steps`] and leave `E` [tokens, classes]
+/// per image in [`Slot::Evidence`], so that `logit_c = Σ_t E[t, c] + bias_c`.
+///
+/// Mixer, gMLP and ResMLP pool normalised tokens and apply a linear head, so
+/// `E[t, c] = w_c · n_t / T` is exact. PoolFormer normalises *after* pooling; its split holds
+/// the head LayerNorm's statistics (μ, σ of the pooled vector) at this image's values, which
+/// makes the sum exact but each token's share a linearisation (see [`FrozenNorm`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Explain {
+    pub steps: Vec<Step>,
+    /// The token grid E's rows run over, row-major.
+    pub grid: (usize, usize),
+    /// Per class, the part of the logit no token carries.
+    pub bias: Vec<f32>,
+    pub frozen_norm: Option<FrozenNorm>,
+}
+
+/// PoolFormer's head `fc(LayerNorm(mean_t x_t))`: with `γ`, `β` the norm's affine and
+/// `W' = W ⊙ γ` (folded into the evidence GEMM, which gives `E'[t, c] = W'_c · x_t / T`),
+/// `logit_c = Σ_t (E'[t, c] − μ s_c / T) / σ + (W_c · β + b_c)` where `μ`, `σ² + eps` are the
+/// mean and variance over channels of the pooled vector (left in [`Slot::Pooled`], `d`
+/// floats per image) and `s_c = Σ_k W'_ck`. The host applies the `μ`, `σ` correction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrozenNorm {
+    pub d: usize,
+    pub eps: f32,
+    pub row_sums: Vec<f32>,
+}
+
+impl Explain {
+    pub fn tokens(&self) -> usize {
+        self.grid.0 * self.grid.1
+    }
+}
+
 /// A whole network: weights, steps, and what goes in and comes out.
 pub struct Net {
     pub weights: Vec<Tensor>,
@@ -222,27 +265,39 @@ pub struct Net {
     pub classes: usize,
     /// (token grid, width) of each [`Step::Snapshot`], in stage order.
     pub stages: Vec<((usize, usize), usize)>,
+    /// The per-token split of the logits, where the family has one.
+    pub explain: Option<Explain>,
 }
 
 impl Net {
+    /// The steps of a forward pass, and with `explain` the evidence steps after them.
+    pub fn steps_for(&self, explain: bool) -> impl Iterator<Item = &Step> {
+        let extra = match (&self.explain, explain) {
+            (Some(e), true) => &e.steps[..],
+            _ => &[],
+        };
+        self.steps.iter().chain(extra)
+    }
+
     pub fn weight(&self, w: W) -> &Tensor {
         &self.weights[w.0]
     }
 
-    /// Floats each slot needs per image: the furthest element any step reads or writes there.
-    pub fn slot_floats(&self) -> [usize; 7] {
-        let mut need = [0usize; 7];
+    /// Floats each slot needs per image: the furthest element any step reads or writes there
+    /// (with `explain`, the evidence steps' too).
+    pub fn slot_floats(&self, explain: bool) -> SlotSizes {
+        let mut need = [0usize; Slot::COUNT];
         need[Slot::Input.index()] = self.input;
         need[Slot::Logits.index()] = self.classes;
-        fn grow_to(need: &mut [usize; 7], slot: Slot, n: usize) {
+        fn grow_to(need: &mut SlotSizes, slot: Slot, n: usize) {
             need[slot.index()] = need[slot.index()].max(n);
         }
         // A view of `rows` x `cols` whose images are `bs` apart.
-        fn view_in(need: &mut [usize; 7], v: &View, rows: usize, cols: usize) {
+        fn view_in(need: &mut SlotSizes, v: &View, rows: usize, cols: usize) {
             grow_to(need, v.slot, v.bs.max(v.off + rows.saturating_sub(1) * v.ld + cols));
         }
         let need = &mut need;
-        for step in &self.steps {
+        for step in self.steps_for(explain) {
             match step {
                 Step::Gemm(g) => {
                     let (m, n, _) = self.gemm_dims(g);
@@ -288,10 +343,10 @@ impl Net {
         *need
     }
 
-    /// Bytes of one image's widest activation slot (at least 4): what a storage binding must
-    /// hold for a batch of one.
-    pub fn widest_slot_bytes(&self) -> u64 {
-        self.slot_floats().into_iter().max().unwrap_or(1).max(1) as u64 * 4
+    /// Bytes of one image's widest activation slot (at least 4), with or without the evidence
+    /// steps: what a storage binding must hold for a batch of one.
+    pub fn widest_slot_bytes(&self, explain: bool) -> u64 {
+        self.slot_floats(explain).into_iter().max().unwrap_or(1).max(1) as u64 * 4
     }
 
     /// (m, n, k) of a GEMM for one image (a Linear GEMM's m is its rows per image).
@@ -310,7 +365,7 @@ impl Net {
     /// Weights read as the matrix operand of a GEMM (executors may lay these out differently).
     pub fn gemm_weights(&self) -> Vec<bool> {
         let mut is = vec![false; self.weights.len()];
-        for step in &self.steps {
+        for step in self.steps_for(true) {
             if let Step::Gemm(g) = step {
                 is[g.w.0] = true;
             }
@@ -328,7 +383,13 @@ impl Net {
             }
             Ok(())
         };
-        for step in &self.steps {
+        if let Some(e) = &self.explain {
+            let bad = e.bias.len() != self.classes || e.frozen_norm.as_ref().is_some_and(|f| f.row_sums.len() != self.classes);
+            if bad || e.steps.iter().any(|s| matches!(s, Step::Snapshot { .. })) {
+                return Err(Error::Config("the evidence split does not match the head".into()));
+            }
+        }
+        for step in self.steps_for(true) {
             match step {
                 Step::Gemm(g) => {
                     let t = self.weights.get(g.w.0).ok_or_else(|| Error::Config("GEMM weight missing".into()))?;
@@ -418,8 +479,13 @@ impl<'w, 'a> Builder<'w, 'a> {
         &self.tensors[w.0].shape
     }
 
-    pub fn finish(self, input: usize, classes: usize) -> Result<Net> {
-        let net = Net { weights: self.tensors, steps: self.steps, input, classes, stages: self.stages };
+    /// The values of a tensor taken so far.
+    pub fn data(&self, w: W) -> &[f32] {
+        &self.tensors[w.0].data
+    }
+
+    pub fn finish(self, input: usize, classes: usize, explain: Option<Explain>) -> Result<Net> {
+        let net = Net { weights: self.tensors, steps: self.steps, input, classes, stages: self.stages, explain };
         net.validate()?;
         Ok(net)
     }
@@ -427,7 +493,7 @@ impl<'w, 'a> Builder<'w, 'a> {
 
 /// A net put together by hand (tests of single steps): tensors and steps as given.
 pub fn from_parts(weights: Vec<Tensor>, steps: Vec<Step>, input: usize, classes: usize) -> Result<Net> {
-    let net = Net { weights, steps, input, classes, stages: Vec::new() };
+    let net = Net { weights, steps, input, classes, stages: Vec::new(), explain: None };
     net.validate()?;
     Ok(net)
 }

@@ -14,8 +14,20 @@ presets build them); PoolFormer is timm's MetaFormer with the Pooling mixer and 
 poolformer_s12). Layer scales are re-randomised too (0.5 * N(0,1), far from timm's 1e-5 init),
 so the branches they scale matter.
 
-Run: python tools/make_goldens.py   (needs tools/requirements.txt; CI never runs it)
+It also writes `<name>.explain.safetensors`: timm's own per-token split of those logits
+(`evidence` [N, classes, gh, gw], `bias` [classes]) taken from timm's tensors. Mixer, gMLP and
+ResMLP: `forward_features` gives the normalised tokens n_t, and the head is linear after a
+mean, so evidence[c, t] = head.weight[c] · n_t / T and bias = head.bias. PoolFormer:
+`forward_features` gives the last stage's tokens x_t; the head is fc(LayerNorm(mean_t x_t)),
+so with the pooled vector's mean μ and σ = sqrt(var + eps), evidence[c, t] =
+Σ_k W[c,k] γ_k (x_t,k − μ) / (σ T) and bias = W·β + b. The script checks
+`evidence.sum((2, 3)) + bias == logits` against timm's forward before writing.
+
+Run: python tools/make_goldens.py            (needs tools/requirements.txt; CI never runs it)
+     python tools/make_goldens.py --explain  (only the .explain files, from the committed
+                                              weights and inputs, nothing else rewritten)
 """
+import sys
 import json
 import pathlib
 
@@ -166,5 +178,45 @@ def eps_sensitivity(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tenso
     return f", eps x10 moves logits {moved[0]:.2e}, eps /10 {moved[1]:.2e}"
 
 
+def explain(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """timm's per-token split of its logits: (evidence [N, classes, gh, gw], bias [classes])."""
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        if isinstance(model, MetaFormer):
+            n, d, gh, gw = feats.shape
+            norm, fc = model.head.norm, model.head.fc
+            pooled = feats.mean((2, 3))
+            mu = pooled.mean(1)
+            sigma = (pooled.var(1, unbiased=False) + norm.eps).sqrt()
+            centred = (feats - mu[:, None, None, None]) / (sigma[:, None, None, None] * gh * gw)
+            evidence = torch.einsum("ck,nkhw->nchw", fc.weight * norm.weight[None, :], centred)
+            bias = fc.weight @ norm.bias + fc.bias
+        else:
+            n, t, d = feats.shape
+            gh, gw = model.stem.grid_size
+            evidence = torch.einsum("ck,ntk->nct", model.head.weight, feats).reshape(n, -1, gh, gw) / t
+            bias = model.head.bias.clone()
+    return evidence, bias
+
+
+def explain_main() -> None:
+    from safetensors.torch import load_file
+    for name, (kwargs, *_rest) in CONFIGS.items():
+        if name.endswith("_many_tokens"):
+            continue  # 1000 classes x 256 tokens: 2 MB each, and nothing the others miss
+        model = build(kwargs)
+        model.load_state_dict({k: v.float() for k, v in load_file(OUT / f"{name}.safetensors").items()})
+        io = load_file(OUT / f"{name}.io.safetensors")
+        x = io["input"]
+        with torch.no_grad():
+            logits = model(x)
+        assert torch.allclose(logits, io["logits"], atol=1e-5), name
+        evidence, bias = explain(model, x)
+        err = (evidence.sum((2, 3)) + bias - logits).abs().max().item()
+        assert err <= 1e-4 * max(1.0, logits.abs().max().item()), (name, err)
+        save_file({"evidence": evidence.contiguous(), "bias": bias.contiguous()}, OUT / f"{name}.explain.safetensors")
+        print(f"{name}: evidence {tuple(evidence.shape)}, |sum + bias - logits| {err:.1e}")
+
+
 if __name__ == "__main__":
-    main()
+    explain_main() if "--explain" in sys.argv[1:] else (main(), explain_main())

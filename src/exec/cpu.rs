@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, Step};
+use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, SlotSizes, Step};
 use crate::preprocess::{Geometry, Preprocess};
 
 use super::{Output, RunTimes, MAX_BATCH};
@@ -73,6 +73,8 @@ impl Cpu {
 /// Activations for one batch size.
 struct Workspace {
     batch: usize,
+    /// Sized for the evidence steps too.
+    explain: bool,
     slots: Vec<Vec<f32>>,
     /// A GEMM's product before its epilogue, and im2col columns.
     scratch: Vec<f32>,
@@ -83,16 +85,17 @@ struct Workspace {
 
 pub struct CpuExec {
     net: Net,
-    slot_floats: [usize; 7],
+    /// Per-image slot sizes without and with the evidence steps.
+    slot_floats: [SlotSizes; 2],
     /// [`Net::widest_slot_bytes`].
     widest: u64,
-    work: Mutex<HashMap<usize, Workspace>>,
+    work: Mutex<HashMap<(usize, bool), Workspace>>,
 }
 
 impl CpuExec {
     pub fn new(net: Net) -> Result<CpuExec> {
-        let slot_floats = net.slot_floats();
-        for step in &net.steps {
+        let slot_floats = [net.slot_floats(false), net.slot_floats(true)];
+        for step in net.steps_for(true) {
             if let Step::Gemm(g) = step {
                 let reads = match g.kind {
                     GemmKind::Linear { a, .. } => a.slot,
@@ -104,10 +107,10 @@ impl CpuExec {
                 }
             }
         }
-        let widest = net.widest_slot_bytes();
+        let widest = net.widest_slot_bytes(false);
         let exec = CpuExec { net, slot_floats, widest, work: Mutex::default() };
         // Like the GPU executor, make the batch-1 workspace at load.
-        exec.with_workspace(1, |_| Ok(()))?;
+        exec.with_workspace(1, false, |_| Ok(()))?;
         Ok(exec)
     }
 
@@ -119,21 +122,22 @@ impl CpuExec {
         MAX_BATCH
     }
 
-    fn with_workspace<T>(&self, batch: usize, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
+    fn with_workspace<T>(&self, batch: usize, explain: bool, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
         let mut work = self.work.lock().map_err(|_| Error::Input("CPU workspace poisoned by an earlier failure".into()))?;
-        if !work.contains_key(&batch) {
-            // Keep at most the batch-1 workspace and one other, so a long eval does not pile up.
-            work.retain(|&b, _| b == 1);
-            work.insert(batch, self.workspace(batch));
+        let key = (batch, explain);
+        if !work.contains_key(&key) {
+            // Keep at most the batch-1 workspaces and one other, so a long eval does not pile up.
+            work.retain(|&(b, _), _| b == 1);
+            work.insert(key, self.workspace(batch, explain));
         }
-        let ws = work.get_mut(&batch).ok_or_else(|| Error::Input("no workspace".into()))?;
+        let ws = work.get_mut(&key).ok_or_else(|| Error::Input("no workspace".into()))?;
         f(ws)
     }
 
-    fn workspace(&self, batch: usize) -> Workspace {
+    fn workspace(&self, batch: usize, explain: bool) -> Workspace {
         let mut scratch = 0;
         let mut cols = 0;
-        for step in &self.net.steps {
+        for step in self.net.steps_for(explain) {
             if let Step::Gemm(g) = step {
                 let (m, n, k) = self.net.gemm_dims(g);
                 scratch = scratch.max(batch * m * n);
@@ -145,7 +149,8 @@ impl CpuExec {
         let stages = self.net.stages.iter().map(|((h, w), d)| h * w * d).sum();
         Workspace {
             batch,
-            slots: self.slot_floats.iter().map(|&n| vec![0f32; batch * n.max(1)]).collect(),
+            explain,
+            slots: self.slot_floats[explain as usize].iter().map(|&n| vec![0f32; batch * n.max(1)]).collect(),
             scratch: vec![0f32; scratch],
             cols: vec![0f32; cols],
             stages: vec![0f32; stages],
@@ -160,7 +165,7 @@ impl CpuExec {
         let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
         for chunk in input.chunks(MAX_BATCH * per) {
             let batch = chunk.len() / per;
-            self.with_workspace(batch, |ws| {
+            self.with_workspace(batch, false, |ws| {
                 ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
                 self.run(ws)?;
                 let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
@@ -172,6 +177,36 @@ impl CpuExec {
             })?;
         }
         Ok(out)
+    }
+
+    /// [`Self::forward`] with the evidence steps: also returns, per image, the
+    /// [`Slot::Evidence`] and [`Slot::Pooled`] floats (see [`crate::net::Explain`]).
+    pub fn explain(&self, input: &[f32]) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+        if self.net.explain.is_none() {
+            return Err(Error::Config("this model has no per-token split of its logits".into()));
+        }
+        let per = self.net.input;
+        let classes = self.net.classes;
+        let floats = &self.slot_floats[1];
+        let (ev, pooled) = (floats[Slot::Evidence.index()], floats[Slot::Pooled.index()]);
+        let mut out = Output { classes, logits: Vec::new(), probs: Vec::new() };
+        let (mut evidence, mut pools) = (Vec::new(), Vec::new());
+        for chunk in input.chunks(MAX_BATCH * per) {
+            let batch = chunk.len() / per;
+            self.with_workspace(batch, true, |ws| {
+                ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
+                self.run(ws)?;
+                let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
+                out.logits.extend_from_slice(logits);
+                for row in logits.chunks(classes) {
+                    softmax(row, &mut out.probs);
+                }
+                evidence.extend_from_slice(&ws.slots[Slot::Evidence.index()][..batch * ev]);
+                pools.extend_from_slice(&ws.slots[Slot::Pooled.index()][..batch * pooled]);
+                Ok(())
+            })?;
+        }
+        Ok((out, evidence, pools))
     }
 
     /// One RGBA8 image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`),
@@ -190,7 +225,7 @@ impl CpuExec {
         let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
         let t1 = now();
         let out = self.forward(&input)?;
-        let stages = self.with_workspace(1, |ws| Ok(ws.stages.clone()))?;
+        let stages = self.with_workspace(1, false, |ws| Ok(ws.stages.clone()))?;
         let t2 = now();
         Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }
@@ -199,7 +234,7 @@ impl CpuExec {
         let mut stage_at = 0;
         #[cfg(not(target_arch = "wasm32"))]
         let mut profile = PROFILE.then(std::collections::BTreeMap::<String, f64>::new);
-        for step in &self.net.steps {
+        for step in self.net.steps_for(ws.explain) {
             #[cfg(not(target_arch = "wasm32"))]
             let started = std::time::Instant::now();
             match step {
@@ -845,7 +880,7 @@ impl CpuExec {
     /// returns every slot afterwards, in [`Slot::ALL`] order — the single-step kernel tests'
     /// way in, the same on both executors.
     pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
-        self.with_workspace(batch, |ws| {
+        self.with_workspace(batch, false, |ws| {
             for (slot, data) in inputs {
                 let dst = ws.slots[slot.index()].get_mut(..data.len()).ok_or_else(|| overrun("test input"))?;
                 dst.copy_from_slice(data);

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::gpu::{GemmVariant, Gpu};
-use crate::net::{GemmKind, Net, Slot, Step, Tensor, View, W};
+use crate::net::{GemmKind, Net, Slot, SlotSizes, Step, Tensor, View, W};
 use crate::ops::{self, norm::Rows, ActTexture, Axis, Matrix, Op, Operand};
 use crate::preprocess::Preprocess;
 
@@ -24,9 +24,11 @@ enum GpuWeight {
     Vector(wgpu::Buffer),
 }
 
-/// Slot buffers, mirrors and recorded ops for one batch size.
+/// Slot buffers, mirrors and recorded ops for one batch size (and, for explanations, with the
+/// evidence steps).
 struct Plan {
     batch: usize,
+    explain: bool,
     slots: Vec<wgpu::Buffer>,
     probs: wgpu::Buffer,
     /// Batch-1 plans of nets with snapshots: each stage's output, one after the other.
@@ -37,26 +39,31 @@ struct Plan {
 pub struct GpuExec {
     pub gpu: Arc<Gpu>,
     steps: Vec<Step>,
+    /// [`crate::net::Explain::steps`] (empty for nets without an evidence split).
+    explain_steps: Vec<Step>,
     /// (name, rows, cols) of each weight, for shapes and messages; the data lives on the GPU.
     shapes: Vec<(String, usize, usize)>,
     weights: Vec<GpuWeight>,
-    slot_floats: [usize; 7],
-    /// [`Net::widest_slot_bytes`].
+    /// Per-image slot sizes without and with the evidence steps.
+    slot_floats: [SlotSizes; 2],
+    /// [`Net::widest_slot_bytes`] without and with the evidence steps.
     widest: u64,
+    widest_explain: u64,
     input: usize,
     classes: usize,
     /// Floats of all stage snapshots of one image (nets with [`Step::Snapshot`]s).
     stage_floats: usize,
-    plans: Mutex<HashMap<usize, Arc<Plan>>>,
+    plans: Mutex<HashMap<(usize, bool), Arc<Plan>>>,
 }
 
 impl GpuExec {
     /// Uploads the weights and builds the batch-1 plan, which compiles every pipeline: the
     /// first forward pass compiles nothing.
     pub fn new(gpu: Arc<Gpu>, net: Net) -> Result<GpuExec> {
-        let slot_floats = net.slot_floats();
+        let slot_floats = [net.slot_floats(false), net.slot_floats(true)];
         let limit = gpu.binding_limit();
-        let widest = net.widest_slot_bytes();
+        let widest = net.widest_slot_bytes(false);
+        let widest_explain = net.widest_slot_bytes(true);
         if widest > limit {
             return Err(Error::Config(format!(
                 "one image's widest activation needs {widest} bytes, over the adapter's binding limit of {limit} bytes"
@@ -76,19 +83,22 @@ impl GpuExec {
             shapes.push((name.clone(), rows, cols));
         }
         let stage_floats = net.stages.iter().map(|((h, w), d)| h * w * d).sum();
+        let explain_steps = net.explain.map(|e| e.steps).unwrap_or_default();
         let exec = GpuExec {
             gpu,
             steps: net.steps,
+            explain_steps,
             shapes,
             weights,
             slot_floats,
             widest,
+            widest_explain,
             input: net.input,
             classes: net.classes,
             stage_floats,
             plans: Mutex::default(),
         };
-        exec.plan(1)?;
+        exec.plan(1, false)?;
         Ok(exec)
     }
 
@@ -117,13 +127,14 @@ impl GpuExec {
         }
     }
 
-    fn plan(&self, batch: usize) -> Result<Arc<Plan>> {
+    fn plan(&self, batch: usize, explain: bool) -> Result<Arc<Plan>> {
         let mut plans = self.plans.lock().map_err(|_| Error::Gpu("plan cache poisoned".into()))?;
-        if let Some(p) = plans.get(&batch) {
+        if let Some(p) = plans.get(&(batch, explain)) {
             return Ok(p.clone());
         }
         let gpu = &self.gpu;
-        let slots = Slot::ALL.iter().map(|s| gpu.storage(s.name(), batch * self.slot_floats[s.index()].max(1))).collect::<Result<Vec<_>>>()?;
+        let floats = &self.slot_floats[explain as usize];
+        let slots = Slot::ALL.iter().map(|s| gpu.storage(s.name(), batch * floats[s.index()].max(1))).collect::<Result<Vec<_>>>()?;
         let probs = gpu.storage("probs", batch * self.classes)?;
         let stages = match self.stage_floats {
             n if n > 0 && batch == 1 => Some(gpu.storage("stages", n)?),
@@ -139,10 +150,15 @@ impl GpuExec {
                 stage_offset += floats;
             }
         }
+        if explain {
+            for step in &self.explain_steps {
+                self.record(batch, step, &slots, &mirrors, &mut ops)?;
+            }
+        }
         ops.push(ops::reduce::softmax(gpu, batch, self.classes, &slots[Slot::Logits.index()], &probs)?);
         gpu.check()?;
-        let plan = Arc::new(Plan { batch, slots, probs, stages, ops });
-        plans.insert(batch, plan.clone());
+        let plan = Arc::new(Plan { batch, explain, slots, probs, stages, ops });
+        plans.insert((batch, explain), plan.clone());
         Ok(plan)
     }
 
@@ -163,7 +179,7 @@ impl GpuExec {
         if self.gpu.gemm != GemmVariant::Texture {
             return out;
         }
-        for step in &self.steps {
+        for step in self.steps.iter().chain(&self.explain_steps) {
             if let Step::Gemm(g) = step {
                 if let Some(key @ (slot, rows, cols)) = self.gemm_input(batch, g) {
                     if let std::collections::hash_map::Entry::Vacant(e) = out.entry(key) {
@@ -280,7 +296,7 @@ impl GpuExec {
         let mut out =
             Output { classes: self.classes, logits: Vec::with_capacity(total * self.classes), probs: Vec::with_capacity(total * self.classes) };
         for chunk in input.chunks(self.max_batch() * per) {
-            let plan = self.plan(chunk.len() / per)?;
+            let plan = self.plan(chunk.len() / per, false)?;
             let staging = self.submit(&plan, Some(chunk), None)?;
             let mut data = self.gpu.read_back(&staging).await?;
             let probs = data.split_off(data.len() / 2);
@@ -288,6 +304,43 @@ impl GpuExec {
             out.probs.extend(probs);
         }
         Ok(out)
+    }
+
+    /// [`Self::forward`] with the evidence steps: also returns, per image, the
+    /// [`Slot::Evidence`] and [`Slot::Pooled`] floats (see [`crate::net::Explain`]).
+    pub async fn explain(&self, input: &[f32]) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+        if self.explain_steps.is_empty() {
+            return Err(Error::Config("this model has no per-token split of its logits".into()));
+        }
+        let per = self.input;
+        let floats = &self.slot_floats[1];
+        let (ev, pooled) = (floats[Slot::Evidence.index()], floats[Slot::Pooled.index()]);
+        let mut out = Output { classes: self.classes, logits: Vec::new(), probs: Vec::new() };
+        let (mut evidence, mut pools) = (Vec::new(), Vec::new());
+        if self.widest_explain > self.gpu.binding_limit() {
+            return Err(Error::Config(format!(
+                "one image's class evidence needs {} bytes, over the adapter's binding limit of {} bytes",
+                self.widest_explain,
+                self.gpu.binding_limit()
+            )));
+        }
+        let max_batch = ((self.gpu.binding_limit() / self.widest_explain) as usize).clamp(1, super::MAX_BATCH);
+        for chunk in input.chunks(max_batch * per) {
+            let batch = chunk.len() / per;
+            let plan = self.plan(batch, true)?;
+            let staging = self.submit(&plan, Some(chunk), None)?;
+            let mut data = self.gpu.read_back(&staging).await?;
+            let mut tail = data.split_off(2 * batch * self.classes);
+            let ev_len = (plan.slots[Slot::Evidence.index()].size() / 4) as usize;
+            let p = tail.split_off(ev_len);
+            tail.truncate(batch * ev);
+            let probs = data.split_off(batch * self.classes);
+            out.logits.extend(data);
+            out.probs.extend(probs);
+            evidence.extend(tail);
+            pools.extend(p.chunks(pooled.max(1)).take(batch).flatten());
+        }
+        Ok((out, evidence, pools))
     }
 
     /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the
@@ -301,9 +354,12 @@ impl GpuExec {
         let input_bytes = if prologue.is_some() { (plan.batch * self.input) as u64 * 4 } else { 0 };
         let snapshot = prologue.and(plan.stages.as_ref());
         let stage_bytes = snapshot.map_or(0, |st| st.size());
+        // Explanations also bring back the evidence and the pooled vectors, whole slots.
+        let extra: Vec<Slot> = if plan.explain { vec![Slot::Evidence, Slot::Pooled] } else { Vec::new() };
+        let extra_bytes: u64 = extra.iter().map(|s| plan.slots[s.index()].size()).sum();
         let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("staging"),
-            size: 2 * n + input_bytes + stage_bytes,
+            size: 2 * n + input_bytes + stage_bytes + extra_bytes,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -324,6 +380,12 @@ impl GpuExec {
         if let Some(st) = snapshot {
             encoder.copy_buffer_to_buffer(st, 0, &staging, 2 * n + input_bytes, stage_bytes);
         }
+        let mut at = 2 * n + input_bytes + stage_bytes;
+        for s in extra {
+            let b = slot(s);
+            encoder.copy_buffer_to_buffer(b, 0, &staging, at, b.size());
+            at += b.size();
+        }
         gpu.queue.submit([encoder.finish()]);
         Ok(staging)
     }
@@ -341,7 +403,7 @@ impl GpuExec {
         let t0 = now();
         let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let buf = self.gpu.storage_words("image", &pixels)?;
-        let plan = self.plan(1)?;
+        let plan = self.plan(1, false)?;
         let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.slots[Slot::Input.index()])?;
         let staging = self.submit(&plan, None, Some(&op))?;
         let t1 = now();
@@ -363,7 +425,7 @@ impl GpuExec {
     /// Runs the steps once for `batch` images with the given slot contents (the rest zero) and
     /// returns every slot afterwards, in [`Slot::ALL`] order (see `CpuExec::run_slots`).
     pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
-        let plan = self.plan(batch)?;
+        let plan = self.plan(batch, false)?;
         for (i, b) in plan.slots.iter().enumerate() {
             let given = inputs.iter().find(|(s, _)| s.index() == i).map(|(_, d)| d.clone());
             let mut data = given.unwrap_or_default();

@@ -22,7 +22,7 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::net::{Builder, ConvGeometry, Gemm, GemmKind, Net, Slot, Step, View};
+use crate::net::{Builder, ConvGeometry, Explain, FrozenNorm, Gemm, GemmKind, Net, Slot, Step, View};
 use crate::preprocess::Preprocess;
 use crate::weights::Weights;
 
@@ -224,6 +224,29 @@ pub fn build(w: &mut Weights, cfg: &MetaFormerConfig) -> Result<Net> {
         Gemm::new(GemmKind::Linear { rows: 1, a: View::dense(Slot::Aux, 1, last) }, head_w, View::dense(Slot::Logits, 1, cfg.num_classes))
             .bias(head_b),
     );
+    // Class evidence per token of the last stage, with the head norm's statistics frozen at
+    // this image's (see `net::FrozenNorm`): the GEMM runs with W ⊙ γ folded, the host
+    // subtracts μ and divides by σ.
+    let Norm::Layer { gamma, beta, eps, .. } = head_norm else {
+        return Err(Error::Config("PoolFormer's head norm is a LayerNorm".into()));
+    };
+    let classes = cfg.num_classes;
+    let (wdata, g, b, hb) = (builder.data(head_w), builder.data(gamma), builder.data(beta), builder.data(head_b));
+    let folded: Vec<f32> = wdata.chunks(last).flat_map(|row| row.iter().zip(g).map(|(w, g)| w * g)).collect();
+    let row_sums = folded.chunks(last).map(|r| r.iter().map(|&v| v as f64).sum::<f64>() as f32).collect();
+    let bias = wdata.chunks(last).zip(hb).map(|(row, hb)| row.iter().zip(b).map(|(w, b)| (w * b) as f64).sum::<f64>() as f32 + hb).collect();
+    let tokens = h * wd;
+    let folded = builder.add("head.fc.weight*head.norm.weight", vec![classes, last], folded);
+    let inv_tokens = builder.add("explain.inv_tokens", vec![classes], vec![1.0 / tokens as f32; classes]);
+    let explain = Explain {
+        steps: vec![Step::Gemm(
+            Gemm::new(GemmKind::Linear { rows: tokens, a: View::dense(x, tokens, last) }, folded, View::dense(Slot::Evidence, tokens, classes))
+                .scale(Some(inv_tokens)),
+        )],
+        grid: (h, wd),
+        bias,
+        frozen_norm: Some(FrozenNorm { d: last, eps, row_sums }),
+    };
     let input = cin * cfg.img_size[0] * cfg.img_size[1];
-    builder.finish(input, cfg.num_classes)
+    builder.finish(input, cfg.num_classes, Some(explain))
 }

@@ -15,7 +15,7 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::net::{Builder, ConvGeometry, Gemm, GemmKind, Net, Slot, Step, View};
+use crate::net::{Builder, ConvGeometry, Explain, Gemm, GemmKind, Net, Slot, Step, View};
 use crate::preprocess::Preprocess;
 use crate::weights::Weights;
 
@@ -267,6 +267,22 @@ pub fn build(w: &mut Weights, cfg: &MlpMixerConfig) -> Result<Net> {
     n.gemm(
         Gemm::new(GemmKind::Linear { rows: 1, a: View::dense(Slot::Pooled, 1, dim) }, head_w, View::dense(Slot::Logits, 1, num_classes)).bias(head_b),
     );
+    // Class evidence per token: the head applied to each normalised token, over T (the
+    // pooling is a mean, so these sum to the logits less the bias).
+    let inv_tokens = builder.add("explain.inv_tokens", vec![num_classes], vec![1.0 / tokens as f32; num_classes]);
+    let explain = Explain {
+        steps: vec![Step::Gemm(
+            Gemm::new(
+                GemmKind::Linear { rows: tokens, a: View::dense(Slot::Xn, tokens, dim) },
+                head_w,
+                View::dense(Slot::Evidence, tokens, num_classes),
+            )
+            .scale(Some(inv_tokens)),
+        )],
+        grid: cfg.grid(),
+        bias: builder.data(head_b).to_vec(),
+        frozen_norm: None,
+    };
     let input = in_chans * cfg.img_size[0] * cfg.img_size[1];
-    builder.finish(input, num_classes)
+    builder.finish(input, num_classes, Some(explain))
 }

@@ -64,6 +64,31 @@ pub struct ImageRun {
     pub readback_ms: f64,
 }
 
+/// Per-token class evidence for a batch of images (`tokenmix explain`, the page's evidence
+/// overlay): `logits[i, c] = Σ_t maps[i, c, t] + bias[c]` (see [`crate::net::Explain`]).
+#[derive(Clone, Debug)]
+pub struct Explained {
+    pub output: Output,
+    /// The token grid each map covers, row-major.
+    pub grid: (usize, usize),
+    /// Per class, the part of the logit no token carries.
+    pub bias: Vec<f32>,
+    /// [images, classes, gh * gw].
+    pub maps: Vec<f32>,
+    /// PoolFormer: each token's share is taken with the head norm's statistics held at the
+    /// image's values (the sum is still exact). False where the split is exact per token.
+    pub approximate: bool,
+}
+
+impl Explained {
+    /// Image `i`'s map for class `c`, [gh * gw].
+    pub fn map(&self, i: usize, c: usize) -> &[f32] {
+        let t = self.grid.0 * self.grid.1;
+        let at = (i * self.output.classes + c) * t;
+        &self.maps[at..at + t]
+    }
+}
+
 enum Executor {
     Gpu(GpuExec),
     Cpu(CpuExec),
@@ -75,6 +100,7 @@ pub struct Model {
     /// Token-mixing weights per layer (CPU copies, read at load).
     mixing: Vec<TokenMixing>,
     stages: Vec<((usize, usize), usize)>,
+    explain: Option<crate::net::Explain>,
     exec: Executor,
 }
 
@@ -102,6 +128,7 @@ impl Model {
         weights.finish()?;
         let mixing = mixing::token_mixing(&weights, &arch)?;
         let stages = net.stages.clone();
+        let explain = net.explain.clone();
         let info = ModelInfo {
             family: arch.family(),
             preset: arch.preset(),
@@ -115,7 +142,7 @@ impl Model {
             Device::Gpu(gpu) => Executor::Gpu(GpuExec::new(gpu.clone(), net)?),
             Device::Cpu(_) => Executor::Cpu(CpuExec::new(net)?),
         };
-        Ok(Model { device, info, mixing, stages, exec })
+        Ok(Model { device, info, mixing, stages, explain, exec })
     }
 
     /// [`Self::load`] inside out-of-memory and validation error scopes on the GPU (see
@@ -205,9 +232,54 @@ impl Model {
         })
     }
 
+    /// Runs `input` like [`Self::forward`] and splits every logit into one contribution per
+    /// token of the last token grid (see [`Explained`]).
+    pub async fn explain(&self, input: &[f32]) -> Result<Explained> {
+        self.check_input(input)?;
+        let meta = self.explain.as_ref().ok_or_else(|| Error::Config("this model has no per-token split of its logits".into()))?;
+        let (output, evidence, pooled) = match &self.exec {
+            Executor::Gpu(g) => g.explain(input).await?,
+            Executor::Cpu(c) => c.explain(input)?,
+        };
+        let (classes, tokens) = (output.classes, meta.tokens());
+        let images = output.logits.len() / classes.max(1);
+        if evidence.len() != images * tokens * classes || pooled.len() % images.max(1) != 0 {
+            return Err(Error::Config("the evidence read back does not match the model".into()));
+        }
+        let pooled_per = pooled.len() / images.max(1);
+        let mut maps = vec![0f32; images * classes * tokens];
+        for i in 0..images {
+            let e = &evidence[i * tokens * classes..][..tokens * classes];
+            // PoolFormer: (E' - μ s_c / T) / σ with the pooled vector's statistics.
+            let (mu, inv_sigma) = match &meta.frozen_norm {
+                Some(f) => {
+                    let p = pooled.get(i * pooled_per..i * pooled_per + f.d).ok_or_else(|| Error::Config("pooled vector too short".into()))?;
+                    let mu = p.iter().map(|&v| v as f64).sum::<f64>() / f.d as f64;
+                    let var = p.iter().map(|&v| (v as f64 - mu).powi(2)).sum::<f64>() / f.d as f64;
+                    (mu, 1.0 / (var + f.eps as f64).sqrt())
+                }
+                None => (0.0, 1.0),
+            };
+            for c in 0..classes {
+                let shift = meta.frozen_norm.as_ref().map_or(0.0, |f| mu * f.row_sums[c] as f64 / tokens as f64);
+                let out = &mut maps[(i * classes + c) * tokens..][..tokens];
+                for (t, o) in out.iter_mut().enumerate() {
+                    *o = ((e[t * classes + c] as f64 - shift) * inv_sigma) as f32;
+                }
+            }
+        }
+        Ok(Explained { output, grid: meta.grid, bias: meta.bias.clone(), maps, approximate: meta.frozen_norm.is_some() })
+    }
+
     /// Synchronous forward for native callers.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward_blocking(&self, input: &[f32]) -> Result<Output> {
         pollster::block_on(self.forward(input))
+    }
+
+    /// Synchronous [`Self::explain`] for native callers.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn explain_blocking(&self, input: &[f32]) -> Result<Explained> {
+        pollster::block_on(self.explain(input))
     }
 }
