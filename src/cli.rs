@@ -69,6 +69,49 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What the token mixers learned: per layer the views' data and structure figures beside
+    /// timm's initialisation (text, --json, or --png DIR with one image per view)
+    Insight {
+        /// Model file; the embedded default model when omitted
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        /// One layer (default: all)
+        #[arg(long)]
+        layer: Option<usize>,
+        #[arg(long)]
+        json: bool,
+        /// Write one PNG per view into this folder
+        #[arg(long)]
+        png: Option<PathBuf>,
+        /// Draw overlays over this image (as the model sees it); PoolFormer: its per-stage energy
+        #[arg(long)]
+        image: Option<PathBuf>,
+    },
+    /// Why an image got its label: each top class's logit split into one contribution per token
+    Explain {
+        /// Model file; the embedded default model when omitted
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        #[arg(required_unless_present = "input")]
+        images: Vec<PathBuf>,
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+        /// Print a JSON array, one object per image
+        #[arg(long)]
+        json: bool,
+        /// Write each image's evidence overlays (model's-eye view) into this folder
+        #[arg(long)]
+        png: Option<PathBuf>,
+        /// Raw mode: preprocessed X.npy float32 [N,C,H,W] ...
+        #[arg(long, requires = "out", conflicts_with = "images")]
+        input: Option<PathBuf>,
+        /// ... to Y.npy float32 [N,classes,gh,gw], Y.sum((2,3)) + bias == logits
+        #[arg(long, requires = "input")]
+        out: Option<PathBuf>,
+        /// Raw mode: also write the bias [classes] here
+        #[arg(long, requires = "input")]
+        bias: Option<PathBuf>,
+    },
     /// Forward latency, throughput and GFLOP/s; or a GEMM micro-benchmark with --gemm MxKxN
     Bench {
         /// Model file; the embedded default model when omitted
@@ -120,6 +163,25 @@ fn run(cmd: Command) -> Result<()> {
         Command::Logits { weights, input, out } => logits(&weights, &input, &out),
         Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &images, top_k, json),
         Command::Info { weights, json } => info(weights.as_deref(), json),
+        Command::Insight { weights, layer, json, png, image } => {
+            let model = load_or_default(device()?.device, weights.as_deref())?;
+            crate::cli_views::insight(&model, &model_name(weights.as_deref()), layer, json, png.as_deref(), image.as_deref())
+        }
+        Command::Explain { weights, images, top_k, json, png, input, out, bias } => match (input, out) {
+            (Some(input), Some(out)) => {
+                let (shape, data) = read_npy_input(&input)?;
+                let model = match &weights {
+                    Some(w) => load(device()?.device, w, Some([shape[2], shape[3]]))?,
+                    None => Model::load(device()?.device, tokenmix::DEFAULT_MODEL, Some([shape[2], shape[3]]))?,
+                };
+                check_channels(&model, &input, shape[1])?;
+                crate::cli_views::explain_raw(&model, &data, &out, bias.as_deref())
+            }
+            _ => {
+                let model = load_or_default(device()?.device, weights.as_deref())?;
+                crate::cli_views::explain_images(&model, &images, top_k, json, png.as_deref())
+            }
+        },
         Command::Eval { weights, data, batch, json } => eval(weights.as_deref(), &data, batch, json),
         Command::Bench { weights, batch, iters, gemm, json } => match gemm {
             Some(shape) => bench_gemm(&shape, iters, json),
@@ -160,7 +222,8 @@ fn model_name(path: Option<&Path>) -> String {
     path.map_or_else(|| tokenmix::DEFAULT_MODEL_NAME.to_string(), |p| p.display().to_string())
 }
 
-fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
+/// A preprocessed input batch: float32 .npy [N, C, H, W].
+fn read_npy_input(input: &Path) -> Result<([usize; 4], Vec<f32>)> {
     let bytes = read(input)?;
     let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| Error::Input(format!("{}: not a .npy file: {e}", input.display())))?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
@@ -171,23 +234,35 @@ fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
         return Err(Error::Input(format!("{}: dtype {}, expected float32 (<f4)", input.display(), npy.dtype().descr())));
     }
     let data: Vec<f32> = npy.into_vec().map_err(|e| Error::Input(format!("{}: {e}", input.display())))?;
-    let model = load(device()?.device, weights, Some([h, w]))?;
+    Ok(([n, c, h, w], data))
+}
+
+fn check_channels(model: &Model, input: &Path, c: usize) -> Result<()> {
     let [mc, _, _] = model.info.arch.input_shape();
     if c != mc {
         return Err(Error::Input(format!("{}: {c} channels, the model takes {mc}", input.display())));
     }
-    let result = model.forward_blocking(&data)?;
+    Ok(())
+}
+
+/// Writes float32 `data` as a .npy of `shape`.
+pub(crate) fn write_npy(out: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
     let file = std::fs::File::create(out).map_err(|e| Error::io(out, e))?;
     use npyz::WriterBuilder;
-    let mut writer = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(&[n as u64, result.classes as u64])
-        .writer(std::io::BufWriter::new(file))
-        .begin_nd()
-        .map_err(|e| Error::io(out, e))?;
-    writer.extend(result.logits.iter().copied()).map_err(|e| Error::io(out, e))?;
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let mut writer =
+        npyz::WriteOptions::new().default_dtype().shape(&shape).writer(std::io::BufWriter::new(file)).begin_nd().map_err(|e| Error::io(out, e))?;
+    writer.extend(data.iter().copied()).map_err(|e| Error::io(out, e))?;
     writer.finish().map_err(|e| Error::io(out, e))?;
     Ok(())
+}
+
+fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
+    let ([n, c, h, w], data) = read_npy_input(input)?;
+    let model = load(device()?.device, weights, Some([h, w]))?;
+    check_channels(&model, input, c)?;
+    let result = model.forward_blocking(&data)?;
+    write_npy(out, &[n, result.classes], &result.logits)
 }
 
 fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool) -> Result<()> {

@@ -14,6 +14,7 @@ pub mod exec;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gpu;
+pub mod insight;
 pub mod labels;
 pub mod models;
 pub mod net;

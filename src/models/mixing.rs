@@ -20,6 +20,11 @@ pub struct TokenMixing {
     pub grid: (usize, usize),
     pub data: Vec<f32>,
     pub note: &'static str,
+    /// The layer's tokens x tokens map for the structure figures (`crate::insight`): gMLP,
+    /// ResMLP: `data` itself; Mixer: the token MLP linearised at zero input. None for
+    /// PoolFormer.
+    #[serde(skip)]
+    pub map: Option<Vec<f32>>,
 }
 
 /// CPU copies of each layer's token-mixing weights (see [`TokenMixing`]), read after the
@@ -36,6 +41,7 @@ pub(crate) fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>>
                 cols: 3,
                 grid: (3, 3),
                 data,
+                map: None,
                 note: "PoolFormer learns no token mixing: every block averages each token's 3x3 neighbourhood and subtracts the token (interior weights shown; at borders only in-image neighbours count)",
             }]);
         }
@@ -54,6 +60,17 @@ pub(crate) fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>>
         BlockKind::Resmlp => ("linear_tokens.weight", "resmlp", tokens, "linear token map: row t mixes output token t from every token"),
     };
     (0..cfg.depth)
-        .map(|i| Ok(TokenMixing { kind, rows, cols: tokens, grid: cfg.grid(), data: w.read(&format!("blocks.{i}.{name}"))?, note }))
+        .map(|i| {
+            let data = w.read(&format!("blocks.{i}.{name}"))?;
+            let map = match cfg.block {
+                BlockKind::Mixer => {
+                    let p = format!("blocks.{i}.mlp_tokens");
+                    let (b1, fc2) = (w.read(&format!("{p}.fc1.bias"))?, w.read(&format!("{p}.fc2.weight"))?);
+                    crate::insight::linearised(&data, Some(&b1), &fc2, tokens, rows)
+                }
+                _ => data.clone(),
+            };
+            Ok(TokenMixing { kind, rows, cols: tokens, grid: cfg.grid(), data, map: Some(map), note })
+        })
         .collect()
 }

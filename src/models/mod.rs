@@ -101,6 +101,8 @@ pub struct Model {
     mixing: Vec<TokenMixing>,
     stages: Vec<((usize, usize), usize)>,
     explain: Option<crate::net::Explain>,
+    /// timm-initialisation figures for this model's token maps (computed at first use).
+    init_figures: std::sync::OnceLock<crate::insight::Figures>,
     exec: Executor,
 }
 
@@ -142,7 +144,7 @@ impl Model {
             Device::Gpu(gpu) => Executor::Gpu(GpuExec::new(gpu.clone(), net)?),
             Device::Cpu(_) => Executor::Cpu(CpuExec::new(net)?),
         };
-        Ok(Model { device, info, mixing, stages, explain, exec })
+        Ok(Model { device, info, mixing, stages, explain, init_figures: Default::default(), exec })
     }
 
     /// [`Self::load`] inside out-of-memory and validation error scopes on the GPU (see
@@ -170,6 +172,19 @@ impl Model {
 
     pub fn token_mixing(&self, layer: usize) -> Option<&TokenMixing> {
         self.mixing.get(layer)
+    }
+
+    /// Everything the views show of one token-mixing layer (see [`crate::insight`]).
+    pub fn insight(&self, layer: usize) -> Result<crate::insight::LayerInsight> {
+        let t =
+            self.mixing.get(layer).ok_or_else(|| Error::Input(format!("layer {layer}: the model has {} token-mixing layers", self.mixing.len())))?;
+        let init = t.map.as_ref().map(|_| *self.init_figures.get_or_init(|| crate::insight::init_figures(t.kind, t.grid, t.rows)));
+        Ok(crate::insight::layer(t, layer, self.mixing.len(), init))
+    }
+
+    /// The token grid of the class evidence, where the model has a per-token split.
+    pub fn evidence_grid(&self) -> Option<(usize, usize)> {
+        self.explain.as_ref().map(|e| e.grid)
     }
 
     pub fn input_len(&self) -> usize {

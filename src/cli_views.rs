@@ -1,0 +1,297 @@
+//! `tokenmix insight` and `tokenmix explain`: the insight module's data (`tokenmix::insight`,
+//! `Model::explain`) as JSON, text, `.npy` or PNG images. Drawing here is only colouring cells
+//! of the data the library computed; the page draws the same data in `www/visualise.js`.
+
+use std::path::{Path, PathBuf};
+
+use image::{Rgb, RgbImage};
+use tokenmix::insight::{colour, Kernel, LayerInsight};
+use tokenmix::{labels, preprocess, Error, Model, Result};
+
+/// Pixels per side of the image views in the PNGs.
+const VIEW: u32 = 224;
+
+fn save(img: &RgbImage, dir: &Path, name: &str, written: &mut Vec<PathBuf>) -> Result<()> {
+    let path = dir.join(name);
+    img.save(&path).map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+    written.push(path);
+    Ok(())
+}
+
+/// A heatmap of `values` (h x w), `cell` pixels per value.
+fn heatmap(values: &[f32], h: usize, w: usize, cell: u32, paint: impl Fn(f32) -> [u8; 3]) -> RgbImage {
+    RgbImage::from_fn(w as u32 * cell, h as u32 * cell, |x, y| Rgb(paint(values[(y / cell) as usize * w + (x / cell) as usize])))
+}
+
+fn abs_max(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |m, x| if x.is_finite() { m.max(x.abs()) } else { m })
+}
+
+/// The model's-eye view of `input` (CHW, normalised): denormalised, nearest-upscaled to VIEW.
+fn eye(model: &Model, input: &[f32]) -> RgbImage {
+    let [c, h, w] = model.info.arch.input_shape();
+    let pp = &model.info.preprocess;
+    let k = (VIEW as usize).div_ceil(h.max(w)).max(1) as u32;
+    RgbImage::from_fn(w as u32 * k, h as u32 * k, |x, y| {
+        let (xi, yi) = ((x / k) as usize, (y / k) as usize);
+        let px = |ch: usize| {
+            let v = input[ch * h * w + yi * w + xi] * pp.std.get(ch).copied().unwrap_or(1.0) + pp.mean.get(ch).copied().unwrap_or(0.0);
+            (v.clamp(0.0, 1.0) * 255.0).round() as u8
+        };
+        if c >= 3 {
+            Rgb([px(0), px(1), px(2)])
+        } else {
+            Rgb([px(0); 3])
+        }
+    })
+}
+
+/// `values` on a gh x gw token grid laid over `base` (the page's overlay: alpha 0.62).
+fn overlay(base: &RgbImage, values: &[f32], (gh, gw): (usize, usize), paint: impl Fn(f32) -> [u8; 3]) -> RgbImage {
+    let (w, h) = base.dimensions();
+    RgbImage::from_fn(w, h, |x, y| {
+        let t = (y as usize * gh / h as usize) * gw + x as usize * gw / w as usize;
+        let (b, c) = (base.get_pixel(x, y).0, paint(values[t]));
+        Rgb(std::array::from_fn(|i| (b[i] as f32 * 0.38 + c[i] as f32 * 0.62).round() as u8))
+    })
+}
+
+/// Tiles images left to right, top to bottom, `cols` per row, `gap` pixels of white between.
+fn tile(images: &[RgbImage], cols: usize, gap: u32) -> RgbImage {
+    let (cw, ch) = images.iter().fold((1, 1), |(w, h), i| (w.max(i.width()), h.max(i.height())));
+    let cols = cols.clamp(1, images.len().max(1));
+    let rows = images.len().div_ceil(cols).max(1);
+    let mut out = RgbImage::from_pixel(cols as u32 * (cw + gap) + gap, rows as u32 * (ch + gap) + gap, Rgb([255; 3]));
+    for (i, img) in images.iter().enumerate() {
+        let (x, y) = ((i % cols) as u32 * (cw + gap) + gap, (i / cols) as u32 * (ch + gap) + gap);
+        image::imageops::replace(&mut out, img, x as i64, y as i64);
+    }
+    out
+}
+
+fn kernel_png(k: &Kernel) -> RgbImage {
+    let cell = (VIEW / k.h.max(k.w) as u32).clamp(4, 64);
+    let s = abs_max(&k.values);
+    heatmap(&k.values, k.h, k.w, cell, |v| colour::diverging(v, s))
+}
+
+/// Writes the PNG views of one layer into `dir`; returns nothing new for layers with none.
+pub fn layer_pngs(model: &Model, li: &LayerInsight, base: &RgbImage, dir: &Path, written: &mut Vec<PathBuf>) -> Result<()> {
+    let (gh, gw) = li.grid;
+    let l = li.layer;
+    match li.kind {
+        "mixer" => {
+            // Units in display order, each scaled to its own max |w|; pairs share a frame.
+            let cell = (48 / gh.max(gw) as u32).max(2);
+            let mut tiles = Vec::new();
+            for g in &li.groups {
+                let units: Vec<RgbImage> = g
+                    .iter()
+                    .map(|&u| {
+                        let row = &li.data[u * li.cols..(u + 1) * li.cols];
+                        let s = abs_max(row);
+                        heatmap(row, gh, gw, cell, |v| colour::diverging(v, s))
+                    })
+                    .collect();
+                tiles.push(if units.len() == 2 { frame(&tile(&units, 2, 2)) } else { units.into_iter().next().unwrap_or_default() });
+            }
+            save(&tile(&tiles, 12, 4), dir, &format!("layer{l}_units.png"), written)?;
+            // The first unit of the sort order over the image.
+            if let Some(&u) = li.groups.first().and_then(|g| g.first()) {
+                let row = &li.data[u * li.cols..(u + 1) * li.cols];
+                let s = abs_max(row);
+                save(&overlay(base, row, li.grid, |v| colour::diverging(v, s)), dir, &format!("layer{l}_overlay.png"), written)?;
+            }
+        }
+        "gmlp" | "resmlp" => {
+            let s = li.cols;
+            let cell = (VIEW / s as u32).max(1);
+            let mut sorted: Vec<f32> = li.data.iter().map(|v| v.abs()).collect();
+            sorted.sort_by(f32::total_cmp);
+            let clip = sorted.get((0.99 * (sorted.len().max(1) - 1) as f64) as usize).copied().unwrap_or(1.0);
+            save(&heatmap(&li.data, s, s, cell, |v| colour::diverging(v, clip)), dir, &format!("layer{l}_matrix.png"), written)?;
+            // The centre token's row: how it mixes from every token, over the image.
+            let t = (gh / 2) * gw + gw / 2;
+            let row = &li.data[t * s..(t + 1) * s];
+            let sc = abs_max(row);
+            save(&overlay(base, row, li.grid, |v| colour::diverging(v, sc)), dir, &format!("layer{l}_overlay.png"), written)?;
+        }
+        _ => {
+            let k = Kernel { h: 3, w: 3, values: li.data.clone() };
+            save(&kernel_png(&k), dir, "pool_kernel.png", written)?;
+        }
+    }
+    if let Some(k) = &li.offset_kernel {
+        save(&kernel_png(k), dir, &format!("layer{l}_offset_kernel.png"), written)?;
+    }
+    let _ = model;
+    Ok(())
+}
+
+fn frame(img: &RgbImage) -> RgbImage {
+    let (w, h) = img.dimensions();
+    let mut out = RgbImage::from_pixel(w + 2, h + 2, Rgb([40; 3]));
+    image::imageops::replace(&mut out, img, 1, 1);
+    out
+}
+
+/// The image a view is drawn over: `image` preprocessed as the model sees it, or mid-grey.
+fn base_image(model: &Model, image: Option<&Path>) -> Result<(RgbImage, Option<Vec<f32>>)> {
+    match image {
+        Some(p) => {
+            let input = preprocess::transform(&preprocess::load_image(p)?, &model.info.preprocess)?;
+            Ok((eye(model, &input), Some(input)))
+        }
+        None => Ok((RgbImage::from_pixel(VIEW, VIEW, Rgb([128; 3])), None)),
+    }
+}
+
+pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png: Option<&Path>, image: Option<&Path>) -> Result<()> {
+    let layers: Vec<usize> = match layer {
+        Some(l) if l >= model.mixing_layers() => {
+            return Err(Error::Input(format!(
+                "--layer {l}: the model has {} token-mixing layers (0..{})",
+                model.mixing_layers(),
+                model.mixing_layers()
+            )));
+        }
+        Some(l) => vec![l],
+        None => (0..model.mixing_layers()).collect(),
+    };
+    let views: Vec<LayerInsight> = layers.iter().map(|&l| model.insight(l)).collect::<Result<_>>()?;
+    let (base, input) = base_image(model, image)?;
+    // PoolFormer's per-stage token energy needs an image.
+    let energy = match (&input, model.info.family) {
+        (Some(_), "poolformer") => {
+            let img = preprocess::load_image(image.ok_or_else(|| Error::Input("no image".into()))?)?;
+            let rgba: Vec<u8> = img.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
+            let run = pollster::block_on(model.classify_rgba(&rgba, img.width() as usize, img.height() as usize, || 0.0))?;
+            run.stage_energy
+        }
+        _ => Vec::new(),
+    };
+    if let Some(dir) = png {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut written = Vec::new();
+        if input.is_some() {
+            save(&base, dir, "input.png", &mut written)?;
+        }
+        for li in &views {
+            layer_pngs(model, li, &base, dir, &mut written)?;
+        }
+        let maps: Vec<RgbImage> = energy
+            .iter()
+            .map(|((h, w), e)| {
+                let s = e.iter().fold(0f32, |m, v| m.max(*v));
+                heatmap(e, *h, *w, (VIEW / 2 / (*h.max(w)) as u32).max(1), |v| colour::sequential(v, s))
+            })
+            .collect();
+        if !maps.is_empty() {
+            save(&tile(&maps, maps.len(), 6), dir, "stage_energy.png", &mut written)?;
+        }
+        for p in &written {
+            eprintln!("wrote {}", p.display());
+        }
+    }
+    if json {
+        let energy: Vec<serde_json::Value> =
+            energy.iter().enumerate().map(|(i, ((h, w), e))| serde_json::json!({"stage": i, "grid": [h, w], "energy": e})).collect();
+        let v = serde_json::json!({
+            "model": name,
+            "family": model.info.family,
+            "layers": model.mixing_layers(),
+            "views": views,
+            "stage_energy": energy,
+        });
+        println!("{v}");
+    } else if png.is_none() {
+        println!("model: {name} ({}), {} token-mixing layers", model.info.family, model.mixing_layers());
+        for li in &views {
+            match (&li.figures, &li.init) {
+                (Some(f), Some(i)) => println!(
+                    "layer {:>2} {:<7} locality {:.2} patches (init {:.2}), shift invariance {:.3} (init {:.3}), low frequency {:.3} (init {:.3}){}",
+                    li.layer,
+                    li.kind,
+                    f.locality,
+                    i.locality,
+                    f.shift_invariance,
+                    i.shift_invariance,
+                    f.low_frequency,
+                    i.low_frequency,
+                    if li.kind == "mixer" { format!(", {} opposite-sign pairs", li.pairs) } else { String::new() }
+                ),
+                _ => println!("layer {:>2} {}: {}", li.layer, li.kind, li.note),
+            }
+        }
+        if model.info.family != "poolformer" {
+            println!("(figures on {})", views.first().map_or("", |v| v.figures_on));
+        }
+    }
+    Ok(())
+}
+
+/// `explain IMAGE...`: per image the top-k classes with their evidence maps.
+pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: bool, png: Option<&Path>) -> Result<()> {
+    let pp = &model.info.preprocess;
+    let mut inputs = Vec::with_capacity(images.len() * model.input_len());
+    for path in images {
+        inputs.extend(preprocess::transform(&preprocess::load_image(path)?, pp)?);
+    }
+    let ex = model.explain_blocking(&inputs)?;
+    let (gh, gw) = ex.grid;
+    let classes = ex.output.classes;
+    let mut report = Vec::new();
+    let mut written = Vec::new();
+    if let Some(dir) = png {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    for (i, path) in images.iter().enumerate() {
+        let top = ex.output.top_k(i, top_k);
+        let mut rows = Vec::new();
+        let base = png.map(|_| eye(model, &inputs[i * model.input_len()..(i + 1) * model.input_len()]));
+        for &c in &top {
+            let map = ex.map(i, c);
+            let logit = ex.output.logits[i * classes + c];
+            let label = labels::label(&model.info.labels, c);
+            if !json {
+                let (best, v) = map.iter().enumerate().fold((0, f32::MIN), |b, (t, &v)| if v > b.1 { (t, v) } else { b });
+                println!(
+                    "{}  {label}: logit {logit:.3} = {:.3} from tokens + bias {:.3}; strongest token ({}, {}) {v:+.3}",
+                    path.display(),
+                    map.iter().sum::<f32>(),
+                    ex.bias[c],
+                    best / gw,
+                    best % gw
+                );
+            }
+            if let (Some(dir), Some(base)) = (png, &base) {
+                let s = abs_max(map);
+                let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+                save(&overlay(base, map, ex.grid, |v| colour::diverging(v, s)), dir, &format!("{stem}_evidence_{c}.png"), &mut written)?;
+            }
+            rows.push(serde_json::json!({"index": c, "label": label, "logit": logit, "probability": ex.output.probs[i * classes + c], "bias": ex.bias[c], "map": map}));
+        }
+        report.push(serde_json::json!({"image": path.display().to_string(), "grid": [gh, gw], "approximate": ex.approximate, "classes": rows}));
+    }
+    for p in &written {
+        eprintln!("wrote {}", p.display());
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(report));
+    } else if ex.approximate {
+        println!("(PoolFormer: the head normalises after pooling; each token's share is taken with this image's pooled statistics, so the split is approximate per token, exact in sum)");
+    }
+    Ok(())
+}
+
+/// Raw mode: X [N, C, H, W] (as for `logits`) -> `out` float32 [N, classes, gh, gw] with
+/// `Y.sum((2, 3)) + bias == logits`; the bias [classes] into `bias_out` when given.
+pub fn explain_raw(model: &Model, data: &[f32], out: &Path, bias_out: Option<&Path>) -> Result<()> {
+    let ex = model.explain_blocking(data)?;
+    let n = ex.output.logits.len() / ex.output.classes.max(1);
+    crate::cli::write_npy(out, &[n, ex.output.classes, ex.grid.0, ex.grid.1], &ex.maps)?;
+    if let Some(b) = bias_out {
+        crate::cli::write_npy(b, &[ex.bias.len()], &ex.bias)?;
+    }
+    Ok(())
+}
