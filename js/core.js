@@ -31,6 +31,8 @@ export async function createCore(moduleUrl = new URL('./pkg/tokenmix.js', import
     classify: async (image, topK = 5) => tm.classify(await toImageData(image), topK),
     classifyDetailed: async (image, topK = 5) => tm.classifyDetailed(await toImageData(image), topK),
     tokenMixing: (layer) => tm.tokenMixing(layer),
+    insight: (layer) => tm.insight(layer),
+    explain: (topK = 5) => tm.explain(topK),
     stageEnergy: () => tm.stageEnergy(),
     cropGeometry: (width, height) => tm.cropGeometry(width, height),
     isCached: (url) => tm.isCached(url),

@@ -103,6 +103,63 @@ export interface TokenMixing {
   note: string;
 }
 
+/** Structure figures of a token map (see the README's "Insight" section). */
+export interface Figures {
+  /** |M|-weighted mean distance, in patches, between a token and what it mixes from. */
+  locality: number;
+  /** Share of the map's energy explained by the best relative-offset kernel (0..1). */
+  shiftInvariance: number;
+  /** Share of the rows' spectral energy at ≤ 0.25 cycles per patch (0..1). */
+  lowFrequency: number;
+}
+
+export interface MixerUnit {
+  unit: number;
+  ky: number;
+  kx: number;
+  radial: number;
+  angle: number;
+  dcShare: number;
+  absMax: number;
+  partner: number;
+  partnerCorr: number;
+  /** The opposite-sign twin it is drawn beside, or -1. */
+  pairedWith: number;
+}
+
+/** Everything the views show of one token-mixing layer, computed by the Rust insight module. */
+export interface LayerInsight extends TokenMixing {
+  /** MLP-Mixer: per fc1 unit; empty for the other kinds. */
+  units: MixerUnit[];
+  /** Display order: single units or opposite-sign pairs (Mixer). */
+  groups: number[][];
+  pairs: number;
+  /** Mean weight by offset pos(s) − pos(t), (2gh−1) × (2gw−1); null for PoolFormer. */
+  offsetKernel: { h: number; w: number; values: number[] } | null;
+  figuresOn: string;
+  figures: Figures | null;
+  /** The same figures for timm's initialisation of this architecture. */
+  init: Figures | null;
+}
+
+export interface ClassEvidence {
+  index: number;
+  label: string;
+  logit: number;
+  probability: number;
+  /** The part of the logit no token carries. */
+  bias: number;
+  /** gh × gw row-major: map.sum() + bias == logit. */
+  map: Float32Array;
+}
+
+export interface Explanation {
+  grid: [number, number];
+  /** PoolFormer: per-token shares taken with the image's pooled statistics (exact in sum). */
+  approximate: boolean;
+  classes: ClassEvidence[];
+}
+
 export interface StageEnergy {
   stage: number;
   grid: [number, number];
@@ -128,6 +185,12 @@ export interface Classifier {
   classifyDetailed(image: ImageSource, topK?: number): Promise<DetailedResult>;
   /** The learned token mixing of one layer (the visualiser's data). */
   tokenMixing(layer: number): Promise<TokenMixing>;
+  /** Everything the views show of one layer: the weights, Mixer unit order and pairs, the
+   * offset kernel, structure figures beside timm's initialisation. */
+  insight(layer: number): Promise<LayerInsight>;
+  /** Why the latest classified image got its label: per top class, the logit split into one
+   * contribution per token. Rejects before any image was classified. */
+  explain(topK?: number): Promise<Explanation>;
   /** PoolFormer: per-stage token energy of the latest image; empty for other families. */
   stageEnergy(): Promise<StageEnergy[]>;
   /** Where the model's input comes from in a width x height image. */

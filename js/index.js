@@ -44,6 +44,8 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
       return call('classifyDetailed', [i, topK], transfer(i, img));
     },
     tokenMixing: (layer) => call('tokenMixing', [layer]),
+    insight: (layer) => call('insight', [layer]),
+    explain: (topK = 5) => call('explain', [topK]),
     stageEnergy: () => call('stageEnergy', []),
     cropGeometry: (width, height) => call('cropGeometry', [width, height]),
     info: () => call('info', []),

@@ -161,8 +161,8 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
     let views: Vec<LayerInsight> = layers.iter().map(|&l| model.insight(l)).collect::<Result<_>>()?;
     let (base, input) = base_image(model, image)?;
     // PoolFormer's per-stage token energy needs an image.
-    let energy = match (&input, model.info.family) {
-        (Some(_), "poolformer") => {
+    let energy = match (&input, &model.info.arch) {
+        (Some(_), tokenmix::models::Arch::MetaFormer(_)) => {
             let img = preprocess::load_image(image.ok_or_else(|| Error::Input("no image".into()))?)?;
             let rgba: Vec<u8> = img.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
             let run = pollster::block_on(model.classify_rgba(&rgba, img.width() as usize, img.height() as usize, || 0.0))?;
@@ -223,7 +223,7 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
                 _ => println!("layer {:>2} {}: {}", li.layer, li.kind, li.note),
             }
         }
-        if model.info.family != "poolformer" {
+        if views.iter().any(|v| v.figures.is_some()) {
             println!("(figures on {})", views.first().map_or("", |v| v.figures_on));
         }
     }

@@ -18,9 +18,10 @@
 //!     (‖P(M)‖² / ‖M‖², P = averaging along each offset);
 //!   - `low_frequency`: the share of the rows' spectral energy (2D DFT over the source grid)
 //!     at spatial frequencies of at most [`LOW_FREQUENCY`] cycles per patch.
-//!   Each comes beside the same figure for timm's initialisation of that architecture
-//!   ([`init_figures`]: timm's distributions, mean of [`INIT_DRAWS`] seeded draws), so a user
-//!   can tell learned structure from initialisation.
+//!
+//! Each figure comes beside the same figure for timm's initialisation of that architecture
+//! ([`init_figures`]: timm's distributions, mean of [`INIT_DRAWS`] seeded draws), so a user can
+//! tell learned structure from initialisation.
 
 use serde::Serialize;
 

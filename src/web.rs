@@ -21,6 +21,11 @@
 //! - `classifyDetailed(imageData, topK = 5)` → `{predictions, timings, input}` (the page's view:
 //!   latency split and the model's-eye input)
 //! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
+//! - `insight(layer)` → everything the views show of one layer, computed in Rust
+//!   (`crate::insight`): the weights, Mixer `units`/`groups`/`pairs`, `offsetKernel`,
+//!   `figures` and `init` (timm's initialisation), `figuresOn`
+//! - `explain(topK = 5)` → `{grid, approximate, classes: [{index, label, logit, probability,
+//!   bias, map}]}` for the latest classified image: each logit split per token
 //! - `stageEnergy()` → PoolFormer's per-stage token energy for the latest classified image
 //! - `loseDevice()` → destroys the device (tests of the recovery path: after a loss every call
 //!   fails with "GPU device lost…" until `loadModel` makes a new device)
@@ -110,6 +115,8 @@ struct State {
     name: String,
     /// PoolFormer's per-stage token energy from the latest classify.
     energy: Vec<((usize, usize), Vec<f32>)>,
+    /// The model input of the latest classify (what `explain` explains).
+    last_input: Option<Vec<f32>>,
 }
 
 thread_local! {
@@ -129,7 +136,8 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
     }
     let sel = select(CHOICE.with(|c| *c.borrow())).await?;
     let model = Model::load_scoped(sel.device.clone(), crate::DEFAULT_MODEL, None).await.map_err(js_err)?;
-    let fresh = Rc::new(RefCell::new(State { sel, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new() }));
+    let fresh =
+        Rc::new(RefCell::new(State { sel, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new(), last_input: None }));
     // Two first calls may race through the awaits above; keep whichever finished first.
     Ok(STATE.with(|s| s.borrow_mut().get_or_insert(fresh).clone()))
 }
@@ -285,6 +293,7 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     st.model = Rc::new(model);
     st.name = name;
     st.energy.clear();
+    st.last_input = None;
     Ok(desc)
 }
 
@@ -334,6 +343,7 @@ pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<usize>) 
         let mut st = s.borrow_mut();
         if Rc::ptr_eq(&st.model, &model) {
             st.energy = std::mem::take(&mut run.stage_energy);
+            st.last_input = Some(run.input.clone());
         }
     }
     let probs = &run.output.probs;
@@ -395,6 +405,48 @@ pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
     set(&out, "grid", grid);
     set(&out, "data", Float32Array::from(&m.data[..]));
     set(&out, "note", m.note);
+    Ok(out.into())
+}
+
+/// Everything the views show of one layer (see `crate::insight::LayerInsight`), with `data`
+/// as a Float32Array.
+#[wasm_bindgen]
+pub async fn insight(layer: usize) -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let model = s.borrow().model.clone();
+    let mut li = model.insight(layer).map_err(js_err)?;
+    let data = std::mem::take(&mut li.data);
+    let out = json(&li)?;
+    let _ = Reflect::set(&out, &"data".into(), &Float32Array::from(&data[..]).into());
+    Ok(out)
+}
+
+/// The latest classified image's top `topK` classes, each logit split into one contribution
+/// per token (`crate::models::Explained`).
+#[wasm_bindgen]
+pub async fn explain(top_k: Option<usize>) -> Result<JsValue, JsError> {
+    let s = state().await?;
+    let (model, input) = {
+        let st = s.borrow();
+        (st.model.clone(), st.last_input.clone())
+    };
+    let input = input.ok_or_else(|| js_err("explain: classify an image with this model first"))?;
+    let ex = model.explain(&input).await.map_err(js_err)?;
+    let classes = Array::new();
+    for c in ex.output.top_k(0, top_k.unwrap_or(5)) {
+        let o = Object::new();
+        set(&o, "index", c as u32);
+        set(&o, "label", crate::labels::label(&model.info.labels, c));
+        set(&o, "logit", ex.output.logits[c] as f64);
+        set(&o, "probability", ex.output.probs[c] as f64);
+        set(&o, "bias", ex.bias[c] as f64);
+        set(&o, "map", Float32Array::from(ex.map(0, c)));
+        classes.push(&o);
+    }
+    let out = Object::new();
+    set(&out, "grid", Array::of2(&(ex.grid.0 as u32).into(), &(ex.grid.1 as u32).into()));
+    set(&out, "approximate", ex.approximate);
+    set(&out, "classes", classes);
     Ok(out.into())
 }
 

@@ -174,3 +174,69 @@ fn backend_is_chosen_reported_and_consistent() {
     let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["info"]).env("TOKENMIX_BACKEND", "fast").output().unwrap();
     assert_clean_error(&out);
 }
+
+/// `explain --input X.npy --out Y.npy --bias B.npy` on both executors: Y is timm's evidence
+/// (tools/make_goldens.py --explain) and `Y.sum((2, 3)) + B` is timm's logits.
+#[test]
+fn explain_raw_mode_matches_timm_on_both_backends() {
+    for name in ["mixer_p8_grey_nonsquare", "poolformer_rgb", "resmlp_p4_bf16"] {
+        let io = read_tensors(&fixtures().join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let ex = read_tensors(&fixtures().join(format!("{name}.explain.safetensors")), &["evidence", "bias"]);
+        let ((shape, input), (_, logits)) = (&io[0], &io[1]);
+        let x = tmp(&format!("{name}.ex.x.npy"));
+        write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), input);
+        let weights = fixtures().join(format!("{name}.safetensors"));
+        for backend in ["gpu", "cpu"] {
+            let (y, b) = (tmp(&format!("{name}.{backend}.ev.npy")), tmp(&format!("{name}.{backend}.bias.npy")));
+            let args = ["--backend", backend, "explain", "--weights", weights.to_str().unwrap(), "--input", x.to_str().unwrap()];
+            let out = tokenmix(&[&args[..], &["--out", y.to_str().unwrap(), "--bias", b.to_str().unwrap()]].concat());
+            assert!(out.status.success(), "{name} {backend}: {}", String::from_utf8_lossy(&out.stderr));
+            let ((yshape, got), (_, bias)) = (read_npy(&y), read_npy(&b));
+            assert_eq!(yshape, ex[0].0.iter().map(|&d| d as u64).collect::<Vec<_>>(), "{name}: [N, classes, gh, gw]");
+            assert!(max_abs_diff(&got, &ex[0].1) <= tol::GOLDEN * max_abs(&ex[0].1).max(1.0), "{name} {backend}: maps");
+            let per = (yshape[2] * yshape[3]) as usize;
+            let sums: Vec<f32> = got.chunks(per).enumerate().map(|(i, m)| m.iter().sum::<f32>() + bias[i % bias.len()]).collect();
+            assert!(max_abs_diff(&sums, logits) <= tol::GOLDEN * max_abs(logits).max(1.0), "{name} {backend}: sum + bias = logits");
+        }
+    }
+    // Raw mode needs both files; a missing input is one clear line.
+    assert!(!tokenmix(&["explain", "--input", "x.npy"]).status.success());
+    assert_clean_error(&tokenmix(&["explain", "--input", "/nonexistent.npy", "--out", tmp("never.npy").to_str().unwrap()]));
+}
+
+#[test]
+fn explain_json_and_insight_json_and_png() {
+    let img = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/samples/fmnist-0000-boot.png");
+    let out = tokenmix(&["--backend", "cpu", "explain", img.to_str().unwrap(), "--top-k", "3", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &v[0];
+    assert_eq!(first["grid"], serde_json::json!([7, 7]));
+    let classes = first["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 3);
+    assert_eq!(classes[0]["label"], "Ankle boot", "the embedded model's top class for the boot sample");
+    for c in classes {
+        let map: Vec<f64> = c["map"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(map.len(), 49);
+        let sum = map.iter().sum::<f64>() + c["bias"].as_f64().unwrap();
+        assert!((sum - c["logit"].as_f64().unwrap()).abs() < 1e-4, "{sum} vs {}", c["logit"]);
+    }
+    // insight --json: every layer with figures beside the initialisation's; --png: files.
+    let dir = tmp("insight-png");
+    let out = tokenmix(&["insight", "--json", "--png", dir.to_str().unwrap(), "--image", img.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let views = v["views"].as_array().unwrap();
+    assert_eq!(views.len(), v["layers"].as_u64().unwrap() as usize);
+    assert!(views.len() >= 2);
+    for l in views {
+        assert!(l["figures"]["locality"].as_f64().unwrap() > 0.0 && l["init"]["shiftInvariance"].as_f64().unwrap() > 0.0);
+        assert_eq!(l["groups"].as_array().unwrap().iter().map(|g| g.as_array().unwrap().len()).sum::<usize>(), l["rows"].as_u64().unwrap() as usize);
+    }
+    for f in ["input.png", "layer0_units.png", "layer0_overlay.png", "layer0_offset_kernel.png"] {
+        let bytes = std::fs::read(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(bytes.starts_with(b"\x89PNG"), "{f}");
+    }
+    assert_clean_error(&tokenmix(&["insight", "--layer", "99"]));
+    assert_clean_error(&tokenmix(&["explain", "/nonexistent.png"]));
+}

@@ -110,6 +110,6 @@ fn initialisation_figures_match_timms_init() {
 #[test]
 fn a_layer_past_the_end_is_an_error() {
     let model = Model::load(Device::cpu(), tokenmix::DEFAULT_MODEL, None).expect("default model");
-    let err = model.insight(model.mixing_layers()).err().expect("an error").to_string();
+    let err = model.insight(model.mixing_layers()).expect_err("an error").to_string();
     assert!(err.contains("token-mixing layers"), "{err}");
 }

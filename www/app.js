@@ -14,7 +14,7 @@
 
 import { $, adapterText, clearError, exclusive, HUB, messageOf, reloadModel, SAMPLES, setApi, setStatus, showError, showMissing, state, tm } from './page.js';
 import { buildSamples, classifyImageData, classifySample, wireInputs } from './input.js';
-import { fitViews, wireViz } from './views.js';
+import { fitViews, wireEvidence, wireViz } from './views.js';
 import { adoptModel, buildModelSelect, loadModelBytes, loadModelUrl } from './models.js';
 
 $('error-close').addEventListener('click', clearError);
@@ -76,6 +76,7 @@ async function start() {
   buildModelSelect();
   wireInputs();
   wireViz();
+  wireEvidence();
   fitViews();
 
   try {

@@ -2,7 +2,7 @@
 
 import * as viz from './visualise.js';
 import { $, clearError, exclusive, MAX_IMAGE_SIDE, messageOf, SAMPLES, showError, state, tm, VIEW_BOX } from './page.js';
-import { cropRect, fitViews, updateEnergy, wireImageHover } from './views.js';
+import { cropRect, fitViews, resetEvidence, showEvidence, updateEnergy, wireImageHover } from './views.js';
 import { loadModelFile } from './models.js';
 
 // ---------------------------------------------------------------------------------------
@@ -111,6 +111,7 @@ export async function classifyImageData(imageData, source = 'image') {
   };
   if (seq === classifySeq) { // a newer request will draw itself
     state.result = result;
+    resetEvidence();
     renderPredictions(result.predictions, source);
     renderTimings(result.timings);
     drawEye(result.input);
@@ -148,6 +149,15 @@ export function renderPredictions(preds, source) {
     value.className = 'pct';
     value.textContent = pctText;
     li.append(name, bar, value);
+    // A class is a button: it lays its per-token evidence over the image.
+    li.tabIndex = 0;
+    li.setAttribute('role', 'button');
+    li.setAttribute('aria-pressed', 'false');
+    li.title = `Show which parts of the image argued for ${p.label}`;
+    li.addEventListener('click', () => showEvidence(p.index));
+    li.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); showEvidence(p.index); }
+    });
     return li;
   }));
 }

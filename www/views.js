@@ -97,7 +97,7 @@ export async function setupViz() {
   const slider = $('layer');
   let probe;
   try {
-    probe = await exclusive(() => tm.tokenMixing(0));
+    probe = await exclusive(() => tm.insight(0));
   } catch (e) {
     $('viz-body').replaceChildren(Object.assign(document.createElement('p'), { className: 'muted', textContent: `No token-mixing weights to show: ${messageOf(e)}` }));
     slider.disabled = true;
@@ -131,7 +131,7 @@ export async function drawViz(pre) {
   const layer = state.layer;
   let t;
   try {
-    t = pre && Number(pre.layer ?? 0) === layer ? pre : await exclusive(() => tm.tokenMixing(layer));
+    t = pre && Number(pre.layer ?? 0) === layer ? pre : await exclusive(() => tm.insight(layer));
   } catch (e) {
     $('viz-body').replaceChildren(Object.assign(document.createElement('p'), { className: 'muted', textContent: `Layer ${layer}: ${messageOf(e)}` }));
     return;
@@ -158,4 +158,81 @@ export async function updateEnergy() {
   } catch (e) {
     p(`No activations: ${messageOf(e)}`);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Class evidence: which tokens argued for a class (explain()), over the image.
+
+/** Forgets the evidence of an earlier image (a new classification or model). */
+export function resetEvidence() {
+  state.explanation = null;
+  clearEvidence();
+}
+
+/** Takes the evidence overlay off the image views, if one is shown. */
+function clearEvidence() {
+  if (state.pinned?.evidence != null) {
+    state.pinned = null;
+    state.overlay = null;
+    drawOverlays();
+  }
+  for (const li of document.querySelectorAll('#predictions li')) li.setAttribute('aria-pressed', 'false');
+  const note = $('evidence-note');
+  note.textContent = 'Click a class to see which parts of the image argued for it.';
+  delete note.dataset.index;
+}
+
+/** Shows (or, clicked again, hides) the per-token evidence for class `index` of the latest result. */
+export async function showEvidence(index, redraw = false) {
+  const note = $('evidence-note');
+  if (!state.result) return;
+  if (state.pinned?.evidence === index && !redraw) { clearEvidence(); return; }
+  const result = state.result;
+  let ex = state.explanation;
+  if (!ex || ex.result !== result) {
+    try {
+      const e = await exclusive(() => tm.explain(5));
+      ex = { ...e, result };
+    } catch (err) {
+      note.textContent = `No explanation: ${messageOf(err)}`;
+      return;
+    }
+    if (state.result !== result) return; // a newer image arrived meanwhile
+    state.explanation = ex;
+  }
+  const c = ex.classes.find((k) => k.index === index);
+  if (!c) return;
+  const map = c.map;
+  let sum = 0, min = Infinity, max = -Infinity;
+  for (const v of map) { sum += v; min = Math.min(min, v); max = Math.max(max, v); }
+  // "Relative" shows each token against the mean token: where a model spreads its evidence
+  // over the whole image (every token has mixed with every other), the differences are the
+  // story. The exact split is the default.
+  const relative = $('evidence-relative').checked;
+  const mean = sum / map.length;
+  const values = relative ? map.map((v) => v - mean) : map;
+  let absMax = 0;
+  for (const v of values) absMax = Math.max(absMax, Math.abs(v));
+  const spec = { values, grid: Array.from(ex.grid), scale: absMax, cmap: 'diverging', label: `evidence for ${c.label}${relative ? ' (relative to the mean token)' : ''}`, evidence: index };
+  state.pinned = spec;
+  state.overlay = spec;
+  drawOverlays();
+  for (const li of document.querySelectorAll('#predictions li')) li.setAttribute('aria-pressed', String(Number(li.dataset.index) === index));
+  const f = (v) => viz.fmt(v, 3);
+  note.dataset.index = String(index);
+  note.dataset.sum = String(sum);
+  note.dataset.bias = String(c.bias);
+  note.dataset.logit = String(c.logit);
+  note.dataset.approximate = String(ex.approximate);
+  note.dataset.relative = String(relative);
+  note.textContent = `Evidence for ${c.label}: logit ${f(c.logit)} = ${f(sum)} from the ${ex.grid[0]}×${ex.grid[1]} tokens + ${f(c.bias)} bias; ` +
+    `tokens give ${f(min)} to ${f(max)}. ` +
+    (relative ? `Shown relative to the mean token (${f(mean)}): red tokens give more than average, blue less.` : 'Red tokens raise this class, blue ones lower it.') +
+    (ex.approximate ? ' Approximate per token: PoolFormer normalises after pooling, so each share is taken with this image\'s pooled statistics (the sum is exact).' : '');
+}
+
+export function wireEvidence() {
+  $('evidence-relative').addEventListener('change', () => {
+    if (state.pinned?.evidence != null) showEvidence(state.pinned.evidence, true);
+  });
 }

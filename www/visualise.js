@@ -1,6 +1,6 @@
 // The token-mixing visualiser: colour maps, heatmaps on canvases, and one view per kind of
-// token mixer (tokenMixing(layer).kind). Nothing here talks to the model: the page passes in
-// what tokenMixing()/stageEnergy() returned. Every canvas drawn from weights carries
+// token mixer (insight(layer).kind). Nothing here talks to the model or computes what to show:
+// the page passes in what insight()/stageEnergy()/explain() returned (the Rust insight module). Every canvas drawn from weights carries
 // data-min/-max/-checksum (sum of the values drawn) so a test can tie pixels to weights.
 
 // ColorBrewer RdBu (9 classes), blue for negative, near-white at zero, red for positive.
@@ -129,7 +129,7 @@ function legend(cmap, lo, mid, hi, text) {
     el('p', { class: 'muted', text }));
 }
 
-/** The [gh, gw] token grid of a tokenMixing() result, checked against its column count. */
+/** The [gh, gw] token grid of an insight() result, checked against its column count. */
 function gridOf(t, count) {
   const g = Array.from(t.grid ?? []);
   if (g.length === 2 && g[0] * g[1] === count) return g;
@@ -138,107 +138,45 @@ function gridOf(t, count) {
 }
 
 // ---------------------------------------------------------------------------------------
-// MLP-Mixer: token-MLP fc1 units, each a pattern over the token grid.
+// What was learned, in numbers: the layer's structure figures beside timm's initialisation.
 
-/**
- * Orders the rows of fc1 so structure shows: each unit's dominant spatial frequency (the
- * largest term of its 2D DFT on the token grid), and units paired with their most negatively
- * correlated partner (opposite-sign twins sit side by side).
- */
-export function analyseUnits(data, rows, cols, gh, gw) {
-  const S = cols;
-  const kxN = Math.floor(gw / 2) + 1;
-  const cosX = new Float64Array(kxN * gw), sinX = new Float64Array(kxN * gw);
-  for (let k = 0; k < kxN; k++) for (let x = 0; x < gw; x++) {
-    cosX[k * gw + x] = Math.cos((2 * Math.PI * k * x) / gw);
-    sinX[k * gw + x] = Math.sin((2 * Math.PI * k * x) / gw);
-  }
-  const cosY = new Float64Array(gh * gh), sinY = new Float64Array(gh * gh);
-  for (let k = 0; k < gh; k++) for (let y = 0; y < gh; y++) {
-    cosY[k * gh + y] = Math.cos((2 * Math.PI * k * y) / gh);
-    sinY[k * gh + y] = Math.sin((2 * Math.PI * k * y) / gh);
-  }
-  const units = [];
-  const re1 = new Float64Array(gh * kxN), im1 = new Float64Array(gh * kxN);
-  const z = new Float64Array(rows * S); // zero-mean, unit-norm rows for correlations
-  for (let u = 0; u < rows; u++) {
-    const off = u * S;
-    // DFT along x, then along y (real input: kx up to gw/2 carries everything).
-    for (let y = 0; y < gh; y++) for (let k = 0; k < kxN; k++) {
-      let re = 0, im = 0;
-      for (let x = 0; x < gw; x++) {
-        const v = data[off + y * gw + x];
-        re += v * cosX[k * gw + x];
-        im -= v * sinX[k * gw + x];
-      }
-      re1[y * kxN + k] = re; im1[y * kxN + k] = im;
-    }
-    let best = -1, bky = 0, bkx = 0, total = 0, dc = 0;
-    for (let ky = 0; ky < gh; ky++) for (let kx = 0; kx < kxN; kx++) {
-      let re = 0, im = 0;
-      for (let y = 0; y < gh; y++) {
-        const c = cosY[ky * gh + y], s = sinY[ky * gh + y];
-        const a = re1[y * kxN + kx], b = im1[y * kxN + kx];
-        re += a * c + b * s;
-        im += b * c - a * s;
-      }
-      const p = re * re + im * im;
-      total += p;
-      if (ky === 0 && kx === 0) dc = p;
-      if (p > best + 1e-12 * Math.max(1, best)) { best = p; bky = ky; bkx = kx; }
-    }
-    const fy = (bky <= gh / 2 ? bky : bky - gh) / gh, fx = bkx / gw;
-    let mean = 0, absMax = 0;
-    for (let i = 0; i < S; i++) { mean += data[off + i]; absMax = Math.max(absMax, Math.abs(data[off + i])); }
-    mean /= S;
-    let norm = 0;
-    for (let i = 0; i < S; i++) { const d = data[off + i] - mean; z[off + i] = d; norm += d * d; }
-    norm = Math.sqrt(norm);
-    for (let i = 0; i < S; i++) z[off + i] = norm > 0 ? z[off + i] / norm : 0;
-    units.push({
-      unit: u, ky: bky, kx: bkx, radial: Math.hypot(fy, fx), angle: Math.atan2(fy, fx),
-      dcShare: total > 0 ? dc / total : 0, absMax, partner: -1, partnerCorr: 0, pairedWith: -1,
-    });
-  }
-  // Correlations: each unit's most negatively correlated partner; candidate pairs below -0.5.
-  const candidates = [];
-  for (let a = 0; a < rows; a++) {
-    for (let b = a + 1; b < rows; b++) {
-      let r = 0;
-      const oa = a * S, ob = b * S;
-      for (let i = 0; i < S; i++) r += z[oa + i] * z[ob + i];
-      if (r < units[a].partnerCorr) { units[a].partnerCorr = r; units[a].partner = b; }
-      if (r < units[b].partnerCorr) { units[b].partnerCorr = r; units[b].partner = a; }
-      if (r < -0.5) candidates.push([r, a, b]);
-    }
-  }
-  candidates.sort((p, q) => p[0] - q[0]);
-  for (const [, a, b] of candidates) {
-    if (units[a].pairedWith < 0 && units[b].pairedWith < 0) { units[a].pairedWith = b; units[b].pairedWith = a; }
-  }
-  const key = (u) => [Math.round(u.radial * 1e6), Math.round(u.angle * 1e6), -u.dcShare];
-  const cmp = (p, q) => {
-    const a = key(units[p[0]]), b = key(units[q[0]]);
-    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i] - b[i];
-    return p[0] - q[0];
-  };
-  const groups = [];
-  for (const u of units) {
-    if (u.pairedWith < 0) groups.push([u.unit]);
-    else if (u.unit < u.pairedWith) {
-      // Lower frequency first inside the pair, so the group sorts by its simpler member.
-      const v = units[u.pairedWith];
-      groups.push(cmp([u.unit], [v.unit]) <= 0 ? [u.unit, v.unit] : [v.unit, u.unit]);
-    }
-  }
-  groups.sort(cmp);
-  return { units, groups };
+const FIGURES = [
+  ['locality', 'Locality', 'patches', '|w|-weighted mean distance between a token and what it mixes from: lower is more local', 2],
+  ['shiftInvariance', 'Shift invariance', '', "share of the map's energy one relative-offset kernel explains (1 = a convolution)", 3],
+  ['lowFrequency', 'Low-frequency share', '', "share of the rows' spectral energy at ≤ 0.25 cycles per patch", 3],
+];
+
+/** The figures table of an insight(layer) result, or nothing where the mixer is fixed. */
+export function figuresTable(t) {
+  if (!t.figures || !t.init) return null;
+  const rows = FIGURES.map(([key, name, unit, help, digits]) => {
+    const v = t.figures[key], i = t.init[key];
+    const u = unit ? ` ${unit}` : '';
+    return el('tr', { dataset: { figure: key, value: String(v), init: String(i) }, title: help },
+      el('th', { scope: 'row', text: name }),
+      el('td', { text: `${v.toFixed(digits)}${u}` }),
+      el('td', { class: 'muted', text: `${i.toFixed(digits)}${u}` }));
+  });
+  return el('div', { class: 'figures-box' },
+    el('table', { class: 'figures', 'data-testid': 'viz-figures' },
+      el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: `Layer ${t.layer}` }), el('th', { scope: 'col', text: 'learned' }), el('th', { scope: 'col', text: 'timm init' }))),
+      el('tbody', {}, ...rows)),
+    el('p', { class: 'muted figures-on', text: `Measured on ${t.figuresOn}. Far from the init values means the layer learned structure: local, convolution-like, smooth.` }));
 }
+
+// ---------------------------------------------------------------------------------------
+// MLP-Mixer: token-MLP fc1 units, each a pattern over the token grid.
 
 function renderMixer(host, t, hooks) {
   const rows = t.rows, cols = t.cols, data = t.data;
   const [gh, gw] = gridOf(t, cols);
-  const { units, groups } = analyseUnits(data, rows, cols, gh, gw);
+  // Frequencies, partners and the display order come from Rust (insight(layer)).
+  const units = t.units ?? [];
+  const groups = t.groups ?? [];
+  if (units.length !== rows) {
+    host.replaceChildren(el('p', { class: 'muted', text: `No unit analysis for this layer (${units.length} of ${rows} units).` }));
+    return { grid: [gh, gw] };
+  }
   const caption = el('p', { class: 'viz-caption', 'aria-live': 'polite', text: 'Hover a unit to see it laid over the image.' });
   const grid = el('div', { class: 'units', 'data-testid': 'viz-units', style: `--aspect: ${gw} / ${gh}` });
   const rowValues = (u) => data.subarray(u * cols, (u + 1) * cols);
@@ -270,6 +208,7 @@ function renderMixer(host, t, hooks) {
   const pairs = groups.filter((g) => g.length === 2).length;
   stamp(grid, data, { layer: t.layer, units: rows, pairs });
   host.replaceChildren(
+    figuresTable(t),
     el('p', { class: 'viz-lead', text:
       `Token-mixing MLP, first layer: ${rows} hidden units, each a weight pattern over the ${gh}×${gw} token grid ` +
       `(what it sums across image positions). Sorted by dominant spatial frequency; ${pairs} opposite-sign pairs sit side by side (outlined).` }),
@@ -282,23 +221,6 @@ function renderMixer(host, t, hooks) {
 
 // ---------------------------------------------------------------------------------------
 // gMLP / ResMLP (and PoolFormer's fixed matrix): a tokens x tokens mixing matrix.
-
-/** Mean of W[t, s] over all pairs with the same offset (dy, dx) = pos(s) - pos(t). */
-export function offsetKernel(data, S, gh, gw) {
-  const H = 2 * gh - 1, W = 2 * gw - 1;
-  const sum = new Float64Array(H * W), count = new Uint32Array(H * W);
-  for (let t = 0; t < S; t++) {
-    const ty = Math.floor(t / gw), tx = t % gw;
-    for (let s = 0; s < S; s++) {
-      const i = (Math.floor(s / gw) - ty + gh - 1) * W + (s % gw) - tx + gw - 1;
-      sum[i] += data[t * S + s];
-      count[i]++;
-    }
-  }
-  const values = new Float32Array(H * W);
-  for (let i = 0; i < values.length; i++) values[i] = count[i] ? sum[i] / count[i] : 0;
-  return { values, h: H, w: W };
-}
 
 function percentileAbs(data, q) {
   const a = Float32Array.from(data, Math.abs).sort();
@@ -337,7 +259,7 @@ function renderMatrix(host, t, hooks, what) {
   matrix.addEventListener('pointerleave', () => hooks.clear());
   matrix.addEventListener('click', (ev) => { const c = cellAt(matrix, ev, S, S); if (c) hooks.pin(rowSpec(c[0])); });
 
-  const k = offsetKernel(data, S, gh, gw);
+  const k = t.offsetKernel; // mean weight by offset, computed in Rust
   const cell = Math.max(1, Math.min(24, Math.floor(240 / Math.max(k.h, k.w))));
   const kernel = el('canvas', { class: 'kernel', 'data-testid': 'viz-offset-kernel', role: 'img',
     'aria-label': `Mean weight by relative offset, ${k.h}×${k.w}` });
@@ -353,6 +275,7 @@ function renderMatrix(host, t, hooks, what) {
     if (c) caption.textContent = `offset (dy, dx) = (${c[0] - gh + 1}, ${c[1] - gw + 1}): mean weight ${fmt(k.values[c[0] * k.w + c[1]])}`;
   });
   host.replaceChildren(
+    figuresTable(t),
     el('p', { class: 'viz-lead', text: `${what}: a ${S}×${S} matrix over the ${gh}×${gw} token grid. Row t is how output token t mixes from every token s.` }),
     el('div', { class: 'figs' },
       el('figure', {}, matrix, el('figcaption', { text: `W (${S}×${S}); colour saturates at ±${fmt(clip)} (99th percentile of |w|; max |w| ${fmt(s.absMax)})` })),
@@ -431,7 +354,7 @@ export function renderEnergy(host, stages, hooks) {
 }
 
 /**
- * Draws the visualiser for one tokenMixing() result into host. hooks: {show(spec), clear(),
+ * Draws the visualiser for one insight() result into host. hooks: {show(spec), clear(),
  * pin(spec)} put a token-grid heatmap over the input image. Returns {grid, tokenRow?(t)}.
  */
 export function renderTokenMixing(host, t, hooks) {

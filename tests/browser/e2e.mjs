@@ -650,3 +650,92 @@ test('k. the example consumer (examples/web-minimal, TypeScript) type-checks and
   assert.deepEqual(pageErrors, []);
   await page.close();
 });
+
+test('l. clicking a class lays its per-token evidence over the image; the figures table shows what was learned', { timeout: 4 * TIMEOUT }, async () => {
+  // The native CLI's explanation of the same sample: an independent path (native CPU executor).
+  const out = execFileSync(BIN, ['--backend', 'cpu', 'explain', '--json', '--top-k', '5', `www/samples/${SAMPLE}`], { cwd: ROOT, encoding: 'utf8' });
+  const cli = JSON.parse(out.slice(out.indexOf('[')))[0];
+  const { page, pageErrors, status } = await openPage('l');
+  assertStarted(status);
+  await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  await page.waitForSelector(`#predictions[data-source="${SAMPLE}"] li`);
+
+  // The API: every top class's map sums with its bias to its logit, and matches the CLI's.
+  const api = await page.evaluate(async () => {
+    const e = await window.tokenmixApp.api.explain(5);
+    return { grid: Array.from(e.grid), approximate: e.approximate, classes: e.classes.map((c) => ({ ...c, map: Array.from(c.map) })) };
+  });
+  assert.deepEqual(api.grid, cli.grid);
+  assert.equal(api.classes.length, 5);
+  for (const c of api.classes) {
+    const sum = c.map.reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(sum + c.bias - c.logit) <= 1e-4 * Math.max(1, Math.abs(c.logit)), `class ${c.index}: ${sum} + ${c.bias} vs ${c.logit}`);
+    const k = cli.classes.find((q) => q.index === c.index);
+    assert.ok(k, `class ${c.index} is in the CLI's top 5`);
+    const scale = Math.max(1e-6, ...k.map.map(Math.abs));
+    const diff = Math.max(...c.map.map((v, i) => Math.abs(v - k.map[i])));
+    assert.ok(diff <= 1e-3 * scale, `class ${c.index}: page map differs from the CLI's by ${diff} (scale ${scale})`);
+  }
+
+  // The page: click the top class; the overlay draws its map, the note states the identity.
+  const top = cli.classes[0];
+  await page.click('#predictions li:first-child');
+  await page.waitForSelector(`#evidence-note[data-index="${top.index}"]`);
+  const shown = await page.evaluate(() => {
+    const note = document.querySelector('#evidence-note');
+    const ov = document.querySelector('#overlay');
+    const d = ov.getContext('2d').getImageData(0, 0, ov.width, ov.height).data;
+    let painted = 0, red = 0;
+    for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0) { painted++; if (d[i] > d[i + 2] + 40) red++; }
+    return { ...note.dataset, text: note.textContent, checksum: Number(ov.dataset.checksum), count: Number(ov.dataset.count), painted, red,
+      pressed: document.querySelector('#predictions li:first-child').getAttribute('aria-pressed') };
+  });
+  console.log(`[l] ${shown.text}; overlay painted ${shown.painted}, red ${shown.red}`);
+  assert.equal(shown.pressed, 'true');
+  assert.equal(shown.count, cli.grid[0] * cli.grid[1], 'the overlay draws one value per token');
+  assert.ok(Math.abs(shown.checksum - Number(shown.sum)) <= 1e-5 * Math.max(1, Math.abs(Number(shown.sum))), 'the overlay is the map the note sums');
+  assert.ok(Math.abs(Number(shown.sum) + Number(shown.bias) - Number(shown.logit)) <= 1e-4 * Math.max(1, Math.abs(Number(shown.logit))));
+  assert.ok(Math.abs(Number(shown.logit) - top.logit) <= 1e-3 * Math.max(1, Math.abs(top.logit)), 'the logit the CLI reports');
+  assert.ok(shown.painted > 1000 && shown.red > 100, 'the overlay is drawn, and the top class has tokens for it');
+  assert.equal(shown.approximate, 'false');
+  await shot(page, 'e2e-l-evidence-mixer');
+  // Relative to the mean token: the overlay's values sum to zero; the note says so.
+  await page.check('#evidence-relative');
+  await page.waitForSelector('#evidence-note[data-relative="true"]');
+  const rel = await page.$eval('#overlay', (c) => Number(c.dataset.checksum));
+  assert.ok(Math.abs(rel) <= 1e-5 * Math.max(1, Math.abs(Number(shown.sum))), `relative map sums to ${rel}`);
+  await shot(page, 'e2e-l-evidence-mixer-relative');
+  await page.uncheck('#evidence-relative');
+  await page.waitForSelector('#evidence-note[data-relative="false"]');
+  // Another class replaces it; clicking it again takes the overlay off.
+  await page.click('#predictions li:nth-child(2)');
+  await page.waitForSelector(`#evidence-note[data-index="${cli.classes[1].index}"]`);
+  await page.click('#predictions li:nth-child(2)');
+  await page.waitForFunction(() => !document.querySelector('#evidence-note').dataset.index && !document.querySelector('#overlay').dataset.checksum);
+
+  // What was learned, in numbers: the table is insight(layer)'s figures beside timm's init.
+  const figs = await page.evaluate(async () => {
+    const t = await window.tokenmixApp.api.insight(window.tokenmixApp.state.layer);
+    const rows = [...document.querySelectorAll('#viz [data-testid="viz-figures"] tr[data-figure]')].map((r) => ({ ...r.dataset }));
+    return { figures: t.figures, init: t.init, rows };
+  });
+  assert.equal(figs.rows.length, 3);
+  for (const r of figs.rows) {
+    assert.equal(Number(r.value), figs.figures[r.figure]);
+    assert.equal(Number(r.init), figs.init[r.figure]);
+  }
+
+  // PoolFormer: the split is labelled approximate in the page.
+  await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/poolformer_fmnist.safetensors'));
+  await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  await page.waitForFunction(() => document.querySelector('#predictions li') && !document.querySelector('#evidence-note').dataset.index);
+  await page.click('#predictions li:first-child');
+  await page.waitForSelector('#evidence-note[data-index]');
+  const pool = await page.$eval('#evidence-note', (n) => ({ ...n.dataset, text: n.textContent }));
+  assert.equal(pool.approximate, 'true');
+  assert.match(pool.text, /Approximate/);
+  assert.ok(Math.abs(Number(pool.sum) + Number(pool.bias) - Number(pool.logit)) <= 1e-4 * Math.max(1, Math.abs(Number(pool.logit))));
+  await shot(page, 'e2e-l-evidence-poolformer');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
