@@ -102,6 +102,9 @@ enum Command {
         /// Write each image's evidence overlays (model's-eye view) into this folder
         #[arg(long)]
         png: Option<PathBuf>,
+        /// PNGs show each token relative to the mean token (the exact split stays in --json)
+        #[arg(long, requires = "png")]
+        relative: bool,
         /// Raw mode: preprocessed X.npy float32 [N,C,H,W] ...
         #[arg(long, requires = "out", conflicts_with = "images")]
         input: Option<PathBuf>,
@@ -167,7 +170,7 @@ fn run(cmd: Command) -> Result<()> {
             let model = load_or_default(device()?.device, weights.as_deref())?;
             crate::cli_views::insight(&model, &model_name(weights.as_deref()), layer, json, png.as_deref(), image.as_deref())
         }
-        Command::Explain { weights, images, top_k, json, png, input, out, bias } => match (input, out) {
+        Command::Explain { weights, images, top_k, json, png, relative, input, out, bias } => match (input, out) {
             (Some(input), Some(out)) => {
                 let (shape, data) = read_npy_input(&input)?;
                 let model = match &weights {
@@ -179,7 +182,7 @@ fn run(cmd: Command) -> Result<()> {
             }
             _ => {
                 let model = load_or_default(device()?.device, weights.as_deref())?;
-                crate::cli_views::explain_images(&model, &images, top_k, json, png.as_deref())
+                crate::cli_views::explain_images(&model, &images, top_k, json, png.as_deref(), relative)
             }
         },
         Command::Eval { weights, data, batch, json } => eval(weights.as_deref(), &data, batch, json),

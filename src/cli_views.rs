@@ -231,7 +231,7 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
 }
 
 /// `explain IMAGE...`: per image the top-k classes with their evidence maps.
-pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: bool, png: Option<&Path>) -> Result<()> {
+pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: bool, png: Option<&Path>, relative: bool) -> Result<()> {
     let pp = &model.info.preprocess;
     let mut inputs = Vec::with_capacity(images.len() * model.input_len());
     for path in images {
@@ -265,6 +265,10 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
                 );
             }
             if let (Some(dir), Some(base)) = (png, &base) {
+                // --relative: each token against the mean token (the page's toggle).
+                let mean = map.iter().sum::<f32>() / map.len().max(1) as f32;
+                let shown: Vec<f32> = map.iter().map(|v| if relative { v - mean } else { *v }).collect();
+                let map = &shown[..];
                 let s = abs_max(map);
                 let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
                 save(&overlay(base, map, ex.grid, |v| colour::diverging(v, s)), dir, &format!("{stem}_evidence_{c}.png"), &mut written)?;

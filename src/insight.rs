@@ -137,56 +137,56 @@ fn dist(t: usize, s: usize, gw: usize) -> f64 {
     (dy * dy + dx * dx).sqrt()
 }
 
-/// Mean of `m[t, s]` over all pairs with the same offset `pos(s) - pos(t)`.
-pub fn offset_kernel(m: &[f32], gh: usize, gw: usize) -> Kernel {
+/// Sums and counts of `m[t, s]` by offset `pos(s) - pos(t)`, (2 gh - 1) x (2 gw - 1).
+fn offset_sums(m: &[f32], gh: usize, gw: usize) -> (Vec<f64>, Vec<f64>) {
     let (h, w, s) = (2 * gh - 1, 2 * gw - 1, gh * gw);
     let mut sum = vec![0f64; h * w];
-    let mut count = vec![0u32; h * w];
+    let mut count = vec![0f64; h * w];
     for t in 0..s {
         for u in 0..s {
             let i = (u / gw + gh - 1 - t / gw) * w + (u % gw + gw - 1 - t % gw);
             sum[i] += m[t * s + u] as f64;
-            count[i] += 1;
+            count[i] += 1.0;
         }
     }
-    let values = sum.iter().zip(&count).map(|(&v, &c)| if c > 0 { (v / c as f64) as f32 } else { 0.0 }).collect();
-    Kernel { h, w, values }
+    (sum, count)
+}
+
+/// Mean of `m[t, s]` over all pairs with the same offset `pos(s) - pos(t)`.
+pub fn offset_kernel(m: &[f32], gh: usize, gw: usize) -> Kernel {
+    let (sum, count) = offset_sums(m, gh, gw);
+    let values = sum.iter().zip(&count).map(|(&v, &c)| if c > 0.0 { (v / c) as f32 } else { 0.0 }).collect();
+    Kernel { h: 2 * gh - 1, w: 2 * gw - 1, values }
+}
+
+/// In place, the DFT of the `n` complex values `at, at + stride, …` of (re, im).
+fn dft(re: &mut [f64], im: &mut [f64], at: usize, stride: usize, n: usize) {
+    use std::f64::consts::TAU;
+    let (xr, xi): (Vec<f64>, Vec<f64>) = (0..n).map(|j| (re[at + j * stride], im[at + j * stride])).unzip();
+    for k in 0..n {
+        let (mut sr, mut si) = (0.0, 0.0);
+        for j in 0..n {
+            let a = TAU * ((k * j) % n) as f64 / n as f64;
+            let (c, s) = (a.cos(), a.sin());
+            sr += xr[j] * c + xi[j] * s;
+            si += xi[j] * c - xr[j] * s;
+        }
+        re[at + k * stride] = sr;
+        im[at + k * stride] = si;
+    }
 }
 
 /// Power of the full 2D DFT of one grid (gh x gw, row-major), [ky * gw + kx].
 fn power(x: &[f32], gh: usize, gw: usize) -> Vec<f64> {
-    use std::f64::consts::TAU;
-    // Along x, then along y.
-    let mut re1 = vec![0f64; gh * gw];
-    let mut im1 = vec![0f64; gh * gw];
+    let mut re: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let mut im = vec![0f64; gh * gw];
     for y in 0..gh {
-        for k in 0..gw {
-            let (mut re, mut im) = (0.0, 0.0);
-            for xi in 0..gw {
-                let a = TAU * (k * xi) as f64 / gw as f64;
-                let v = x[y * gw + xi] as f64;
-                re += v * a.cos();
-                im -= v * a.sin();
-            }
-            re1[y * gw + k] = re;
-            im1[y * gw + k] = im;
-        }
+        dft(&mut re, &mut im, y * gw, 1, gw);
     }
-    let mut p = vec![0f64; gh * gw];
-    for ky in 0..gh {
-        for kx in 0..gw {
-            let (mut re, mut im) = (0.0, 0.0);
-            for y in 0..gh {
-                let a = TAU * (ky * y) as f64 / gh as f64;
-                let (c, s) = (a.cos(), a.sin());
-                let (u, v) = (re1[y * gw + kx], im1[y * gw + kx]);
-                re += u * c + v * s;
-                im += v * c - u * s;
-            }
-            p[ky * gw + kx] = re * re + im * im;
-        }
+    for kx in 0..gw {
+        dft(&mut re, &mut im, kx, gw, gh);
     }
-    p
+    re.iter().zip(&im).map(|(a, b)| a * a + b * b).collect()
 }
 
 /// Signed frequency of DFT index k on n points, in cycles per patch.
@@ -206,19 +206,8 @@ pub fn figures(m: &[f32], gh: usize, gw: usize) -> Figures {
         }
     }
     // ‖P(M)‖² = Σ_offsets count · mean², with the means of `offset_kernel` in f64.
-    let (h, w) = (2 * gh - 1, 2 * gw - 1);
-    let mut sum = vec![0f64; h * w];
-    let mut count = vec![0f64; h * w];
-    let mut total = 0f64;
-    for t in 0..s {
-        for u in 0..s {
-            let i = (u / gw + gh - 1 - t / gw) * w + (u % gw + gw - 1 - t % gw);
-            let v = m[t * s + u] as f64;
-            sum[i] += v;
-            count[i] += 1.0;
-            total += v * v;
-        }
-    }
+    let (sum, count) = offset_sums(m, gh, gw);
+    let total: f64 = m.iter().map(|&v| (v as f64) * (v as f64)).sum();
     let projected: f64 = sum.iter().zip(&count).filter(|(_, &c)| c > 0.0).map(|(v, c)| v * v / c).sum();
     let (mut low, mut all) = (0f64, 0f64);
     for row in m.chunks(s) {

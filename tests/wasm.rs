@@ -1,6 +1,7 @@
 //! The wasm build in a real browser: golden logits of every family through the WebAssembly
 //! core, on the browser's WebGPU adapter (headless Chromium, SwiftShader) and on the
-//! WebAssembly SIMD CPU executor, agree with timm within the golden tolerance. Run by
+//! WebAssembly SIMD CPU executor, agree with timm within the golden tolerance — and so do the
+//! per-token class evidence maps (`Model::explain`). Run by
 //! `make test-wasm` (wasm-bindgen-test-runner + chromedriver).
 #![cfg(target_arch = "wasm32")]
 
@@ -17,6 +18,7 @@ macro_rules! fixture {
             $name,
             &include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/", $name, ".safetensors"))[..],
             &include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/", $name, ".io.safetensors"))[..],
+            &include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/", $name, ".explain.safetensors"))[..],
         )
     };
 }
@@ -32,7 +34,7 @@ async fn goldens_on(device: Device) {
     web_sys::console::log_1(&format!("executor: {} ({})", device.describe(), device.kernels()).into());
     let mut failures = Vec::new();
     let mut checked = 0;
-    for (name, weights, io) in [
+    for (name, weights, io, explain) in [
         fixture!("mixer_p8_grey_nonsquare"),
         fixture!("mixer_p4_d64"),
         fixture!("gmlp_grey_nonsquare_f16"),
@@ -49,6 +51,15 @@ async fn goldens_on(device: Device) {
         web_sys::console::log_1(&format!("{name} [wasm, {}]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})", device.label()).into());
         if !(diff <= bound) {
             failures.push(format!("{name}: {diff} > {bound}"));
+        }
+        // The per-token class evidence against timm's (tools/make_goldens.py --explain).
+        let (_, evidence) = tensor(explain, "evidence");
+        let ex = model.explain(&input).await.expect("explain");
+        let map_diff = ex.maps.iter().zip(&evidence).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let map_bound = 1e-4 * evidence.iter().fold(1f32, |m, v| m.max(v.abs()));
+        web_sys::console::log_1(&format!("{name} [wasm, {}]: max|Δevidence| = {map_diff:.2e} (bound {map_bound:.1e})", device.label()).into());
+        if ex.maps.len() != evidence.len() || !(map_diff <= map_bound) {
+            failures.push(format!("{name} evidence: {map_diff} > {map_bound}"));
         }
         checked += 1;
     }

@@ -13,6 +13,9 @@ export PYTHONUNBUFFERED=1 WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg TOKENMIX_
 mkdir -p -m 700 /tmp/xdg /tmp/train
 TM=.bin/tokenmix
 MINUTES=${MINUTES:-4}
+# The Mixer family on a 14x14 token grid (patch 2): room for token mixing to learn structure
+# (`tokenmix insight` below prints its figures beside timm's initialisation).
+PATCH=${PATCH:-2}
 nvidia-smi -L
 python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)"
 if ! $TM info >/dev/null 2>&1; then
@@ -22,7 +25,7 @@ $TM info | grep adapter
 
 echo "== training (${MINUTES} min each, 4 in parallel)"
 for m in mixer gmlp resmlp poolformer; do
-  python3 tools/train.py "$m" --minutes "$MINUTES" --data .data --out /tmp/train > "/tmp/train/$m.log" 2>&1 &
+  python3 tools/train.py "$m" --minutes "$MINUTES" --patch "$PATCH" --ema 0.998 --data .data --out /tmp/train > "/tmp/train/$m.log" 2>&1 &
 done
 wait
 for m in mixer gmlp resmlp poolformer; do tail -n 2 "/tmp/train/$m.log"; done
@@ -33,6 +36,10 @@ for m in mixer gmlp resmlp poolformer; do
   w=/tmp/train/${m}_fmnist.safetensors
   [ -f "$w" ] && echo "$m $($TM eval --weights "$w" --data .data --json)"
 done 2>&1 | tee "$OUT/eval.txt"
+for m in mixer gmlp resmlp; do
+  w=/tmp/train/${m}_fmnist.safetensors
+  [ -f "$w" ] && $TM insight --weights "$w"
+done 2>&1 | tee "$OUT/insight.txt"
 
 echo "== full-size timm checkpoints: logits parity and bench"
 for m in mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 gmlp_ti16_224; do

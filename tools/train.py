@@ -140,7 +140,7 @@ SMALL = {
 }
 
 
-def build(name: str, drop_path: float, small: bool = False) -> dict:
+def build(name: str, drop_path: float, small: bool = False, patch: int = 4) -> dict:
     """The JSON config of one family: {"family", "timm_class", <timm kwargs>, "img_size"}. Class-valued
     kwargs are dotted names that `instantiate` imports; the rest is passed to the class as is."""
     if name == "mixer":  # mixer_s16_224: MlpMixer defaults (MixerBlock, Mlp, LayerNorm eps 1e-6, GELU)
@@ -164,6 +164,10 @@ def build(name: str, drop_path: float, small: bool = False) -> dict:
         raise SystemExit(f"unknown model {name}")
     if small:
         kw.update(SMALL[name])
+    if "patch_size" in kw:
+        if SIZE % patch:
+            raise SystemExit(f"--patch {patch} does not divide the {SIZE}x{SIZE} image")
+        kw["patch_size"] = patch  # 2: a 14x14 token grid, where token mixing has room for structure
     return {"family": name, "timm_class": cls, **kw, "drop_path_rate": drop_path, "img_size": [SIZE, SIZE]}
 
 
@@ -223,6 +227,8 @@ def main() -> None:
     ap.add_argument("--init", type=pathlib.Path, default=None,
                     help="start from these weights (a file this script wrote, same config): a further cosine cycle "
                          "(warm restart); the recipe records the earlier cycles")
+    ap.add_argument("--patch", type=int, default=4,
+                    help="patch size of the Mixer family (4: a 7x7 token grid; 2: 14x14, 4x the token-mixing work)")
     ap.add_argument("--small", action="store_true", help="the CPU-sized configs (SMALL), for training without a GPU")
     ap.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1), help="CPU threads")
     ap.add_argument("--data", type=pathlib.Path, default=DATA, help="folder with the Fashion-MNIST IDX files")
@@ -248,7 +254,7 @@ def main() -> None:
     xte, yte = load(args.data, "t10k")
     if args.test_limit:
         xte, yte = xte[:args.test_limit], yte[:args.test_limit]
-    config = build(args.model, args.drop_path, args.small)
+    config = build(args.model, args.drop_path, args.small, args.patch)
     earlier = []
     if args.init:
         with safe_open(args.init, "pt") as f:

@@ -159,24 +159,7 @@ impl CpuExec {
 
     /// Runs `input` ([batch, C, H, W], preprocessed) through the net.
     pub fn forward(&self, input: &[f32]) -> Result<Output> {
-        let per = self.net.input;
-        let classes = self.net.classes;
-        let total = input.len() / per.max(1);
-        let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
-        for chunk in input.chunks(MAX_BATCH * per) {
-            let batch = chunk.len() / per;
-            self.with_workspace(batch, false, |ws| {
-                ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
-                self.run(ws)?;
-                let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
-                out.logits.extend_from_slice(logits);
-                for row in logits.chunks(classes) {
-                    softmax(row, &mut out.probs);
-                }
-                Ok(())
-            })?;
-        }
-        Ok(out)
+        Ok(self.run_chunks(input, &[])?.0)
     }
 
     /// [`Self::forward`] with the evidence steps: also returns, per image, the
@@ -185,15 +168,24 @@ impl CpuExec {
         if self.net.explain.is_none() {
             return Err(Error::Config("this model has no per-token split of its logits".into()));
         }
+        let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled])?;
+        let pooled = kept.pop().unwrap_or_default();
+        Ok((out, kept.pop().unwrap_or_default(), pooled))
+    }
+
+    /// Runs `input` in chunks of at most [`MAX_BATCH`] images; with `keep` slots, the evidence
+    /// steps too, returning each kept slot's per-image floats for all images.
+    fn run_chunks(&self, input: &[f32], keep: &[Slot]) -> Result<(Output, Vec<Vec<f32>>)> {
         let per = self.net.input;
         let classes = self.net.classes;
-        let floats = &self.slot_floats[1];
-        let (ev, pooled) = (floats[Slot::Evidence.index()], floats[Slot::Pooled.index()]);
-        let mut out = Output { classes, logits: Vec::new(), probs: Vec::new() };
-        let (mut evidence, mut pools) = (Vec::new(), Vec::new());
+        let explain = !keep.is_empty();
+        let floats = &self.slot_floats[explain as usize];
+        let total = input.len() / per.max(1);
+        let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
+        let mut kept = vec![Vec::new(); keep.len()];
         for chunk in input.chunks(MAX_BATCH * per) {
             let batch = chunk.len() / per;
-            self.with_workspace(batch, true, |ws| {
+            self.with_workspace(batch, explain, |ws| {
                 ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
                 self.run(ws)?;
                 let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
@@ -201,12 +193,13 @@ impl CpuExec {
                 for row in logits.chunks(classes) {
                     softmax(row, &mut out.probs);
                 }
-                evidence.extend_from_slice(&ws.slots[Slot::Evidence.index()][..batch * ev]);
-                pools.extend_from_slice(&ws.slots[Slot::Pooled.index()][..batch * pooled]);
+                for (k, s) in kept.iter_mut().zip(keep) {
+                    k.extend_from_slice(&ws.slots[s.index()][..batch * floats[s.index()]]);
+                }
                 Ok(())
             })?;
         }
-        Ok((out, evidence, pools))
+        Ok((out, kept))
     }
 
     /// One RGBA8 image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`),
