@@ -11,13 +11,19 @@ WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
 WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
 PORT ?= 8080
 
-.PHONY: demo test lint test-native test-wasm test-browser setup build web bench bench-web fuzz clean
+.PHONY: demo desktop test lint test-native test-wasm test-browser setup build web bench bench-web fuzz clean
 
 setup:
 	@bash tools/setup.sh
 
 build: setup
 	$(CARGO) build --release
+
+# The desktop app: `tokenmix view` (cargo feature `desktop`: egui/eframe on wgpu). The plain
+# build above leaves the GUI stack out.
+desktop: setup
+	$(CARGO) build --release --features desktop
+	@echo "tokenmix desktop app: $(BIN) view [--weights W] [IMAGE]   (headless: $(BIN) view --image IMG --screenshot OUT.png)"
 
 # The wasm module and its JS glue, inside the npm package js/ (js/pkg/tokenmix.js +
 # tokenmix_bg.wasm); the page imports the package.
@@ -37,11 +43,13 @@ test: setup lint test-native test-wasm test-browser
 # rustfmt (rustfmt.toml) and clippy with warnings as errors, natively and for the wasm build.
 lint: setup
 	$(CARGO) fmt --check
-	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --all-targets --features desktop -- -D warnings
+	$(CARGO) clippy --release --bins -- -D warnings
 	$(CARGO) clippy --release --lib --target wasm32-unknown-unknown -- -D warnings
 
+# With the desktop app, whose tests (tests/desktop.rs, egui_kittest) render on the adapter.
 test-native:
-	$(CARGO) test --release -- --nocapture
+	$(CARGO) test --release --features desktop -- --nocapture
 
 # The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).
 test-wasm: setup

@@ -115,6 +115,30 @@ enum Command {
         #[arg(long, requires = "input")]
         bias: Option<PathBuf>,
     },
+    /// The desktop app: the page's views in a window; or, with --screenshot, its first frame
+    /// rendered offscreen to a PNG (no display needed). Needs a build with `--features desktop`.
+    View {
+        /// Model file; the embedded default model when omitted
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        /// An image to classify at start
+        image: Option<PathBuf>,
+        /// The same, as an option (for --screenshot)
+        #[arg(long = "image", conflicts_with = "image")]
+        image_opt: Option<PathBuf>,
+        /// Render the first complete frame to this PNG and exit
+        #[arg(long)]
+        screenshot: Option<PathBuf>,
+        /// With --screenshot: print the predictions shown, in `classify --json`'s format
+        #[arg(long, requires = "screenshot")]
+        json: bool,
+        /// With --screenshot: the frame size in pixels, WxH
+        #[arg(long, default_value = "1200x820")]
+        size: String,
+        /// The Hugging Face hub's base URL (default: TOKENMIX_HUB, else https://huggingface.co)
+        #[arg(long)]
+        hub: Option<String>,
+    },
     /// Forward latency, throughput and GFLOP/s; or a GEMM micro-benchmark with --gemm MxKxN
     Bench {
         /// Model file; the embedded default model when omitted
@@ -166,6 +190,9 @@ fn run(cmd: Command) -> Result<()> {
         Command::Logits { weights, input, out } => logits(&weights, &input, &out),
         Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &images, top_k, json),
         Command::Info { weights, json } => info(weights.as_deref(), json),
+        Command::View { weights, image, image_opt, screenshot, json, size, hub } => {
+            view(weights.as_deref(), image.or(image_opt).as_deref(), screenshot.as_deref(), json, &size, hub)
+        }
         Command::Insight { weights, layer, json, png, image } => {
             let model = load_or_default(device()?.device, weights.as_deref())?;
             crate::cli_views::insight(&model, &model_name(weights.as_deref()), layer, json, png.as_deref(), image.as_deref())
@@ -223,6 +250,52 @@ fn load_or_default(dev: Device, path: Option<&Path>) -> Result<Model> {
 
 fn model_name(path: Option<&Path>) -> String {
     path.map_or_else(|| tokenmix::DEFAULT_MODEL_NAME.to_string(), |p| p.display().to_string())
+}
+
+#[cfg(feature = "desktop")]
+fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>, json: bool, size: &str, hub: Option<String>) -> Result<()> {
+    use tokenmix::desktop::{screenshot as render, Viewer};
+    let parse = || -> Option<[u32; 2]> {
+        let (w, h) = size.split_once('x')?;
+        Some([w.parse().ok().filter(|&w| (200..=8192).contains(&w))?, h.parse().ok().filter(|&h| (200..=8192).contains(&h))?])
+    };
+    let px = parse().ok_or_else(|| Error::Input(format!("--size {size}: expected WxH, each 200..8192")))?;
+    let sel = device()?;
+    let line = format!("{} · {}", sel.device.describe(), sel.reason);
+    let bytes = weights.map(read).transpose()?;
+    let name = weights.map(|w| w.display().to_string());
+    let model = match (&name, &bytes) {
+        (Some(n), Some(b)) => Some((n.as_str(), b.as_slice())),
+        _ => None,
+    };
+    let mut viewer = Viewer::new(sel.device.clone(), line, model)?;
+    if let Some(h) = hub {
+        viewer.hub_base = h;
+    }
+    if let Some(p) = image {
+        viewer.open_image(p);
+        if let Some(e) = viewer.error.take() {
+            return Err(Error::Input(e));
+        }
+    }
+    match screenshot {
+        Some(out) => {
+            let img = render(&mut viewer, px)?;
+            img.save(out).map_err(|e| Error::Input(format!("{}: {e}", out.display())))?;
+            if json {
+                println!("{}", viewer.predictions_json());
+            }
+            Ok(())
+        }
+        None => tokenmix::desktop::run_window(viewer),
+    }
+}
+
+#[cfg(not(feature = "desktop"))]
+fn view(_: Option<&Path>, _: Option<&Path>, _: Option<&Path>, _: bool, _: &str, _: Option<String>) -> Result<()> {
+    Err(Error::Input(
+        "this tokenmix was built without the desktop app: build it with `cargo build --release --features desktop` (or `make desktop`)".into(),
+    ))
 }
 
 /// A preprocessed input batch: float32 .npy [N, C, H, W].

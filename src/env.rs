@@ -22,6 +22,9 @@ pub struct Env {
     pub cpu_profile: bool,
     /// `WGPU_ADAPTER_NAME`: a substring of the adapter to use.
     pub adapter_name: Option<String>,
+    /// `TOKENMIX_HUB`: the Hugging Face hub's base URL for the desktop app (tests serve a
+    /// local folder); `--hub` wins over it.
+    pub hub: Option<String>,
 }
 
 /// The overrides, read on first use.
@@ -41,6 +44,7 @@ fn read() -> Env {
         dump_shaders: std::env::var_os("TOKENMIX_DUMP_SHADERS").map(Into::into),
         cpu_profile: var("TOKENMIX_CPU_PROFILE").is_some_and(|v| v != "0"),
         adapter_name: var("WGPU_ADAPTER_NAME"),
+        hub: var("TOKENMIX_HUB"),
     }
 }
 

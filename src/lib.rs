@@ -8,6 +8,8 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod dataset;
+#[cfg(all(feature = "desktop", not(target_arch = "wasm32")))]
+pub mod desktop;
 pub mod env;
 pub mod error;
 pub mod exec;

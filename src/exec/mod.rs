@@ -182,13 +182,13 @@ pub async fn select(choice: BackendChoice) -> Result<Selected> {
         }
         BackendChoice::Auto => match Gpu::adapter().await {
             Err(e) => Ok(cpu("no GPU adapter was found".into(), Some(e.to_string()))),
-            Ok(adapter) => {
+            Ok((instance, adapter)) => {
                 let info = adapter.get_info();
                 if is_software(&info) {
                     let name = if info.name.is_empty() { "WebGPU's fallback adapter".to_string() } else { info.name.clone() };
                     Ok(cpu(format!("the GPU adapter, {name}, is a software rasteriser, where the CPU backend is faster"), None))
                 } else {
-                    let gpu = Gpu::from_adapter(adapter).await?;
+                    let gpu = Gpu::from_adapter(instance, adapter).await?;
                     let reason = format!("{} is a hardware GPU", gpu.describe());
                     Ok(Selected { device: Device::Gpu(Arc::new(gpu)), choice, reason, detail: None })
                 }

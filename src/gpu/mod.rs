@@ -115,6 +115,10 @@ impl GemmVariant {
 pub const DEVICE_LOST: &str = "GPU device lost; reload the model to continue";
 
 pub struct Gpu {
+    /// The instance and adapter the device came from (a window sharing the device, e.g. the
+    /// desktop app's egui renderer, needs them).
+    pub instance: wgpu::Instance,
+    pub adapter: wgpu::Adapter,
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
@@ -132,19 +136,21 @@ impl Gpu {
     /// webgpu), `WGPU_ADAPTER_NAME` (a substring of the adapter name), `WGPU_POWER_PREF`
     /// (low/high), and `TOKENMIX_GEMM` (texture/subgroup/register/tiled; see `crate::env`) to override the GEMM choice.
     pub async fn new() -> Result<Self> {
-        Self::from_adapter(Self::adapter().await?).await
+        let (instance, adapter) = Self::adapter().await?;
+        Self::from_adapter(instance, adapter).await
     }
 
     /// The adapter [`Self::new`] would use, without a device yet (the backend choice looks at
     /// it first).
-    pub async fn adapter() -> Result<wgpu::Adapter> {
+    pub async fn adapter() -> Result<(wgpu::Instance, wgpu::Adapter)> {
         let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
         let backends = desc.backends;
         let instance = wgpu::Instance::new(desc);
-        select_adapter(&instance, backends).await
+        let adapter = select_adapter(&instance, backends).await?;
+        Ok((instance, adapter))
     }
 
-    pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Self> {
+    pub async fn from_adapter(instance: wgpu::Instance, adapter: wgpu::Adapter) -> Result<Self> {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let device_desc = wgpu::DeviceDescriptor {
@@ -182,7 +188,7 @@ impl Gpu {
             }
             None => default_gemm(&info, adapter.features()),
         };
-        Ok(Gpu { device, queue, info, limits, gemm, pipelines: Mutex::default(), errors, lost })
+        Ok(Gpu { instance, adapter, device, queue, info, limits, gemm, pipelines: Mutex::default(), errors, lost })
     }
 
     /// The GEMM kernels this device can run.
@@ -448,15 +454,23 @@ impl Gpu {
 
     /// Copies the f32 contents out of a buffer mapped by [`Self::map_read`] and unmaps it.
     pub fn copy_mapped(&self, staging: &wgpu::Buffer) -> Result<Vec<f32>> {
+        // Byte-wise: the mapped range carries no f32 alignment guarantee.
+        Ok(self.copy_mapped_bytes(staging)?.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+
+    /// The bytes of a buffer mapped by [`Self::map_read`]; unmaps it.
+    pub fn copy_mapped_bytes(&self, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
         let slice = staging.slice(..);
-        let out = {
-            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading the result buffer: {e}")))?;
-            // Copy byte-wise: the mapped range carries no f32 alignment guarantee.
-            view.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>()
-        };
+        let out = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading the result buffer: {e}")))?.to_vec();
         staging.unmap();
         self.check()?;
         Ok(out)
+    }
+
+    /// Waits for `staging` (MAP_READ) and returns its bytes (e.g. a rendered frame).
+    pub async fn read_back_bytes(&self, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
+        self.map_read(staging).await?;
+        self.copy_mapped_bytes(staging)
     }
 
     /// Copies `floats` values from the start of a storage buffer back to the CPU (tests, tools).

@@ -1,0 +1,119 @@
+//! timm checkpoints from the Hugging Face hub for the desktop app: `<base>/<repo>/resolve/main/
+//! model.safetensors`, downloaded on a thread into a cache directory with progress the window
+//! polls. The base URL is configurable (`--hub`, `TOKENMIX_HUB`), so tests serve a local file.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+
+/// The hub's default address.
+pub const HUB: &str = "https://huggingface.co";
+/// The largest checkpoint a download accepts (mixer_l16 is 0.9 GB in F32).
+const MAX_BYTES: u64 = 4 << 30;
+
+/// Where downloads live: `$TOKENMIX_CACHE_DIR`, else `$XDG_CACHE_HOME/tokenmix/hub`, else
+/// `~/.cache/tokenmix/hub`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TOKENMIX_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("tokenmix").join("hub")
+}
+
+/// A repository name as the hub spells it: `owner/name`, letters, digits, `-_.`.
+pub fn check_repo(repo: &str) -> Result<()> {
+    let ok = |s: &str| !s.is_empty() && !s.starts_with('.') && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    match repo.split_once('/') {
+        Some((owner, name)) if ok(owner) && ok(name) => Ok(()),
+        _ => Err(Error::Input(format!("hub repository `{repo}`: expected owner/name, e.g. timm/gmlp_s16_224.ra3_in1k"))),
+    }
+}
+
+/// A download's state, shared with the window.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Progress {
+    Running {
+        loaded: u64,
+        total: Option<u64>,
+    },
+    /// The file in the cache, and whether it came from the cache without a download.
+    Done {
+        path: PathBuf,
+        cached: bool,
+    },
+    Failed(String),
+}
+
+/// One download in flight (or finished).
+pub struct Download {
+    pub repo: String,
+    pub url: String,
+    state: Arc<Mutex<Progress>>,
+}
+
+impl Download {
+    /// Starts fetching `repo` from `base` on a thread; a file already in the cache is used as is.
+    pub fn start(base: &str, repo: &str) -> Result<Download> {
+        check_repo(repo)?;
+        let url = format!("{}/{repo}/resolve/main/model.safetensors", base.trim_end_matches('/'));
+        let path = cache_dir().join(repo.replace('/', "--")).join("model.safetensors");
+        let state = Arc::new(Mutex::new(Progress::Running { loaded: 0, total: None }));
+        if path.is_file() {
+            *state.lock().map_err(|_| Error::Input("download state poisoned".into()))? = Progress::Done { path, cached: true };
+        } else {
+            let (s, u) = (state.clone(), url.clone());
+            std::thread::spawn(move || {
+                let end = match fetch(&u, &path, &s) {
+                    Ok(()) => Progress::Done { path, cached: false },
+                    Err(e) => Progress::Failed(e.to_string()),
+                };
+                if let Ok(mut g) = s.lock() {
+                    *g = end;
+                }
+            });
+        }
+        Ok(Download { repo: repo.to_string(), url, state })
+    }
+
+    pub fn progress(&self) -> Progress {
+        self.state.lock().map(|g| g.clone()).unwrap_or_else(|_| Progress::Failed("download state poisoned".into()))
+    }
+}
+
+fn fetch(url: &str, path: &Path, state: &Mutex<Progress>) -> Result<()> {
+    let mut response = ureq::get(url).call().map_err(|e| Error::Input(format!("{url}: {e}")))?;
+    let total = response.body().content_length();
+    if total.is_some_and(|t| t > MAX_BYTES) {
+        return Err(Error::Input(format!("{url}: {} bytes is more than a checkpoint of these families needs", total.unwrap_or(0))));
+    }
+    let dir = path.parent().ok_or_else(|| Error::Input("cache path has no folder".into()))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    // Written beside the target and renamed at the end: a cut download never looks complete.
+    let part = path.with_extension("part");
+    let mut file = std::fs::File::create(&part).map_err(|e| Error::io(&part, e))?;
+    let mut reader = response.body_mut().with_config().limit(MAX_BYTES).reader();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut loaded = 0u64;
+    loop {
+        let n = reader.read(&mut buf).map_err(|e| Error::Input(format!("{url}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        file.write_all(&buf[..n]).map_err(|e| Error::io(&part, e))?;
+        loaded += n as u64;
+        if let Ok(mut g) = state.lock() {
+            *g = Progress::Running { loaded, total };
+        }
+    }
+    if total.is_some_and(|t| t != loaded) {
+        return Err(Error::Input(format!("{url}: the download stopped at {loaded} of {} bytes", total.unwrap_or(0))));
+    }
+    file.flush().map_err(|e| Error::io(&part, e))?;
+    std::fs::rename(&part, path).map_err(|e| Error::io(path, e))
+}

@@ -1,0 +1,652 @@
+//! The desktop app (`tokenmix view`, cargo feature `desktop`): the page's product in a window,
+//! drawn with egui on the same wgpu core. [`Viewer`] holds the state and draws one frame
+//! ([`Viewer::ui`]); everything it shows is computed by the library — predictions and timings
+//! by [`Model::classify_rgba`], per-token class evidence by [`Model::explain`], the token-mixing
+//! views by [`Model::insight`] — so there is no third implementation of any view. The window
+//! (`run_window`, eframe with its wgpu renderer) and the headless screenshot
+//! ([`render::Offscreen`]) draw the same frames; tests drive them with egui_kittest.
+
+pub mod camera;
+pub mod hub;
+pub mod render;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use egui::{Color32, ColorImage, TextureHandle, TextureOptions, Vec2};
+use image::RgbImage;
+
+use crate::error::{Error, Result};
+use crate::exec::Device;
+use crate::insight::{colour, Kernel, LayerInsight};
+use crate::models::{Explained, Model};
+use crate::preprocess;
+
+use camera::Camera;
+
+/// The models the app ships (the same files as `weights/`; the Mixer is the embedded default).
+pub const SHIPPED: &[(&str, &[u8])] = &[
+    ("mixer_fmnist (embedded default)", crate::DEFAULT_MODEL),
+    ("gmlp_fmnist", include_bytes!("../../weights/gmlp_fmnist.safetensors")),
+    ("poolformer_fmnist", include_bytes!("../../weights/poolformer_fmnist.safetensors")),
+];
+
+/// The bundled Fashion-MNIST samples (`www/samples/`).
+pub const SAMPLES: &[(&str, &[u8])] = &[
+    ("boot", include_bytes!("../../www/samples/fmnist-0000-boot.png")),
+    ("pullover", include_bytes!("../../www/samples/fmnist-0001-pullover.png")),
+    ("trouser", include_bytes!("../../www/samples/fmnist-0002-trouser.png")),
+    ("shirt", include_bytes!("../../www/samples/fmnist-0004-shirt.png")),
+    ("coat", include_bytes!("../../www/samples/fmnist-0006-coat.png")),
+    ("sandal", include_bytes!("../../www/samples/fmnist-0008-sandal.png")),
+    ("sneaker", include_bytes!("../../www/samples/fmnist-0009-sneaker.png")),
+    ("dress", include_bytes!("../../www/samples/fmnist-0013-dress.png")),
+    ("bag", include_bytes!("../../www/samples/fmnist-0018-bag.png")),
+    ("t-shirt", include_bytes!("../../www/samples/fmnist-0019-tshirt.png")),
+];
+
+/// One prediction row.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Prediction {
+    pub index: usize,
+    pub label: String,
+    pub probability: f32,
+}
+
+/// The latest classified image and what the model said about it.
+pub struct Classified {
+    pub source: String,
+    /// The image as given, and the model's input (CHW, normalised).
+    pub image: RgbImage,
+    pub input: Vec<f32>,
+    pub predictions: Vec<Prediction>,
+    pub times: [f64; 3],
+    pub stage_energy: Vec<((usize, usize), Vec<f32>)>,
+    pub explained: Option<Explained>,
+}
+
+/// A token-grid heatmap laid over the image.
+#[derive(Clone, Debug)]
+pub struct Overlay {
+    pub label: String,
+    pub grid: (usize, usize),
+    pub values: Vec<f32>,
+    pub sequential: bool,
+}
+
+/// The app's whole state; [`Viewer::ui`] draws it and applies what the user did.
+pub struct Viewer {
+    pub device: Device,
+    /// Which executor runs and why (shown in the header).
+    pub backend_line: String,
+    pub model: Arc<Model>,
+    pub model_name: String,
+    pub classified: Option<Classified>,
+    /// The class whose evidence is laid over the image.
+    pub evidence: Option<usize>,
+    pub relative: bool,
+    pub layer: usize,
+    pub insight: Option<LayerInsight>,
+    /// A token row of the current layer under the pointer (gMLP/ResMLP).
+    pub hover: Option<Overlay>,
+    pub error: Option<String>,
+    pub status: String,
+    pub path_field: String,
+    pub hub_base: String,
+    pub hub_repo: String,
+    pub download: Option<hub::Download>,
+    /// Fractions of the running download seen by the window (tests check progress showed).
+    pub progress_seen: Vec<f32>,
+    pub camera: Box<dyn Camera>,
+    /// Bumped whenever what the views draw changes (textures are keyed by it).
+    pub generation: u64,
+    textures: HashMap<String, (u64, TextureHandle)>,
+}
+
+fn millis() -> f64 {
+    use std::sync::OnceLock;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+}
+
+impl Viewer {
+    /// The app on `device` with the model in `bytes` (the embedded default when `None`).
+    pub fn new(device: Device, backend_line: String, model: Option<(&str, &[u8])>) -> Result<Viewer> {
+        let (name, bytes) = model.unwrap_or(SHIPPED[0]);
+        let m = Model::load(device.clone(), bytes, None).map_err(|e| Error::Input(format!("{name}: {e}")))?;
+        let mut v = Viewer {
+            device,
+            backend_line,
+            model: Arc::new(m),
+            model_name: name.to_string(),
+            classified: None,
+            evidence: None,
+            relative: false,
+            layer: 0,
+            insight: None,
+            hover: None,
+            error: None,
+            status: format!("Loaded {name}."),
+            path_field: String::new(),
+            hub_base: crate::env::env().hub.clone().unwrap_or_else(|| hub::HUB.to_string()),
+            hub_repo: "timm/gmlp_s16_224.ra3_in1k".into(),
+            download: None,
+            progress_seen: Vec::new(),
+            camera: Box::new(camera::Unavailable),
+            generation: 0,
+            textures: HashMap::new(),
+        };
+        v.refresh_insight();
+        Ok(v)
+    }
+
+    /// Swaps in the model in `bytes`; on failure the error is shown and the previous model
+    /// stays (and keeps classifying).
+    pub fn load_model(&mut self, name: &str, bytes: &[u8]) {
+        match Model::load(self.device.clone(), bytes, None) {
+            Ok(m) => {
+                self.model = Arc::new(m);
+                self.model_name = name.to_string();
+                self.error = None;
+                self.status = format!("Loaded {name} ({}, {} parameters).", self.model.info.family, self.model.info.params);
+                self.layer = 0;
+                self.evidence = None;
+                self.hover = None;
+                self.refresh_insight();
+                if let Some(c) = self.classified.take() {
+                    self.classify(c.source, c.image);
+                }
+            }
+            Err(e) => self.error = Some(format!("Could not load {name}: {e}. The previous model ({}) stays loaded.", self.model_name)),
+        }
+    }
+
+    /// Loads a `.safetensors` file from disk (the path field, a dropped file, the hub cache).
+    pub fn load_model_file(&mut self, path: &Path) {
+        match std::fs::read(path) {
+            Ok(bytes) => self.load_model(&path.display().to_string(), &bytes),
+            Err(e) => self.error = Some(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Opens an image file (PNG/JPEG) and classifies it.
+    pub fn open_image(&mut self, path: &Path) {
+        match preprocess::load_image(path) {
+            Ok(img) => self.classify(path.display().to_string(), img),
+            Err(e) => self.error = Some(format!("{e}")),
+        }
+    }
+
+    /// Classifies a bundled sample by name.
+    pub fn open_sample(&mut self, name: &str) {
+        let Some((_, bytes)) = SAMPLES.iter().find(|(n, _)| *n == name) else {
+            self.error = Some(format!("no sample `{name}`"));
+            return;
+        };
+        match image::load_from_memory(bytes) {
+            Ok(img) => self.classify(format!("sample: {name}"), img.to_rgb8()),
+            Err(e) => self.error = Some(format!("sample {name}: {e}")),
+        }
+    }
+
+    /// Runs the model on `image` (any size: timm's eval preprocessing) and explains it.
+    pub fn classify(&mut self, source: String, image: RgbImage) {
+        let rgba: Vec<u8> = image.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
+        let run = pollster::block_on(self.model.classify_rgba(&rgba, image.width() as usize, image.height() as usize, millis));
+        match run {
+            Ok(run) => {
+                let out = &run.output;
+                let predictions = out
+                    .top_k(0, 5)
+                    .into_iter()
+                    .map(|k| Prediction { index: k, label: crate::labels::label(&self.model.info.labels, k), probability: out.probs[k] })
+                    .collect();
+                let explained = pollster::block_on(self.model.explain(&run.input)).ok();
+                self.classified = Some(Classified {
+                    source,
+                    image,
+                    input: run.input,
+                    predictions,
+                    times: [run.preprocess_ms, run.forward_ms, run.readback_ms],
+                    stage_energy: run.stage_energy,
+                    explained,
+                });
+                self.evidence = None;
+                self.error = None;
+                self.generation += 1;
+            }
+            Err(e) => self.error = Some(format!("Classification failed: {e}")),
+        }
+    }
+
+    /// Shows layer `layer` of the current model's token mixing.
+    pub fn set_layer(&mut self, layer: usize) {
+        self.layer = layer.min(self.model.mixing_layers().saturating_sub(1));
+        self.hover = None;
+        self.refresh_insight();
+    }
+
+    fn refresh_insight(&mut self) {
+        match self.model.insight(self.layer) {
+            Ok(i) => self.insight = Some(i),
+            Err(e) => {
+                self.insight = None;
+                self.error = Some(format!("No token-mixing view: {e}"));
+            }
+        }
+        self.generation += 1;
+    }
+
+    /// The predictions in `tokenmix classify --json`'s format.
+    pub fn predictions_json(&self) -> serde_json::Value {
+        match &self.classified {
+            Some(c) => serde_json::json!([{"image": c.source, "predictions": c.predictions}]),
+            None => serde_json::json!([]),
+        }
+    }
+
+    /// The evidence overlay of the selected class, if any.
+    pub fn evidence_overlay(&self) -> Option<Overlay> {
+        let (c, ex) = (self.evidence?, self.classified.as_ref()?.explained.as_ref()?);
+        let map = ex.map(0, c);
+        let mean = map.iter().sum::<f32>() / map.len().max(1) as f32;
+        let values = map.iter().map(|v| if self.relative { v - mean } else { *v }).collect();
+        let label = crate::labels::label(&self.model.info.labels, c);
+        Some(Overlay { label: format!("evidence for {label}"), grid: ex.grid, values, sequential: false })
+    }
+
+    /// Starts a hub download (or takes the cached file).
+    pub fn start_download(&mut self) {
+        match hub::Download::start(&self.hub_base, self.hub_repo.trim()) {
+            Ok(d) => {
+                self.status = format!("Downloading {} …", d.url);
+                self.progress_seen.clear();
+                self.download = Some(d);
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    /// Advances a running download; loads the model when it is done. Returns true while one runs.
+    pub fn poll_download(&mut self) -> bool {
+        let Some(d) = &self.download else { return false };
+        match d.progress() {
+            hub::Progress::Running { loaded, total } => {
+                if let Some(t) = total.filter(|&t| t > 0) {
+                    self.progress_seen.push(loaded as f32 / t as f32);
+                }
+                true
+            }
+            hub::Progress::Done { path, cached } => {
+                let repo = d.repo.clone();
+                self.download = None;
+                self.load_model_file(&path);
+                if self.error.is_none() {
+                    self.model_name = repo;
+                    self.status = format!("Loaded {} from the hub{}.", self.model_name, if cached { " (cached)" } else { "" });
+                }
+                false
+            }
+            hub::Progress::Failed(e) => {
+                self.download = None;
+                self.error = Some(format!("Download failed: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Takes one frame from the camera and classifies it.
+    pub fn capture(&mut self) {
+        match self.camera.frame() {
+            Ok(img) => self.classify(format!("camera: {}", self.camera.name()), img),
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    fn texture(&mut self, ctx: &egui::Context, key: &str, make: impl FnOnce() -> ColorImage) -> TextureHandle {
+        if let Some((g, t)) = self.textures.get(key) {
+            if *g == self.generation {
+                return t.clone();
+            }
+        }
+        let t = ctx.load_texture(key, make(), TextureOptions::NEAREST);
+        self.textures.insert(key.to_string(), (self.generation, t.clone()));
+        t
+    }
+
+    /// Draws one frame and applies what the user did in it.
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        self.poll_download();
+        let dropped: Vec<std::path::PathBuf> =
+            ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
+        for p in dropped {
+            if p.extension().is_some_and(|e| e == "safetensors") {
+                self.load_model_file(&p);
+            } else {
+                self.open_image(&p);
+            }
+        }
+        egui::Panel::top("header").show(ui, |ui| {
+            ui.horizontal(|ui| {
+                ui.heading("tokenmix");
+                ui.label(format!("· {}", self.backend_line));
+            });
+        });
+        egui::Panel::left("image").resizable(false).exact_size(330.0).show(ui, |ui| self.image_panel(ui));
+        egui::Panel::right("prediction").resizable(false).exact_size(330.0).show(ui, |ui| self.prediction_panel(ui));
+        egui::CentralPanel::default().show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| self.insight_panel(ui));
+        });
+        if self.download.is_some() {
+            ui.ctx().request_repaint();
+        }
+    }
+
+    fn image_panel(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Image");
+        ui.label("Drop an image or a .safetensors model on the window, or open a path:");
+        ui.horizontal(|ui| {
+            let label = ui.label("Path");
+            ui.add(egui::TextEdit::singleline(&mut self.path_field).desired_width(180.0).hint_text("an image or a model")).labelled_by(label.id);
+            if ui.button("Open").clicked() {
+                let p = std::path::PathBuf::from(self.path_field.trim());
+                if p.extension().is_some_and(|e| e == "safetensors") {
+                    self.load_model_file(&p);
+                } else {
+                    self.open_image(&p);
+                }
+            }
+        });
+        ui.label("Samples (Fashion-MNIST test set):");
+        ui.horizontal_wrapped(|ui| {
+            for (name, _) in SAMPLES {
+                if ui.button(*name).clicked() {
+                    self.open_sample(name);
+                }
+            }
+        });
+        ui.horizontal(|ui| {
+            if !self.camera.running() {
+                if ui.button("Start camera").clicked() {
+                    if let Err(e) = self.camera.start() {
+                        self.error = Some(e.to_string());
+                    }
+                }
+            } else {
+                if ui.button("Capture").clicked() {
+                    self.capture();
+                }
+                if ui.button("Stop camera").clicked() {
+                    self.camera.stop();
+                }
+            }
+        });
+        ui.separator();
+        let Some(c) = &self.classified else {
+            ui.label("No image yet.");
+            return;
+        };
+        let [ch, h, w] = self.model.info.arch.input_shape();
+        let (input, pp) = (c.input.clone(), self.model.info.preprocess.clone());
+        let source = c.source.clone();
+        let eye = self.texture(ui.ctx(), "eye", || {
+            let px = |i: usize, k: usize| {
+                let v = input[k * h * w + i] * pp.std.get(k).copied().unwrap_or(1.0) + pp.mean.get(k).copied().unwrap_or(0.0);
+                (v.clamp(0.0, 1.0) * 255.0).round() as u8
+            };
+            let rgb: Vec<u8> = (0..h * w).flat_map(|i| if ch >= 3 { [px(i, 0), px(i, 1), px(i, 2)] } else { [px(i, 0); 3] }).collect();
+            ColorImage::from_rgb([w, h], &rgb)
+        });
+        let side = 300.0;
+        let size = Vec2::new(side, side * h as f32 / w as f32);
+        let response = ui.add(egui::Image::new((eye.id(), size)).sense(egui::Sense::hover()));
+        ui.label(format!("Model's-eye view · {source}"));
+        // The token under the pointer mixes from these tokens (gMLP/ResMLP matrices).
+        self.hover = None;
+        if let (Some(pos), Some(li)) = (response.hover_pos(), &self.insight) {
+            if li.kind == "gmlp" || li.kind == "resmlp" {
+                let (gh, gw) = li.grid;
+                let (u, v) = ((pos - response.rect.min) / response.rect.size()).into();
+                let t = ((v * gh as f32) as usize).min(gh - 1) * gw + ((u * gw as f32) as usize).min(gw - 1);
+                let row = li.data[t * li.cols..(t + 1) * li.cols].to_vec();
+                self.hover =
+                    Some(Overlay { label: format!("token ({}, {}) mixes from", t / gw, t % gw), grid: li.grid, values: row, sequential: false });
+            }
+        }
+        if let Some(o) = self.hover.clone().or_else(|| self.evidence_overlay()) {
+            paint_overlay(ui.painter(), response.rect, &o);
+            ui.label(format!("Overlay: {}", o.label));
+        }
+    }
+
+    fn prediction_panel(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Prediction");
+        if let Some(e) = &self.error {
+            ui.colored_label(Color32::from_rgb(178, 24, 43), e);
+        }
+        let mut clicked = None;
+        if let Some(c) = &self.classified {
+            for p in &c.predictions {
+                let selected = self.evidence == Some(p.index);
+                let text = format!("{}  {:.1} %", p.label, 100.0 * p.probability);
+                let r = ui.add(egui::Button::selectable(selected, text).min_size(Vec2::new(300.0, 0.0)));
+                ui.add(egui::ProgressBar::new(p.probability).desired_width(300.0).desired_height(6.0));
+                if r.clicked() {
+                    clicked = Some(p.index);
+                }
+            }
+            if let Some(k) = clicked {
+                self.evidence = if self.evidence == Some(k) { None } else { Some(k) };
+            }
+            match (&c.explained, self.evidence) {
+                (Some(ex), Some(k)) => {
+                    let sum: f32 = ex.map(0, k).iter().sum();
+                    ui.label(format!(
+                        "Evidence: logit {:.3} = {sum:.3} from the {}×{} tokens + {:.3} bias.{}",
+                        ex.output.logits[k],
+                        ex.grid.0,
+                        ex.grid.1,
+                        ex.bias[k],
+                        if ex.approximate { " Approximate per token (PoolFormer normalises after pooling; exact in sum)." } else { "" }
+                    ));
+                }
+                (Some(_), None) => {
+                    ui.label("Click a class to lay its per-token evidence over the image.");
+                }
+                _ => {}
+            }
+            ui.checkbox(&mut self.relative, "Evidence relative to the mean token");
+            let [p, f, r] = c.times;
+            ui.label(format!("Preprocess {p:.2} ms · forward {f:.2} ms · read-back {r:.2} ms"));
+        }
+        ui.separator();
+        ui.heading("Models");
+        let mut pick = None;
+        egui::ComboBox::from_label("Model").selected_text(self.model_name.clone()).width(260.0).show_ui(ui, |ui| {
+            for (i, (name, _)) in SHIPPED.iter().enumerate() {
+                if ui.selectable_label(self.model_name == *name, *name).clicked() {
+                    pick = Some(i);
+                }
+            }
+        });
+        if let Some(i) = pick {
+            let (name, bytes) = SHIPPED[i];
+            self.load_model(name, bytes);
+        }
+        let i = &self.model.info;
+        ui.label(format!("{} · {:.2} M parameters · {} classes · {}", i.family, i.params as f64 / 1e6, i.arch.num_classes(), self.model.backend()));
+        let label = ui.label("Hub repository (timm checkpoints):");
+        ui.add(egui::TextEdit::singleline(&mut self.hub_repo).desired_width(300.0)).labelled_by(label.id);
+        ui.horizontal(|ui| {
+            let busy = self.download.is_some();
+            if ui.add_enabled(!busy, egui::Button::new("Download")).clicked() {
+                self.start_download();
+            }
+            ui.label(self.hub_base.clone());
+        });
+        if let Some(d) = &self.download {
+            if let hub::Progress::Running { loaded, total } = d.progress() {
+                let frac = total.map_or(0.0, |t| loaded as f32 / t.max(1) as f32);
+                let text = format!("{:.1} / {} MB", loaded as f64 / 1e6, total.map_or("?".into(), |t| format!("{:.1}", t as f64 / 1e6)));
+                ui.add(egui::ProgressBar::new(frac).text(text).desired_width(300.0));
+            }
+        }
+        ui.label(self.status.clone());
+    }
+
+    fn insight_panel(&mut self, ui: &mut egui::Ui) {
+        ui.heading("What the token mixers learned");
+        let layers = self.model.mixing_layers();
+        if layers > 1 {
+            let mut l = self.layer;
+            ui.add(egui::Slider::new(&mut l, 0..=layers - 1).text("Layer"));
+            if l != self.layer {
+                self.set_layer(l);
+            }
+        }
+        let Some(li) = self.insight.clone() else { return };
+        ui.label(li.note);
+        if let (Some(f), Some(i)) = (li.figures, li.init) {
+            egui::Grid::new("figures").striped(true).show(ui, |ui| {
+                ui.label(format!("layer {}", li.layer));
+                ui.label("learned");
+                ui.label("timm init");
+                ui.end_row();
+                for (name, a, b) in [
+                    ("Locality (patches)", f.locality, i.locality),
+                    ("Shift invariance", f.shift_invariance, i.shift_invariance),
+                    ("Low-frequency share", f.low_frequency, i.low_frequency),
+                ] {
+                    ui.label(name);
+                    ui.label(format!("{a:.3}"));
+                    ui.label(format!("{b:.3}"));
+                    ui.end_row();
+                }
+            });
+            ui.small(format!("Measured on {}.", li.figures_on));
+        }
+        let (gh, gw) = li.grid;
+        match li.kind {
+            "mixer" => {
+                ui.label(format!(
+                    "{} token-MLP units over the {gh}×{gw} grid, sorted by spatial frequency; {} opposite-sign pairs.",
+                    li.rows, li.pairs
+                ));
+                ui.horizontal_wrapped(|ui| {
+                    for g in &li.groups {
+                        for &u in g {
+                            let row = li.data[u * li.cols..(u + 1) * li.cols].to_vec();
+                            let t = self.texture(ui.ctx(), &format!("unit{u}"), || heat(&row, gh, gw, false));
+                            ui.add(egui::Image::new((t.id(), Vec2::new(36.0, 36.0 * gh as f32 / gw as f32))));
+                        }
+                        if g.len() == 2 {
+                            ui.separator();
+                        }
+                    }
+                });
+            }
+            "gmlp" | "resmlp" => {
+                ui.label(format!("Tokens × tokens map ({0}×{0}); hover the image to see one token's row over it.", li.cols));
+                let data = li.data.clone();
+                let n = li.cols;
+                let t = self.texture(ui.ctx(), "matrix", || heat(&data, n, n, false));
+                ui.add(egui::Image::new((t.id(), Vec2::new(260.0, 260.0))));
+            }
+            _ => {
+                let data = li.data.clone();
+                let t = self.texture(ui.ctx(), "pool", || heat(&data, 3, 3, false));
+                ui.add(egui::Image::new((t.id(), Vec2::new(120.0, 120.0))));
+                if let Some(c) = &self.classified {
+                    let stages = c.stage_energy.clone();
+                    ui.label("Activation energy of this image, per stage:");
+                    ui.horizontal(|ui| {
+                        for (i, ((h, w), e)) in stages.iter().enumerate() {
+                            let t = self.texture(ui.ctx(), &format!("energy{i}"), || heat(e, *h, *w, true));
+                            ui.add(egui::Image::new((t.id(), Vec2::new(90.0, 90.0 * *h as f32 / *w as f32))));
+                        }
+                    });
+                }
+            }
+        }
+        if let Some(k) = &li.offset_kernel {
+            ui.label("Mean weight by relative offset (centre: the token itself):");
+            let k: Kernel = k.clone();
+            let t = self.texture(ui.ctx(), "offset", || heat(&k.values, k.h, k.w, false));
+            ui.add(egui::Image::new((t.id(), Vec2::new(160.0, 160.0 * k.h as f32 / k.w as f32))));
+        }
+    }
+}
+
+/// A heatmap image of `values` (h x w): diverging around zero, or sequential from zero.
+fn heat(values: &[f32], h: usize, w: usize, sequential: bool) -> ColorImage {
+    let s = values.iter().fold(0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { m });
+    let rgb: Vec<u8> = values.iter().flat_map(|&v| if sequential { colour::sequential(v, s) } else { colour::diverging(v, s) }).collect();
+    ColorImage::from_rgb([w, h], &rgb)
+}
+
+fn paint_overlay(painter: &egui::Painter, rect: egui::Rect, o: &Overlay) {
+    let (gh, gw) = o.grid;
+    let s = o.values.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let (cw, ch) = (rect.width() / gw as f32, rect.height() / gh as f32);
+    for (t, &v) in o.values.iter().enumerate().take(gh * gw) {
+        let [r, g, b] = if o.sequential { colour::sequential(v, s) } else { colour::diverging(v, s) };
+        let min = rect.min + Vec2::new((t % gw) as f32 * cw, (t / gw) as f32 * ch);
+        painter.rect_filled(egui::Rect::from_min_size(min, Vec2::new(cw, ch)), 0.0, Color32::from_rgba_unmultiplied(r, g, b, 158));
+    }
+}
+
+/// Renders the app's first complete frame for `image` offscreen (`tokenmix view
+/// --screenshot`): the window's content at `size` logical pixels, on the inference GPU where
+/// the executor is the GPU, else on a device of the first adapter.
+pub fn screenshot(viewer: &mut Viewer, size: [u32; 2]) -> Result<image::RgbaImage> {
+    let gpu = match viewer.device.gpu() {
+        Some(g) => g.clone(),
+        None => {
+            Arc::new(pollster::block_on(crate::Gpu::new()).map_err(|e| Error::Input(format!("rendering a screenshot needs a wgpu adapter: {e}")))?)
+        }
+    };
+    let mut offscreen = render::Offscreen::new(gpu);
+    let ctx = egui::Context::default();
+    let input = || egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(egui::Pos2::ZERO, Vec2::new(size[0] as f32, size[1] as f32))),
+        ..Default::default()
+    };
+    // egui lays out in the first passes (sizes of panels and text); the third is complete.
+    let mut last = None;
+    for _ in 0..3 {
+        let out = ctx.run_ui(input(), |ui| viewer.ui(ui));
+        if let Some(prev) = last.replace(out) {
+            offscreen.render(&ctx, prev, size)?;
+        }
+    }
+    let out = last.ok_or_else(|| Error::Input("no frame".into()))?;
+    offscreen.render(&ctx, out, size)
+}
+
+/// Opens the app's window (eframe, wgpu renderer). The window's wgpu instance — and, where the
+/// executor is the GPU, its device — is the inference one.
+pub fn run_window(viewer: Viewer) -> Result<()> {
+    let mut options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default().with_inner_size([1200.0, 820.0]).with_title("tokenmix"),
+        renderer: eframe::Renderer::Wgpu,
+        ..Default::default()
+    };
+    if let Some(g) = viewer.device.gpu() {
+        options.wgpu_options.wgpu_setup = egui_wgpu::WgpuSetup::Existing(egui_wgpu::WgpuSetupExisting {
+            instance: g.instance.clone(),
+            adapter: g.adapter.clone(),
+            device: g.device.clone(),
+            queue: g.queue.clone(),
+        });
+    }
+    struct App(Viewer);
+    impl eframe::App for App {
+        fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+            self.0.ui(ui);
+        }
+    }
+    eframe::run_native("tokenmix", options, Box::new(move |_cc| Ok(Box::new(App(viewer))))).map_err(|e| {
+        Error::Input(format!("could not open a window: {e} (no display? `tokenmix view --image IMG --screenshot OUT.png` renders without one)"))
+    })
+}

@@ -1,0 +1,261 @@
+//! The desktop app (`tokenmix view`, feature `desktop`), driven headless with egui_kittest and
+//! rendered on the wgpu adapter (lavapipe in CI): a sample classifies as `tokenmix classify`
+//! does and its evidence lies over the image; switching models and layers redraws the views; a
+//! corrupt model file shows an error while the previous model keeps working; a hub download
+//! from a local server shows progress; the camera (synthetic, and none); `view --screenshot`.
+//! Screenshots land in tests/artifacts/desktop-*.png.
+#![cfg(feature = "desktop")]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::Command;
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use tokenmix::desktop::{camera, Viewer};
+use tokenmix::Device;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
+    Harness::builder().with_size([1200.0, 820.0]).wgpu().build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
+}
+
+fn viewer() -> Viewer {
+    Viewer::new(Device::cpu(), "CPU (test)".into(), None).expect("the embedded model loads")
+}
+
+/// Renders the current frame and saves it as a test artefact; returns the pixels.
+fn shot(h: &mut Harness<'static, Viewer>, name: &str) -> image::RgbaImage {
+    let img = h.render().expect("rendered on the wgpu adapter");
+    let dir = root().join("tests/artifacts");
+    std::fs::create_dir_all(&dir).expect("artifacts folder");
+    img.save(dir.join(format!("desktop-{name}.png"))).expect("screenshot saved");
+    img
+}
+
+fn cli_classify(image: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["classify", "--json", "--top-k", "5", image]).output().expect("tokenmix runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn a_sample_classifies_as_the_cli_and_its_evidence_lies_over_the_image() {
+    let cli = cli_classify(root().join("www/samples/fmnist-0000-boot.png").to_str().unwrap());
+    let mut h = harness(viewer());
+    h.run();
+    h.get_by_label("boot").click();
+    h.run();
+    let c = h.state().classified.as_ref().expect("classified");
+    let want = cli[0]["predictions"].as_array().unwrap();
+    assert_eq!(c.predictions.len(), 5);
+    for (p, w) in c.predictions.iter().zip(want) {
+        assert_eq!(p.index as u64, w["index"].as_u64().unwrap(), "class order as the CLI");
+        assert!((p.probability as f64 - w["probability"].as_f64().unwrap()).abs() < 1e-3);
+    }
+    let top = c.predictions[0].label.clone();
+    assert_eq!(top, "Ankle boot");
+    // Click the top class: its evidence overlay, and the identity line.
+    h.get_by_label_contains(&top).click();
+    h.run();
+    assert_eq!(h.state().evidence, Some(c_index(&h)));
+    h.get_by_label(&format!("Overlay: evidence for {top}"));
+    h.get_by_label_contains("Evidence: logit");
+    let img = shot(&mut h, "evidence");
+    // The overlay tints the image area red where tokens argue for the class.
+    let reddish = img.pixels().filter(|p| p[0] > 150 && p[2] < 120 && p[1] < 120).count();
+    assert!(reddish > 2000, "evidence overlay drawn ({reddish} red pixels)");
+}
+
+fn c_index(h: &Harness<'static, Viewer>) -> usize {
+    h.state().classified.as_ref().map(|c| c.predictions[0].index).unwrap_or(usize::MAX)
+}
+
+#[test]
+fn switching_models_and_layers_redraws_the_views() {
+    let mut h = harness(viewer());
+    h.run();
+    h.get_by_label("sandal").click();
+    h.run();
+    let mixer = shot(&mut h, "mixer");
+    assert_eq!(h.state().insight.as_ref().map(|i| i.kind), Some("mixer"));
+    // The model picker: gMLP.
+    h.get_by_label("Model").click();
+    h.run();
+    h.get_by_label("gmlp_fmnist").click();
+    h.run();
+    assert_eq!(h.state().model.info.family, "gMLP");
+    assert_eq!(h.state().insight.as_ref().map(|i| i.kind), Some("gmlp"));
+    assert!(h.state().classified.is_some(), "the image is classified again by the new model");
+    let gmlp0 = shot(&mut h, "gmlp-layer0");
+    // The layer slider, by keyboard.
+    h.get_by_role_and_label(egui::accesskit::Role::Slider, "Layer").focus();
+    h.run();
+    for _ in 0..5 {
+        h.key_press(egui::Key::ArrowRight);
+        h.run();
+    }
+    let layer = h.state().insight.as_ref().map(|i| i.layer);
+    assert_eq!(layer, Some(5), "the slider moved to the last layer");
+    let gmlp5 = shot(&mut h, "gmlp-layer5");
+    let differ = |a: &image::RgbaImage, b: &image::RgbaImage| a.pixels().zip(b.pixels()).filter(|(x, y)| x != y).count();
+    assert!(differ(&mixer, &gmlp0) > 10_000, "a new model redraws the views");
+    assert!(differ(&gmlp0, &gmlp5) > 1_000, "a new layer redraws the views");
+    // PoolFormer: its fixed kernel and the per-stage energy of the image.
+    h.get_by_label("Model").click();
+    h.run();
+    h.get_by_label("poolformer_fmnist").click();
+    h.run();
+    assert_eq!(h.state().insight.as_ref().map(|i| i.kind), Some("poolformer"));
+    h.get_by_label("Activation energy of this image, per stage:");
+    shot(&mut h, "poolformer");
+}
+
+#[test]
+fn a_corrupt_model_file_shows_an_error_and_the_previous_model_keeps_working() {
+    let dir = std::env::temp_dir().join(format!("tokenmix-desktop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("corrupt.safetensors");
+    let mut bytes = std::fs::read(root().join("weights/gmlp_fmnist.safetensors")).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&bad, &bytes).unwrap();
+    let mut h = harness(viewer());
+    h.run();
+    h.get_by_label("Path").click();
+    h.run();
+    h.get_by_label("Path").type_text(bad.to_str().unwrap());
+    h.run();
+    assert_eq!(h.state().path_field, bad.to_str().unwrap(), "typed into the path field");
+    h.get_by_label("Open").click();
+    h.run();
+    let err = h.state().error.clone().expect("an error is shown");
+    assert!(err.contains("Could not load") && err.contains("previous model"), "{err}");
+    h.get_by_label_contains("Could not load");
+    assert_eq!(h.state().model.info.family, "MLP-Mixer", "the previous model stays");
+    shot(&mut h, "corrupt-model");
+    h.get_by_label("trouser").click();
+    h.run();
+    let c = h.state().classified.as_ref().expect("still classifies");
+    assert_eq!(c.predictions[0].label, "Trouser");
+}
+
+/// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces.
+fn serve(body: Vec<u8>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut s = stream;
+            let mut req = [0u8; 2048];
+            let n = s.read(&mut req).unwrap_or(0);
+            let line = String::from_utf8_lossy(&req[..n]).lines().next().unwrap_or("").to_string();
+            if !line.contains("/timm/poolformer_test/resolve/main/model.safetensors") {
+                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                continue;
+            }
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            for piece in body.chunks(body.len().div_ceil(16)) {
+                let _ = s.write_all(piece);
+                let _ = s.flush();
+                std::thread::sleep(std::time::Duration::from_millis(60));
+            }
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
+    let cache = std::env::temp_dir().join(format!("tokenmix-hub-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    // Only this test reads the variable (the cache folder of `desktop::hub`).
+    std::env::set_var("TOKENMIX_CACHE_DIR", &cache);
+    let base = serve(std::fs::read(root().join("tests/fixtures/poolformer_rgb.safetensors")).unwrap());
+    let mut v = viewer();
+    v.hub_base = base;
+    v.hub_repo = "timm/poolformer_test".into();
+    let mut h = harness(v);
+    h.run();
+    h.get_by_label("Download").click();
+    h.step(); // the click starts the download
+    assert!(h.state().download.is_some(), "a download runs");
+    let mut rendered_progress = false;
+    let start = std::time::Instant::now();
+    while h.state().download.is_some() && start.elapsed().as_secs() < 60 {
+        h.step();
+        if !rendered_progress && h.state().progress_seen.iter().any(|&f| f > 0.2 && f < 0.9) {
+            h.step();
+            shot(&mut h, "hub-progress");
+            rendered_progress = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    h.run();
+    let s = h.state();
+    assert!(s.error.is_none(), "{:?}", s.error);
+    assert!(s.progress_seen.iter().any(|&f| f > 0.0 && f < 1.0), "progress was shown: {:?}", s.progress_seen);
+    assert!(rendered_progress, "a frame with the progress bar was rendered");
+    assert_eq!(s.model.info.family, "PoolFormer");
+    assert_eq!(s.model_name, "timm/poolformer_test");
+    assert!(cache.join("timm--poolformer_test/model.safetensors").is_file(), "the download is in the cache");
+    // A bad repository name is refused before any request.
+    h.state_mut().hub_repo = "../etc/passwd".into();
+    h.get_by_label("Download").click();
+    h.run();
+    assert!(h.state().error.as_deref().unwrap_or("").contains("owner/name"));
+}
+
+#[test]
+fn the_camera_captures_frames_or_says_there_is_none() {
+    let mut h = harness(viewer());
+    h.run();
+    h.get_by_label("Start camera").click();
+    h.run();
+    assert!(h.state().error.as_deref().unwrap_or("").contains("no camera"), "{:?}", h.state().error);
+    h.state_mut().camera = Box::new(camera::Synthetic::new());
+    h.state_mut().error = None;
+    h.get_by_label("Start camera").click();
+    h.run();
+    h.get_by_label("Capture").click();
+    h.run();
+    let c = h.state().classified.as_ref().expect("a captured frame is classified");
+    assert!(c.source.starts_with("camera:"), "{}", c.source);
+    h.get_by_label("Stop camera").click();
+    h.run();
+    assert!(!h.state().camera.running());
+}
+
+#[test]
+fn view_screenshot_renders_offscreen_and_prints_the_predictions() {
+    let sample = root().join("www/samples/fmnist-0009-sneaker.png");
+    let out = root().join("tests/artifacts/desktop-view-screenshot.png");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+        .args(["view", "--image", sample.to_str().unwrap(), "--screenshot", out.to_str().unwrap(), "--json"])
+        .output()
+        .expect("tokenmix runs");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    let want = cli_classify(sample.to_str().unwrap());
+    let (g, w) = (got[0]["predictions"].as_array().unwrap(), want[0]["predictions"].as_array().unwrap());
+    assert_eq!(g.len(), 5);
+    for (a, b) in g.iter().zip(w) {
+        assert_eq!(a["index"], b["index"]);
+        assert!((a["probability"].as_f64().unwrap() - b["probability"].as_f64().unwrap()).abs() < 1e-3);
+    }
+    let img = image::open(&out).expect("a PNG").to_rgba8();
+    assert_eq!(img.dimensions(), (1200, 820));
+    let colours: std::collections::HashSet<[u8; 4]> = img.pixels().map(|p| p.0).collect();
+    assert!(colours.len() > 50, "a real frame, not a blank one ({} colours)", colours.len());
+    // Bad input: one line, no panic.
+    let bad =
+        Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["view", "--image", "/nonexistent.png", "--screenshot", "/tmp/x.png"]).output().unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.starts_with("error: ") && !err.contains("panicked"), "{err}");
+}
