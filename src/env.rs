@@ -1,7 +1,9 @@
 //! Every environment override tokenmix reads, in one place, read once (the first time one is
 //! needed). wgpu reads its own too: `WGPU_BACKEND` and `WGPU_POWER_PREF` (through
 //! `InstanceDescriptor::from_env` and `PowerPreference::from_env`). README lists them all.
-//! In the browser there is no environment: every field is unset.
+//! In the browser there is no environment: every field is unset. The desktop app reads two more
+//! where it uses them, at that moment: `TOKENMIX_CACHE_DIR` (`desktop::hub::cache_dir`) and
+//! `TOKENMIX_CAMERA` (`desktop::camera::Ffmpeg`).
 
 use std::sync::OnceLock;
 

@@ -214,9 +214,15 @@ fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
 fn the_camera_captures_frames_or_says_there_is_none() {
     let mut h = harness(viewer());
     h.run();
+    // The default camera (ffmpeg on a device) where there is none: a clear message.
+    h.state_mut().camera = Box::new(camera::Unavailable);
     h.get_by_label("Start camera").click();
     h.run();
     assert!(h.state().error.as_deref().unwrap_or("").contains("no camera"), "{:?}", h.state().error);
+    let mut ff = camera::Ffmpeg::new();
+    if let Err(e) = camera::Camera::start(&mut ff) {
+        assert!(e.to_string().contains("no camera:"), "{e}");
+    }
     h.state_mut().camera = Box::new(camera::Synthetic::new());
     h.state_mut().error = None;
     h.get_by_label("Start camera").click();
@@ -228,6 +234,11 @@ fn the_camera_captures_frames_or_says_there_is_none() {
     h.get_by_label("Stop camera").click();
     h.run();
     assert!(!h.state().camera.running());
+    // Pasting with nothing (or no clipboard, headless) to paste: a message, no panic.
+    h.state_mut().error = None;
+    h.get_by_label("Paste image").click();
+    h.run();
+    assert!(h.state().error.as_deref().unwrap_or("").contains("No image to paste"), "{:?}", h.state().error);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Frames from a camera, behind a small trait so the capture crate can be swapped: the app only
-//! asks for the latest frame. [`Synthetic`] draws a moving test pattern (tests, demos);
-//! [`Unavailable`] is what a build without a capture backend has, and says so.
+//! asks for the latest frame. [`Ffmpeg`] captures stills through the ffmpeg program (the
+//! default); [`Synthetic`] draws a moving test pattern (tests, demos); [`Unavailable`] says
+//! there is no camera.
 
 use image::RgbImage;
 
@@ -72,10 +73,7 @@ impl Camera for Unavailable {
         "no camera".into()
     }
     fn start(&mut self) -> Result<()> {
-        Err(Error::Input(
-            "no camera: this build has no capture backend (open an image, drop one on the window, or use a sample; tests use the synthetic camera)"
-                .into(),
-        ))
+        Err(Error::Input("no camera: none is set up here (open an image, drop one on the window, paste one, or use a sample)".into()))
     }
     fn frame(&mut self) -> Result<RgbImage> {
         self.start().map(|_| RgbImage::new(1, 1))
@@ -83,5 +81,77 @@ impl Camera for Unavailable {
     fn stop(&mut self) {}
     fn running(&self) -> bool {
         false
+    }
+}
+
+/// A camera read through the `ffmpeg` program, one still per capture: `v4l2` on Linux
+/// (`/dev/video0`, or `TOKENMIX_CAMERA`), `avfoundation` on macOS (device `0`), `dshow` on
+/// Windows (`TOKENMIX_CAMERA` = the device name). No build-time dependency; where ffmpeg or the
+/// device is missing, `start` says which.
+pub struct Ffmpeg {
+    input: (String, String),
+    on: bool,
+}
+
+impl Ffmpeg {
+    pub fn new() -> Ffmpeg {
+        let device = std::env::var("TOKENMIX_CAMERA").ok().filter(|d| !d.is_empty());
+        let input = if cfg!(target_os = "macos") {
+            ("avfoundation".to_string(), device.unwrap_or_else(|| "0".into()))
+        } else if cfg!(windows) {
+            ("dshow".to_string(), format!("video={}", device.unwrap_or_default()))
+        } else {
+            ("v4l2".to_string(), device.unwrap_or_else(|| "/dev/video0".into()))
+        };
+        Ffmpeg { input, on: false }
+    }
+}
+
+impl Default for Ffmpeg {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Camera for Ffmpeg {
+    fn name(&self) -> String {
+        format!("{} ({})", self.input.1, self.input.0)
+    }
+    fn start(&mut self) -> Result<()> {
+        let (format, device) = &self.input;
+        if format == "v4l2" && !std::path::Path::new(device).exists() {
+            return Err(Error::Input(format!("no camera: {device} does not exist (TOKENMIX_CAMERA names another device)")));
+        }
+        if format == "dshow" && device == "video=" {
+            return Err(Error::Input("no camera: set TOKENMIX_CAMERA to the DirectShow device name".into()));
+        }
+        match std::process::Command::new("ffmpeg").arg("-version").output() {
+            Ok(o) if o.status.success() => {
+                self.on = true;
+                Ok(())
+            }
+            _ => Err(Error::Input("no camera: capturing needs the ffmpeg program on the PATH".into())),
+        }
+    }
+    fn frame(&mut self) -> Result<RgbImage> {
+        if !self.on {
+            return Err(Error::Input("the camera is not started".into()));
+        }
+        let (format, device) = &self.input;
+        let out = std::process::Command::new("ffmpeg")
+            .args(["-loglevel", "error", "-f", format, "-i", device, "-frames:v", "1", "-f", "image2pipe", "-vcodec", "png", "-"])
+            .output()
+            .map_err(|e| Error::Input(format!("camera: running ffmpeg: {e}")))?;
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr);
+            return Err(Error::Input(format!("camera {}: {}", self.name(), why.lines().last().unwrap_or("ffmpeg failed"))));
+        }
+        Ok(image::load_from_memory(&out.stdout).map_err(|e| Error::Input(format!("camera frame: {e}")))?.to_rgb8())
+    }
+    fn stop(&mut self) {
+        self.on = false;
+    }
+    fn running(&self) -> bool {
+        self.on
     }
 }

@@ -133,7 +133,7 @@ impl Viewer {
             hub_repo: "timm/gmlp_s16_224.ra3_in1k".into(),
             download: None,
             progress_seen: Vec::new(),
-            camera: Box::new(camera::Unavailable),
+            camera: Box::new(camera::Ffmpeg::new()),
             generation: 0,
             textures: HashMap::new(),
         };
@@ -296,6 +296,22 @@ impl Viewer {
         }
     }
 
+    /// Classifies the image on the clipboard.
+    pub fn paste(&mut self) {
+        let got = arboard::Clipboard::new().and_then(|mut c| c.get_image());
+        match got {
+            Ok(img) => {
+                let (w, h) = (img.width as u32, img.height as u32);
+                let rgb: Vec<u8> = img.bytes.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
+                match RgbImage::from_raw(w, h, rgb) {
+                    Some(i) => self.classify("pasted image".into(), i),
+                    None => self.error = Some("the clipboard's image has an inconsistent size".into()),
+                }
+            }
+            Err(e) => self.error = Some(format!("No image to paste: {e}")),
+        }
+    }
+
     /// Takes one frame from the camera and classifies it.
     pub fn capture(&mut self) {
         match self.camera.frame() {
@@ -326,6 +342,10 @@ impl Viewer {
             } else {
                 self.open_image(&p);
             }
+        }
+        // Ctrl/Cmd+V pastes an image from the clipboard.
+        if ui.ctx().input(|i| i.events.iter().any(|e| matches!(e, egui::Event::Paste(_)))) {
+            self.paste();
         }
         egui::Panel::top("header").show(ui, |ui| {
             ui.horizontal(|ui| {
@@ -367,6 +387,9 @@ impl Viewer {
             }
         });
         ui.horizontal(|ui| {
+            if ui.button("Paste image").clicked() {
+                self.paste();
+            }
             if !self.camera.running() {
                 if ui.button("Start camera").clicked() {
                     if let Err(e) = self.camera.start() {
