@@ -63,6 +63,8 @@ pub struct Classified {
     pub predictions: Vec<Prediction>,
     pub times: [f64; 3],
     pub stage_energy: Vec<((usize, usize), Vec<f32>)>,
+    /// The per-token split, computed when a class is first clicked (a second pass through
+    /// the model, so classifying alone does not pay for it).
     pub explained: Option<Explained>,
 }
 
@@ -202,7 +204,6 @@ impl Viewer {
                     .into_iter()
                     .map(|k| Prediction { index: k, label: crate::labels::label(&self.model.info.labels, k), probability: out.probs[k] })
                     .collect();
-                let explained = pollster::block_on(self.model.explain(&run.input)).ok();
                 self.classified = Some(Classified {
                     source,
                     image,
@@ -210,7 +211,7 @@ impl Viewer {
                     predictions,
                     times: [run.preprocess_ms, run.forward_ms, run.readback_ms],
                     stage_energy: run.stage_energy,
-                    explained,
+                    explained: None,
                 });
                 self.evidence = None;
                 self.error = None;
@@ -254,6 +255,27 @@ impl Viewer {
         let values = map.iter().map(|v| if self.relative { v - mean } else { *v }).collect();
         let label = crate::labels::label(&self.model.info.labels, c);
         Some(Overlay { label: format!("evidence for {label}"), grid: ex.grid, values, sequential: false })
+    }
+
+    /// Shows (or, selected again, hides) class `k`'s evidence, explaining the image first if
+    /// that has not been done yet.
+    pub fn select_evidence(&mut self, k: usize) {
+        if self.evidence == Some(k) {
+            self.evidence = None;
+            return;
+        }
+        let model = self.model.clone();
+        let Some(c) = self.classified.as_mut() else { return };
+        if c.explained.is_none() {
+            match pollster::block_on(model.explain(&c.input)) {
+                Ok(e) => c.explained = Some(e),
+                Err(e) => {
+                    self.error = Some(format!("No explanation: {e}"));
+                    return;
+                }
+            }
+        }
+        self.evidence = Some(k);
     }
 
     /// Starts a hub download (or takes the cached file).
@@ -459,9 +481,11 @@ impl Viewer {
                     clicked = Some(p.index);
                 }
             }
-            if let Some(k) = clicked {
-                self.evidence = if self.evidence == Some(k) { None } else { Some(k) };
-            }
+        }
+        if let Some(k) = clicked {
+            self.select_evidence(k);
+        }
+        if let Some(c) = &self.classified {
             match (&c.explained, self.evidence) {
                 (Some(ex), Some(k)) => {
                     let sum: f32 = ex.map(0, k).iter().sum();
@@ -474,10 +498,9 @@ impl Viewer {
                         if ex.approximate { " Approximate per token (PoolFormer normalises after pooling; exact in sum)." } else { "" }
                     ));
                 }
-                (Some(_), None) => {
+                _ => {
                     ui.label("Click a class to lay its per-token evidence over the image.");
                 }
-                _ => {}
             }
             ui.checkbox(&mut self.relative, "Evidence relative to the mean token");
             let [p, f, r] = c.times;
