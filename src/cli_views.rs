@@ -23,27 +23,13 @@ fn heatmap(values: &[f32], h: usize, w: usize, cell: u32, paint: impl Fn(f32) ->
     RgbImage::from_fn(w as u32 * cell, h as u32 * cell, |x, y| Rgb(paint(values[(y / cell) as usize * w + (x / cell) as usize])))
 }
 
-fn abs_max(v: &[f32]) -> f32 {
-    v.iter().fold(0f32, |m, x| if x.is_finite() { m.max(x.abs()) } else { m })
-}
-
 /// The model's-eye view of `input` (CHW, normalised): denormalised, nearest-upscaled to VIEW.
 fn eye(model: &Model, input: &[f32]) -> RgbImage {
-    let [c, h, w] = model.info.arch.input_shape();
-    let pp = &model.info.preprocess;
+    let shape @ [_, h, w] = model.info.arch.input_shape();
+    let rgb = model.info.preprocess.denormalise_rgb(input, shape);
+    let small = RgbImage::from_raw(w as u32, h as u32, rgb).unwrap_or_default();
     let k = (VIEW as usize).div_ceil(h.max(w)).max(1) as u32;
-    RgbImage::from_fn(w as u32 * k, h as u32 * k, |x, y| {
-        let (xi, yi) = ((x / k) as usize, (y / k) as usize);
-        let px = |ch: usize| {
-            let v = input[ch * h * w + yi * w + xi] * pp.std.get(ch).copied().unwrap_or(1.0) + pp.mean.get(ch).copied().unwrap_or(0.0);
-            (v.clamp(0.0, 1.0) * 255.0).round() as u8
-        };
-        if c >= 3 {
-            Rgb([px(0), px(1), px(2)])
-        } else {
-            Rgb([px(0); 3])
-        }
-    })
+    image::imageops::resize(&small, w as u32 * k, h as u32 * k, image::imageops::FilterType::Nearest)
 }
 
 /// `values` on a gh x gw token grid laid over `base` (the page's overlay: alpha 0.62).
@@ -71,7 +57,7 @@ fn tile(images: &[RgbImage], cols: usize, gap: u32) -> RgbImage {
 
 fn kernel_png(k: &Kernel) -> RgbImage {
     let cell = (VIEW / k.h.max(k.w) as u32).clamp(4, 64);
-    let s = abs_max(&k.values);
+    let s = colour::scale(&k.values);
     heatmap(&k.values, k.h, k.w, cell, |v| colour::diverging(v, s))
 }
 
@@ -89,7 +75,7 @@ pub fn layer_pngs(model: &Model, li: &LayerInsight, base: &RgbImage, dir: &Path,
                     .iter()
                     .map(|&u| {
                         let row = &li.data[u * li.cols..(u + 1) * li.cols];
-                        let s = abs_max(row);
+                        let s = colour::scale(row);
                         heatmap(row, gh, gw, cell, |v| colour::diverging(v, s))
                     })
                     .collect();
@@ -99,7 +85,7 @@ pub fn layer_pngs(model: &Model, li: &LayerInsight, base: &RgbImage, dir: &Path,
             // The first unit of the sort order over the image.
             if let Some(&u) = li.groups.first().and_then(|g| g.first()) {
                 let row = &li.data[u * li.cols..(u + 1) * li.cols];
-                let s = abs_max(row);
+                let s = colour::scale(row);
                 save(&overlay(base, row, li.grid, |v| colour::diverging(v, s)), dir, &format!("layer{l}_overlay.png"), written)?;
             }
         }
@@ -113,7 +99,7 @@ pub fn layer_pngs(model: &Model, li: &LayerInsight, base: &RgbImage, dir: &Path,
             // The centre token's row: how it mixes from every token, over the image.
             let t = (gh / 2) * gw + gw / 2;
             let row = &li.data[t * s..(t + 1) * s];
-            let sc = abs_max(row);
+            let sc = colour::scale(row);
             save(&overlay(base, row, li.grid, |v| colour::diverging(v, sc)), dir, &format!("layer{l}_overlay.png"), written)?;
         }
         _ => {
@@ -182,7 +168,7 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
         let maps: Vec<RgbImage> = energy
             .iter()
             .map(|((h, w), e)| {
-                let s = e.iter().fold(0f32, |m, v| m.max(*v));
+                let s = colour::scale(e);
                 heatmap(e, *h, *w, (VIEW / 2 / (*h.max(w)) as u32).max(1), |v| colour::sequential(v, s))
             })
             .collect();
@@ -269,7 +255,7 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
                 let mean = map.iter().sum::<f32>() / map.len().max(1) as f32;
                 let shown: Vec<f32> = map.iter().map(|v| if relative { v - mean } else { *v }).collect();
                 let map = &shown[..];
-                let s = abs_max(map);
+                let s = colour::scale(map);
                 let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
                 save(&overlay(base, map, ex.grid, |v| colour::diverging(v, s)), dir, &format!("{stem}_evidence_{c}.png"), &mut written)?;
             }

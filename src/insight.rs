@@ -106,7 +106,7 @@ pub struct LayerInsight {
 pub fn layer(t: &TokenMixing, layer: usize, layers: usize, init: Option<Figures>) -> LayerInsight {
     let (gh, gw) = t.grid;
     let (units, groups) = if t.kind == "mixer" { analyse_units(&t.data, t.rows, t.cols, gh, gw) } else { (Vec::new(), Vec::new()) };
-    let map = t.map.as_deref();
+    let map = t.token_map();
     let figures_on = match t.kind {
         "mixer" => "the token MLP linearised at zero input, fc2 · diag(GELU'(b1)) · fc1 (tokens x tokens)",
         "gmlp" => "the spatial gating projection (tokens x tokens)",
@@ -465,6 +465,11 @@ pub mod colour {
             *o = (ch(stops[j], k as u32) * (1.0 - f) + ch(stops[j + 1], k as u32) * f).round() as u8;
         }
         out
+    }
+
+    /// The largest finite |v|: where a map drawn on its own scale saturates.
+    pub fn scale(values: &[f32]) -> f32 {
+        values.iter().fold(0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { m })
     }
 
     /// Diverging: v in [-scale, scale] (non-finite values grey).

@@ -22,6 +22,16 @@ pub struct Preprocess {
 }
 
 impl Preprocess {
+    /// A model input (`[c, h, w]`, CHW, normalised) back as 8-bit RGB pixels, row-major; a
+    /// grey input repeats its channel. What the views draw as the model's-eye view.
+    pub fn denormalise_rgb(&self, input: &[f32], [c, h, w]: [usize; 3]) -> Vec<u8> {
+        let px = |i: usize, k: usize| {
+            let v = input[k * h * w + i] * self.std.get(k).copied().unwrap_or(1.0) + self.mean.get(k).copied().unwrap_or(0.0);
+            (v.clamp(0.0, 1.0) * 255.0).round() as u8
+        };
+        (0..h * w).flat_map(|i| if c >= 3 { [px(i, 0), px(i, 1), px(i, 2)] } else { [px(i, 0); 3] }).collect()
+    }
+
     /// Mixer/gMLP defaults in timm: mean = std = 0.5, crop_pct 0.875.
     pub fn half_normalised(channels: usize, size: [usize; 2]) -> Self {
         Preprocess { size, crop_pct: 0.875, mean: vec![0.5; channels], std: vec![0.5; channels], channels }

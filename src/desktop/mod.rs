@@ -19,7 +19,7 @@ use image::RgbImage;
 
 use crate::error::{Error, Result};
 use crate::exec::Device;
-use crate::insight::{colour, Kernel, LayerInsight};
+use crate::insight::{colour, LayerInsight};
 use crate::models::{Explained, Model};
 use crate::preprocess;
 
@@ -103,7 +103,26 @@ pub struct Viewer {
     pub camera: Box<dyn Camera>,
     /// Bumped whenever what the views draw changes (textures are keyed by it).
     pub generation: u64,
-    textures: HashMap<String, (u64, TextureHandle)>,
+    textures: Textures,
+}
+
+/// The views' textures, remade only when [`Viewer::generation`] moved on; a field of its own
+/// so a frame can fill it while it reads the rest of the state.
+#[derive(Default)]
+struct Textures(HashMap<String, (u64, TextureHandle)>);
+
+impl Textures {
+    /// The texture `key` of this generation, made by `make` when there is none yet.
+    fn get(&mut self, ctx: &egui::Context, generation: u64, key: &str, make: impl FnOnce() -> ColorImage) -> TextureHandle {
+        if let Some((g, t)) = self.0.get(key) {
+            if *g == generation {
+                return t.clone();
+            }
+        }
+        let t = ctx.load_texture(key, make(), TextureOptions::NEAREST);
+        self.0.insert(key.to_string(), (generation, t.clone()));
+        t
+    }
 }
 
 fn millis() -> f64 {
@@ -137,7 +156,7 @@ impl Viewer {
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
             generation: 0,
-            textures: HashMap::new(),
+            textures: Textures::default(),
         };
         v.refresh_insight();
         Ok(v)
@@ -342,17 +361,6 @@ impl Viewer {
         }
     }
 
-    fn texture(&mut self, ctx: &egui::Context, key: &str, make: impl FnOnce() -> ColorImage) -> TextureHandle {
-        if let Some((g, t)) = self.textures.get(key) {
-            if *g == self.generation {
-                return t.clone();
-            }
-        }
-        let t = ctx.load_texture(key, make(), TextureOptions::NEAREST);
-        self.textures.insert(key.to_string(), (self.generation, t.clone()));
-        t
-    }
-
     /// Draws one frame and applies what the user did in it.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.poll_download();
@@ -432,17 +440,10 @@ impl Viewer {
             ui.label("No image yet.");
             return;
         };
-        let [ch, h, w] = self.model.info.arch.input_shape();
-        let (input, pp) = (c.input.clone(), self.model.info.preprocess.clone());
+        let shape @ [_, h, w] = self.model.info.arch.input_shape();
+        let pp = &self.model.info.preprocess;
+        let eye = self.textures.get(ui.ctx(), self.generation, "eye", || ColorImage::from_rgb([w, h], &pp.denormalise_rgb(&c.input, shape)));
         let source = c.source.clone();
-        let eye = self.texture(ui.ctx(), "eye", || {
-            let px = |i: usize, k: usize| {
-                let v = input[k * h * w + i] * pp.std.get(k).copied().unwrap_or(1.0) + pp.mean.get(k).copied().unwrap_or(0.0);
-                (v.clamp(0.0, 1.0) * 255.0).round() as u8
-            };
-            let rgb: Vec<u8> = (0..h * w).flat_map(|i| if ch >= 3 { [px(i, 0), px(i, 1), px(i, 2)] } else { [px(i, 0); 3] }).collect();
-            ColorImage::from_rgb([w, h], &rgb)
-        });
         let side = 300.0;
         let size = Vec2::new(side, side * h as f32 / w as f32);
         let response = ui.add(egui::Image::new((eye.id(), size)).sense(egui::Sense::hover()));
@@ -551,7 +552,8 @@ impl Viewer {
                 self.set_layer(l);
             }
         }
-        let Some(li) = self.insight.clone() else { return };
+        let Some(li) = &self.insight else { return };
+        let (textures, generation) = (&mut self.textures, self.generation);
         ui.label(li.note);
         if let (Some(f), Some(i)) = (li.figures, li.init) {
             egui::Grid::new("figures").striped(true).show(ui, |ui| {
@@ -582,8 +584,8 @@ impl Viewer {
                 ui.horizontal_wrapped(|ui| {
                     for g in &li.groups {
                         for &u in g {
-                            let row = li.data[u * li.cols..(u + 1) * li.cols].to_vec();
-                            let t = self.texture(ui.ctx(), &format!("unit{u}"), || heat(&row, gh, gw, false));
+                            let row = &li.data[u * li.cols..(u + 1) * li.cols];
+                            let t = textures.get(ui.ctx(), generation, &format!("unit{u}"), || heat(row, gh, gw, false));
                             ui.add(egui::Image::new((t.id(), Vec2::new(36.0, 36.0 * gh as f32 / gw as f32))));
                         }
                         if g.len() == 2 {
@@ -594,21 +596,18 @@ impl Viewer {
             }
             "gmlp" | "resmlp" => {
                 ui.label(format!("Tokens × tokens map ({0}×{0}); hover the image to see one token's row over it.", li.cols));
-                let data = li.data.clone();
                 let n = li.cols;
-                let t = self.texture(ui.ctx(), "matrix", || heat(&data, n, n, false));
+                let t = textures.get(ui.ctx(), generation, "matrix", || heat(&li.data, n, n, false));
                 ui.add(egui::Image::new((t.id(), Vec2::new(260.0, 260.0))));
             }
             _ => {
-                let data = li.data.clone();
-                let t = self.texture(ui.ctx(), "pool", || heat(&data, 3, 3, false));
+                let t = textures.get(ui.ctx(), generation, "pool", || heat(&li.data, 3, 3, false));
                 ui.add(egui::Image::new((t.id(), Vec2::new(120.0, 120.0))));
                 if let Some(c) = &self.classified {
-                    let stages = c.stage_energy.clone();
                     ui.label("Activation energy of this image, per stage:");
                     ui.horizontal(|ui| {
-                        for (i, ((h, w), e)) in stages.iter().enumerate() {
-                            let t = self.texture(ui.ctx(), &format!("energy{i}"), || heat(e, *h, *w, true));
+                        for (i, ((h, w), e)) in c.stage_energy.iter().enumerate() {
+                            let t = textures.get(ui.ctx(), generation, &format!("energy{i}"), || heat(e, *h, *w, true));
                             ui.add(egui::Image::new((t.id(), Vec2::new(90.0, 90.0 * *h as f32 / *w as f32))));
                         }
                     });
@@ -617,8 +616,7 @@ impl Viewer {
         }
         if let Some(k) = &li.offset_kernel {
             ui.label("Mean weight by relative offset (centre: the token itself):");
-            let k: Kernel = k.clone();
-            let t = self.texture(ui.ctx(), "offset", || heat(&k.values, k.h, k.w, false));
+            let t = textures.get(ui.ctx(), generation, "offset", || heat(&k.values, k.h, k.w, false));
             ui.add(egui::Image::new((t.id(), Vec2::new(160.0, 160.0 * k.h as f32 / k.w as f32))));
         }
     }
@@ -626,14 +624,14 @@ impl Viewer {
 
 /// A heatmap image of `values` (h x w): diverging around zero, or sequential from zero.
 fn heat(values: &[f32], h: usize, w: usize, sequential: bool) -> ColorImage {
-    let s = values.iter().fold(0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { m });
+    let s = colour::scale(values);
     let rgb: Vec<u8> = values.iter().flat_map(|&v| if sequential { colour::sequential(v, s) } else { colour::diverging(v, s) }).collect();
     ColorImage::from_rgb([w, h], &rgb)
 }
 
 fn paint_overlay(painter: &egui::Painter, rect: egui::Rect, o: &Overlay) {
     let (gh, gw) = o.grid;
-    let s = o.values.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let s = colour::scale(&o.values);
     let (cw, ch) = (rect.width() / gw as f32, rect.height() / gh as f32);
     for (t, &v) in o.values.iter().enumerate().take(gh * gw) {
         let [r, g, b] = if o.sequential { colour::sequential(v, s) } else { colour::diverging(v, s) };

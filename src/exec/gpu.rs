@@ -110,7 +110,12 @@ impl GpuExec {
     /// The largest batch one plan runs: [`super::MAX_BATCH`], or fewer when a batch's
     /// activations would pass the adapter's storage-binding limit. Longer inputs run in chunks.
     pub fn max_batch(&self) -> usize {
-        ((self.gpu.binding_limit() / self.widest_activation_bytes()) as usize).clamp(1, super::MAX_BATCH)
+        self.batch_limit(self.widest)
+    }
+
+    /// The most images whose widest slot (`widest` bytes each) fits one storage binding.
+    fn batch_limit(&self, widest: u64) -> usize {
+        ((self.gpu.binding_limit() / widest.max(1)) as usize).clamp(1, super::MAX_BATCH)
     }
 
     fn matrix(&self, w: W) -> Result<&Matrix> {
@@ -291,19 +296,7 @@ impl GpuExec {
     /// Runs `input` ([batch, C, H, W], preprocessed) through the net, in chunks of at most
     /// [`Self::max_batch`] images.
     pub async fn forward(&self, input: &[f32]) -> Result<Output> {
-        let per = self.input;
-        let total = input.len() / per.max(1);
-        let mut out =
-            Output { classes: self.classes, logits: Vec::with_capacity(total * self.classes), probs: Vec::with_capacity(total * self.classes) };
-        for chunk in input.chunks(self.max_batch() * per) {
-            let plan = self.plan(chunk.len() / per, false)?;
-            let staging = self.submit(&plan, Some(chunk), None)?;
-            let mut data = self.gpu.read_back(&staging).await?;
-            let probs = data.split_off(data.len() / 2);
-            out.logits.extend(data);
-            out.probs.extend(probs);
-        }
-        Ok(out)
+        Ok(self.run_chunks(input, false).await?.0)
     }
 
     /// [`Self::forward`] with the evidence steps: also returns, per image, the
@@ -312,11 +305,6 @@ impl GpuExec {
         if self.explain_steps.is_empty() {
             return Err(Error::Config("this model has no per-token split of its logits".into()));
         }
-        let per = self.input;
-        let floats = &self.slot_floats[1];
-        let (ev, pooled) = (floats[Slot::Evidence.index()], floats[Slot::Pooled.index()]);
-        let mut out = Output { classes: self.classes, logits: Vec::new(), probs: Vec::new() };
-        let (mut evidence, mut pools) = (Vec::new(), Vec::new());
         if self.widest_explain > self.gpu.binding_limit() {
             return Err(Error::Config(format!(
                 "one image's class evidence needs {} bytes, over the adapter's binding limit of {} bytes",
@@ -324,23 +312,35 @@ impl GpuExec {
                 self.gpu.binding_limit()
             )));
         }
-        let max_batch = ((self.gpu.binding_limit() / self.widest_explain) as usize).clamp(1, super::MAX_BATCH);
-        for chunk in input.chunks(max_batch * per) {
+        self.run_chunks(input, true).await
+    }
+
+    /// Runs `input` in chunks as large as one binding holds; with `explain`, the evidence steps
+    /// too, returning every image's [`Slot::Evidence`] and [`Slot::Pooled`] floats (else empty).
+    async fn run_chunks(&self, input: &[f32], explain: bool) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+        let per = self.input;
+        let total = input.len() / per.max(1);
+        let classes = self.classes;
+        let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
+        let (mut evidence, mut pooled) = (Vec::new(), Vec::new());
+        let widest = if explain { self.widest_explain } else { self.widest };
+        let evidence_floats = self.slot_floats[1][Slot::Evidence.index()];
+        for chunk in input.chunks(self.batch_limit(widest) * per) {
             let batch = chunk.len() / per;
-            let plan = self.plan(batch, true)?;
+            let plan = self.plan(batch, explain)?;
             let staging = self.submit(&plan, Some(chunk), None)?;
+            // Logits, probabilities, then (explaining) the evidence and pooled slots, whole.
             let mut data = self.gpu.read_back(&staging).await?;
-            let mut tail = data.split_off(2 * batch * self.classes);
-            let ev_len = (plan.slots[Slot::Evidence.index()].size() / 4) as usize;
-            let p = tail.split_off(ev_len);
-            tail.truncate(batch * ev);
-            let probs = data.split_off(batch * self.classes);
+            let mut rest = data.split_off(2 * batch * classes);
+            let probs = data.split_off(batch * classes);
             out.logits.extend(data);
             out.probs.extend(probs);
-            evidence.extend(tail);
-            pools.extend(p.chunks(pooled.max(1)).take(batch).flatten());
+            if explain {
+                pooled.extend(rest.split_off(batch * evidence_floats));
+                evidence.extend(rest);
+            }
         }
-        Ok((out, evidence, pools))
+        Ok((out, evidence, pooled))
     }
 
     /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the

@@ -20,11 +20,31 @@ pub struct TokenMixing {
     pub grid: (usize, usize),
     pub data: Vec<f32>,
     pub note: &'static str,
-    /// The layer's tokens x tokens map for the structure figures (`crate::insight`): gMLP,
-    /// ResMLP: `data` itself; Mixer: the token MLP linearised at zero input. None for
-    /// PoolFormer.
+    /// The layer's tokens x tokens map, for the structure figures (see [`Self::token_map`]).
     #[serde(skip)]
-    pub map: Option<Vec<f32>>,
+    pub map: TokenMap,
+}
+
+/// Where a layer's tokens x tokens map comes from.
+#[derive(Clone, Debug)]
+pub enum TokenMap {
+    /// `data` is the map (gMLP's SGU projection, ResMLP's linear_tokens).
+    Weights,
+    /// Mixer: the token MLP linearised at zero input (`crate::insight::linearised`).
+    Linearised(Vec<f32>),
+    /// PoolFormer: no learned token mixing.
+    None,
+}
+
+impl TokenMixing {
+    /// The tokens x tokens map the structure figures are measured on, if the layer learns one.
+    pub fn token_map(&self) -> Option<&[f32]> {
+        match &self.map {
+            TokenMap::Weights => Some(&self.data),
+            TokenMap::Linearised(m) => Some(m),
+            TokenMap::None => None,
+        }
+    }
 }
 
 /// CPU copies of each layer's token-mixing weights (see [`TokenMixing`]), read after the
@@ -41,7 +61,7 @@ pub(crate) fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>>
                 cols: 3,
                 grid: (3, 3),
                 data,
-                map: None,
+                map: TokenMap::None,
                 note: "PoolFormer learns no token mixing: every block averages each token's 3x3 neighbourhood and subtracts the token (interior weights shown; at borders only in-image neighbours count)",
             }]);
         }
@@ -66,11 +86,11 @@ pub(crate) fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>>
                 BlockKind::Mixer => {
                     let p = format!("blocks.{i}.mlp_tokens");
                     let (b1, fc2) = (w.read(&format!("{p}.fc1.bias"))?, w.read(&format!("{p}.fc2.weight"))?);
-                    crate::insight::linearised(&data, Some(&b1), &fc2, tokens, rows)
+                    TokenMap::Linearised(crate::insight::linearised(&data, Some(&b1), &fc2, tokens, rows))
                 }
-                _ => data.clone(),
+                _ => TokenMap::Weights,
             };
-            Ok(TokenMixing { kind, rows, cols: tokens, grid: cfg.grid(), data, map: Some(map), note })
+            Ok(TokenMixing { kind, rows, cols: tokens, grid: cfg.grid(), data, map, note })
         })
         .collect()
 }

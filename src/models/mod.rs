@@ -34,7 +34,7 @@ pub use crate::preprocess::{MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
 pub use arch::Arch;
 pub use inspect::{inspect, Inspected};
 pub use metaformer::MetaFormerConfig;
-pub use mixing::TokenMixing;
+pub use mixing::{TokenMap, TokenMixing};
 pub use mlp_mixer::{BlockKind, MlpMixerConfig};
 
 pub(crate) use inspect::{check_bounds, count_indexed};
@@ -178,13 +178,8 @@ impl Model {
     pub fn insight(&self, layer: usize) -> Result<crate::insight::LayerInsight> {
         let t =
             self.mixing.get(layer).ok_or_else(|| Error::Input(format!("layer {layer}: the model has {} token-mixing layers", self.mixing.len())))?;
-        let init = t.map.as_ref().map(|_| *self.init_figures.get_or_init(|| crate::insight::init_figures(t.kind, t.grid, t.rows)));
+        let init = t.token_map().map(|_| *self.init_figures.get_or_init(|| crate::insight::init_figures(t.kind, t.grid, t.rows)));
         Ok(crate::insight::layer(t, layer, self.mixing.len(), init))
-    }
-
-    /// The token grid of the class evidence, where the model has a per-token split.
-    pub fn evidence_grid(&self) -> Option<(usize, usize)> {
-        self.explain.as_ref().map(|e| e.grid)
     }
 
     pub fn input_len(&self) -> usize {
