@@ -1,19 +1,21 @@
-// GEMM for CPU rasterisers with subgroups (lavapipe/llvmpipe). There a workgroup runs as
-// SIMD lanes on one thread, barriers are expensive, and every storage-buffer load costs a
-// scalar loop over the lanes — whatever its address. So the kernel is built to need few loads
-// per FMA: each lane loads a *different* row of A (every lane of that load is useful) and the
-// rows are then shared across lanes with subgroupShuffle. A
-// workgroup is exactly one subgroup of LANES lanes: no shared memory, no barriers.
+// GEMM for CPU rasterisers with subgroups (lavapipe/llvmpipe), at any subgroup size. There a
+// workgroup runs as SIMD lanes on one thread, barriers are expensive, and every storage-buffer
+// load costs a scalar loop over the lanes — whatever its address. So the kernel is built to
+// need few loads per FMA: each lane loads a *different* row of A (every lane of that load is
+// useful) and the rows are then shared across lanes with subgroupShuffle. A workgroup is
+// exactly one subgroup of LANES lanes: no shared memory, no barriers. On a GPU (32 or 64
+// lanes) that is one warp/wavefront per workgroup; the autotuner decides whether it pays.
 // Each lane owns COLS columns of C (lane, lane + LANES, ...) for ROWS rows.
 
 // (naga takes subgroup builtins without `enable subgroups;` when the device has Features::SUBGROUP.)
 
-const LANES: u32 = 8u; // the broadcasts below are spelled out for 8 lanes
+// One workgroup is one subgroup: LANES is the adapter's (smallest) subgroup size, 4 to 64.
+const LANES: u32 = {{LANES}}u;
 const ROWS: u32 = {{ROWS}}u;        // a multiple of LANES
-const GROUPS: u32 = {{ROWS}}u / 8u;
+const GROUPS: u32 = {{ROWS}}u / {{LANES}}u;
 const COLS: u32 = {{COLS}}u;
 
-@compute @workgroup_size(8)
+@compute @workgroup_size({{LANES}})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
     let bt = wg.z;
     let m0 = wg.y * ROWS;

@@ -1,4 +1,4 @@
-// GEMM for CPU rasterisers, weight operand from a texture. As gemm_subgroup.wgsl (one 8-lane
+// GEMM for CPU rasterisers, weight operand from a texture. As gemm_subgroup.wgsl (one
 // subgroup per workgroup, each lane loads a different row of A, rows shared by
 // subgroupShuffle), but B — always a weight [N, K], read transposed — comes from an rgba32float
 // texture of N rows and ceil(K/4) texels, zero-padded. llvmpipe fetches a texel for all lanes
@@ -14,12 +14,13 @@
 @group(0) @binding(7) var atex: texture_2d<f32>;
 #endif
 
-const LANES: u32 = 8u; // the broadcasts below are spelled out for 8 lanes
+// One workgroup is one subgroup: LANES is the adapter's (smallest) subgroup size, 4 to 64.
+const LANES: u32 = {{LANES}}u;
 const ROWS: u32 = {{ROWS}}u;        // a multiple of LANES
-const GROUPS: u32 = {{ROWS}}u / 8u;
+const GROUPS: u32 = {{ROWS}}u / {{LANES}}u;
 const COLS: u32 = {{COLS}}u;
 
-@compute @workgroup_size(8)
+@compute @workgroup_size({{LANES}})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
     let bt = wg.z;
     let m0 = wg.y * ROWS;

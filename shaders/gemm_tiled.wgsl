@@ -1,74 +1,168 @@
-// GEMM for real GPUs: classic shared-memory tiling. A 16x16 workgroup computes a 64x64 tile
-// of C; each invocation keeps a 4x4 block in registers. Tiles of A (64 x 16) and B (16 x 64)
-// are staged in workgroup memory so every global value is read once per workgroup. Rows and
-// columns are interleaved (ty + 16 i, tx + 16 j) so neighbouring invocations touch
-// neighbouring addresses, in global and in shared memory alike.
+// GEMM for real GPUs: shared-memory tiling with a register block per invocation. A workgroup
+// of (TN/RN) x (TM/RM) invocations computes a TM x TN tile of C; each invocation keeps an
+// RM x RN block in registers (RN/4 vec4 columns per row). Per step of BK values of k, the
+// TM x BK tile of A and the BK x TN tile of B are staged in workgroup memory, stored as vec4
+// so that the inner loop reads four rows (or columns) per load.
+//
+// Double-buffered: two stages of workgroup memory. While the invocations multiply the tiles in
+// one stage they have already fetched the next tiles from global memory into registers; those
+// go to the other stage after the multiply, so one barrier per k step suffices (the classic
+// register prefetch; global latency overlaps the FMAs).
+//
+// An invocation's rows are 4-row groups spread over the tile (group g holds rows
+// 4 * (g * WY + ty) ..+4), and likewise its columns, so neighbouring invocations read
+// neighbouring vec4s of workgroup memory and write neighbouring columns of C. Global loads are
+// scalar and ordered so that consecutive invocations read consecutive addresses whatever the
+// operand's layout (A, A_TRANS, B, B_TRANS, the implicit im2col of A_CONV): operands are
+// arbitrary strided views (offsets and leading dimensions need not be multiples of 4).
+//
+// Tile shapes are defines (the Rust side names three: tiled 64x64/4x4, tiled128 128x128/8x8,
+// tiled32 32x32/4x4 for small GEMMs that must still fill a large GPU), each within WebGPU's
+// default limits: 256 invocations and 16 KiB of workgroup memory.
 
-const TILE: u32 = 64u;
-const BK: u32 = 16u;
+const TM: u32 = {{TM}}u;
+const TN: u32 = {{TN}}u;
+const RM: u32 = {{RM}}u;
+const RN: u32 = {{RN}}u;
+const BK: u32 = {{BK}}u;
+const WX: u32 = TN / RN;            // invocations along n
+const WY: u32 = TM / RM;            // invocations along m
+const NT: u32 = WX * WY;
+const LA: u32 = TM * BK / NT;       // A values each invocation fetches per k step
+const LB: u32 = TN * BK / NT;
+const TM4: u32 = TM / 4u;
+const TN4: u32 = TN / 4u;
+const GM: u32 = RM / 4u;            // 4-row groups per invocation
+const GN: u32 = RN / 4u;            // vec4 columns per invocation
 
-var<workgroup> ta: array<f32, 1024>; // [BK][TILE]: ta[kk * TILE + mm]
-var<workgroup> tb: array<f32, 1024>; // [BK][TILE]: tb[kk * TILE + nn]
+// [stage][kk][m / 4] and [stage][kk][n / 4].
+var<workgroup> ta: array<vec4<f32>, {{TA_VEC4}}>;
+var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 
-@compute @workgroup_size(16, 16)
+// Where fetch e of this invocation lands in the A tile: (kk, mm). Consecutive invocations take
+// consecutive addresses: along k for row-major A, along m for A_TRANS ([K, M]).
+fn a_slot(e: u32) -> vec2<u32> {
+#if A_TRANS
+    return vec2<u32>(e / TM, e % TM);
+#else
+    return vec2<u32>(e % BK, e / BK);
+#endif
+}
+
+// Fetch e of the B tile: (kk, nn); along k for B_TRANS ([N, K]), along n otherwise.
+fn b_slot(e: u32) -> vec2<u32> {
+#if B_TRANS
+    return vec2<u32>(e % BK, e / BK);
+#else
+    return vec2<u32>(e / TN, e % TN);
+#endif
+}
+
+@compute @workgroup_size({{WX}}, {{WY}})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bt = wg.z;
-    let m0 = wg.y * TILE;
-    let n0 = wg.x * TILE;
-    let tid = lid.y * 16u + lid.x;
+    let m0 = wg.y * TM;
+    let n0 = wg.x * TN;
+    let tid = lid.y * WX + lid.x;
 
-    var acc: array<array<f32, 4>, 4>;
-    for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        // 1024 values of each tile, 4 per invocation.
-        for (var i = 0u; i < 4u; i++) {
-            let e = tid + i * 256u;
-#if B_TRANS
-            // Tile element (kk, nn) read with kk fastest: consecutive k of one weight row.
-            let kk = e % BK;
-            let nn = e / BK;
-#else
-            let nn = e % TILE;
-            let kk = e / TILE;
-#endif
-            let k = k0 + kk;
-            let n = n0 + nn;
-            var bvalue = 0.0;
-            if (k < p.k && n < p.n) {
-                bvalue = load_b(bt, k, n);
-            }
-            tb[kk * TILE + nn] = bvalue;
+    var ra: array<f32, LA>;
+    var rb: array<f32, LB>;
+    var acc: array<vec4<f32>, {{ACC_VEC4}}>; // [RM][GN]
 
-            let ka = e % BK;
-            let ma = e / BK;
-            var avalue = 0.0;
-            if (k0 + ka < p.k && m0 + ma < p.m) {
-                avalue = load_a(bt, m0 + ma, k0 + ka);
+    // Fetch the tiles at k0 into registers (zero outside A, B).
+    var k0 = 0u;
+    for (var i = 0u; i < LA; i++) {
+        let s = a_slot(tid + i * NT);
+        let m = m0 + s.y;
+        let k = k0 + s.x;
+        ra[i] = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
+    }
+    for (var i = 0u; i < LB; i++) {
+        let s = b_slot(tid + i * NT);
+        let n = n0 + s.y;
+        let k = k0 + s.x;
+        rb[i] = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
+    }
+    var stage = 0u;
+    for (var i = 0u; i < LA; i++) {
+        let s = a_slot(tid + i * NT);
+        let at = (stage * BK + s.x) * TM + s.y;
+        ta[at / 4u][at % 4u] = ra[i];
+    }
+    for (var i = 0u; i < LB; i++) {
+        let s = b_slot(tid + i * NT);
+        let at = (stage * BK + s.x) * TN + s.y;
+        tb[at / 4u][at % 4u] = rb[i];
+    }
+    workgroupBarrier();
+
+    loop {
+        let next = k0 + BK;
+        let more = next < p.k;
+        if (more) {
+            for (var i = 0u; i < LA; i++) {
+                let s = a_slot(tid + i * NT);
+                let m = m0 + s.y;
+                let k = next + s.x;
+                ra[i] = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
             }
-            ta[ka * TILE + ma] = avalue;
+            for (var i = 0u; i < LB; i++) {
+                let s = b_slot(tid + i * NT);
+                let n = n0 + s.y;
+                let k = next + s.x;
+                rb[i] = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
+            }
         }
-        workgroupBarrier();
+
         for (var kk = 0u; kk < BK; kk++) {
-            var av: array<f32, 4>;
-            var bv: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                av[i] = ta[kk * TILE + lid.y + 16u * i];
-                bv[i] = tb[kk * TILE + lid.x + 16u * i];
+            let abase = (stage * BK + kk) * TM4;
+            let bbase = (stage * BK + kk) * TN4;
+            var bv: array<vec4<f32>, GN>;
+            for (var h = 0u; h < GN; h++) {
+                bv[h] = tb[bbase + h * WX + lid.x];
             }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+            for (var g = 0u; g < GM; g++) {
+                let av = ta[abase + g * WY + lid.y];
+                for (var i = 0u; i < 4u; i++) {
+                    let r = (g * 4u + i) * GN;
+                    for (var h = 0u; h < GN; h++) {
+                        acc[r + h] = fma(vec4<f32>(av[i]), bv[h], acc[r + h]);
+                    }
                 }
             }
         }
+
+        if (!more) {
+            break;
+        }
+        stage = 1u - stage;
+        for (var i = 0u; i < LA; i++) {
+            let s = a_slot(tid + i * NT);
+            let at = (stage * BK + s.x) * TM + s.y;
+            ta[at / 4u][at % 4u] = ra[i];
+        }
+        for (var i = 0u; i < LB; i++) {
+            let s = b_slot(tid + i * NT);
+            let at = (stage * BK + s.x) * TN + s.y;
+            tb[at / 4u][at % 4u] = rb[i];
+        }
         workgroupBarrier();
+        k0 = next;
     }
 
-    for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) {
-            let m = m0 + lid.y + 16u * i;
-            let n = n0 + lid.x + 16u * j;
-            if (m < p.m && n < p.n) {
-                store_c(bt, m, n, acc[i][j]);
+    for (var g = 0u; g < GM; g++) {
+        for (var i = 0u; i < 4u; i++) {
+            let m = m0 + (g * WY + lid.y) * 4u + i;
+            for (var h = 0u; h < GN; h++) {
+                let v = acc[(g * 4u + i) * GN + h];
+                let n = n0 + (h * WX + lid.x) * 4u;
+                if (m < p.m) {
+                    for (var j = 0u; j < 4u; j++) {
+                        if (n + j < p.n) {
+                            store_c(bt, m, n + j, v[j]);
+                        }
+                    }
+                }
             }
         }
     }

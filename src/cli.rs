@@ -383,6 +383,9 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         v["backend_reason"] = sel.reason.clone().into();
         v["backend_detail"] = sel.detail.clone().into();
         v["kernels"] = sel.device.kernels().into();
+        let (autotune, choices) = sel.device.gemm_tuning();
+        v["gemm_autotune"] = autotune.into();
+        v["gemm_tuning"] = serde_json::json!(choices);
         println!("{v}");
         return Ok(());
     }
@@ -414,6 +417,7 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("labels:      {}", if i.labels.is_empty() { "none in file".to_string() } else { format!("{}", i.labels.len()) });
     println!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
     println!("runs on:     {adapter}");
+    println!("kernels:     {}", sel.device.kernels());
     Ok(())
 }
 
@@ -532,11 +536,15 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
         }
         rows.push(row);
     }
+    if !json && dev.gemm_tuning().0 {
+        println!("gemm (autotuned per shape class): {}", dev.kernels());
+    }
     if json {
         println!(
             "{}",
             serde_json::json!({
-                "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(), "model": model.info.preset,
+                "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
+                "gemm_autotune": dev.gemm_tuning().0, "gemm_tuning": dev.gemm_tuning().1, "model": model.info.preset,
                 "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
             })
         );

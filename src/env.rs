@@ -1,9 +1,10 @@
 //! Every environment override tokenmix reads, in one place, read once (the first time one is
 //! needed). wgpu reads its own too: `WGPU_BACKEND` and `WGPU_POWER_PREF` (through
 //! `InstanceDescriptor::from_env` and `PowerPreference::from_env`). README lists them all.
-//! In the browser there is no environment: every field is unset. The desktop app reads two more
-//! where it uses them, at that moment: `TOKENMIX_CACHE_DIR` (`desktop::hub::cache_dir`) and
-//! `TOKENMIX_CAMERA` (`desktop::camera::Ffmpeg`).
+//! In the browser there is no environment: every field is unset. Two more are read where they
+//! are used, at that moment: `TOKENMIX_CACHE_DIR` (the desktop app's `desktop::hub::cache_dir`
+//! and the GEMM autotuner's cache file, `gpu::tune`) and `TOKENMIX_CAMERA`
+//! (`desktop::camera::Ffmpeg`).
 
 use std::sync::OnceLock;
 
@@ -12,8 +13,12 @@ pub struct Env {
     /// `TOKENMIX_BACKEND`: auto, gpu or cpu (checked by `BackendChoice::from_env`).
     pub backend: Option<String>,
     /// `TOKENMIX_GEMM`: the WGSL GEMM kernel instead of the adapter's default (texture,
-    /// subgroup, register, tiled; checked when the device is made).
+    /// subgroup, register, tiled, tiled128, tiled32; checked when the device is made). Also
+    /// turns the autotuner off.
     pub gemm: Option<String>,
+    /// `TOKENMIX_AUTOTUNE`: 0 turns GEMM autotuning off, 1 on even on a CPU rasteriser
+    /// (default: on for real GPUs natively; see `gpu::tune`).
+    pub autotune: Option<String>,
     /// `TOKENMIX_GEMM_TILE=RxC`: the register kernel's tile, for tuning.
     pub gemm_tile: Option<String>,
     /// `TOKENMIX_SUBGROUP_TILE=RxC`: the subgroup/texture kernels' tile, for tuning.
@@ -41,6 +46,7 @@ fn read() -> Env {
     Env {
         backend: var("TOKENMIX_BACKEND"),
         gemm: var("TOKENMIX_GEMM"),
+        autotune: var("TOKENMIX_AUTOTUNE"),
         gemm_tile: var("TOKENMIX_GEMM_TILE"),
         subgroup_tile: var("TOKENMIX_SUBGROUP_TILE"),
         dump_shaders: std::env::var_os("TOKENMIX_DUMP_SHADERS").map(Into::into),

@@ -125,6 +125,54 @@ fn bench_reports_json() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let variants: Vec<&str> = v["runs"].as_array().unwrap().iter().map(|r| r["variant"].as_str().unwrap()).collect();
     assert!(variants.contains(&"cpu") && variants.iter().any(|&x| x != "cpu"), "the CPU GEMM and the WGSL kernels: {variants:?}");
+    for v in ["tiled", "tiled128", "tiled32", "register"] {
+        assert!(variants.contains(&v), "{v} missing from {variants:?}");
+    }
+}
+
+/// With the autotuner on (`TOKENMIX_AUTOTUNE=1`: by default it tunes real GPUs only), `bench
+/// --json` and `info --json` report its choice per shape class, the choices persist in
+/// `TOKENMIX_CACHE_DIR`, and a second run reads them; `TOKENMIX_GEMM` fixes the kernel and
+/// turns it off; a bad kernel name is a one-line error naming the valid ones.
+#[test]
+fn autotuned_gemm_choices_are_reported_and_cached() {
+    let weights = fixtures().join("gmlp_p4_rgb.safetensors");
+    let cache = tmp("tune-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let run = |args: &[&str], envs: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
+        cmd.args(args).env("TOKENMIX_CACHE_DIR", &cache).env_remove("TOKENMIX_GEMM").env_remove("TOKENMIX_AUTOTUNE");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("runs tokenmix")
+    };
+    let bench = ["bench", "--backend", "gpu", "--weights", weights.to_str().unwrap(), "--batch", "1", "--iters", "1", "--json"];
+    let out = run(&bench, &[("TOKENMIX_AUTOTUNE", "1")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["gemm_autotune"], true, "{v}");
+    let tuning = v["gemm_tuning"].as_object().expect("choices").clone();
+    assert!(tuning.len() >= 3, "linear, token-mixing and head GEMMs each have a class: {v}");
+    assert!(tuning.keys().any(|k| k.starts_with("linear")) && tuning.keys().any(|k| k.starts_with("tokens")), "{v}");
+    let cached = std::fs::read_to_string(cache.join("gemm-tuning.json")).expect("the cache file");
+    assert!(tuning.keys().all(|k| cached.contains(k.as_str())), "{cached}");
+    // The second run reads the cache: the same choices.
+    let info = run(&["info", "--backend", "gpu", "--weights", weights.to_str().unwrap(), "--json"], &[("TOKENMIX_AUTOTUNE", "1")]);
+    assert!(info.status.success(), "{}", String::from_utf8_lossy(&info.stderr));
+    let i: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    for (class, kernel) in i["gemm_tuning"].as_object().expect("choices") {
+        assert_eq!(tuning.get(class), Some(kernel), "{class}");
+    }
+    // A fixed kernel: no tuning, and the kernel named.
+    let out = run(&bench, &[("TOKENMIX_AUTOTUNE", "1"), ("TOKENMIX_GEMM", "tiled32")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["gemm"].as_str(), &v["gemm_autotune"]), (Some("tiled32"), &serde_json::json!(false)), "{v}");
+    let out = run(&bench, &[("TOKENMIX_GEMM", "tiled64")]);
+    assert!(!out.status.success());
+    assert_clean_error(&out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tiled128"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// `--backend` and `TOKENMIX_BACKEND` choose the executor; `info` and `bench --json` say which

@@ -23,6 +23,8 @@ struct Case {
     residual: bool,
     /// B shared by the batch (a weight): the texture kernel then reads it from a texture.
     shared_b: bool,
+    /// A stored [K, M] (read transposed in place).
+    a_trans: bool,
 }
 
 fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f32]) -> Vec<f32> {
@@ -32,7 +34,7 @@ fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f
             for j in 0..c.n {
                 let mut acc = 0f64;
                 for kk in 0..c.k {
-                    let av = a[bt * c.m * c.k + i * c.k + kk] as f64;
+                    let av = if c.a_trans { a[bt * c.m * c.k + kk * c.m + i] } else { a[bt * c.m * c.k + i * c.k + kk] } as f64;
                     let bb = if c.shared_b { 0 } else { bt * c.n * c.k };
                     let bv = if c.b_trans { b[bb + j * c.k + kk] } else { b[bb + kk * c.n + j] } as f64;
                     acc += av * bv;
@@ -72,14 +74,16 @@ fn run_case(gpu: &Gpu, c: Case, seed: u64) {
     let cout = gpu.storage_init("c", &c0).unwrap();
     let bs = if c.shared_b { 0 } else { c.k * c.n };
     let b_op = if c.b_trans { Operand::new(&bbuf, c.k, bs) } else { Operand::new(&bbuf, c.n, bs) };
-    let mut g = Gemm::new(c.batch, c.m, c.n, c.k, Operand::new(&abuf, c.k, c.m * c.k), b_op, Operand::new(&cout, c.n, c.m * c.n));
+    let a_ld = if c.a_trans { c.m } else { c.k };
+    let mut g = Gemm::new(c.batch, c.m, c.n, c.k, Operand::new(&abuf, a_ld, c.m * c.k), b_op, Operand::new(&cout, c.n, c.m * c.n));
     g.b_trans = c.b_trans;
+    g.a_trans = c.a_trans;
     g.gelu = c.gelu;
     g.residual = c.residual;
     // A weight texture (and an activation mirror when the row length allows) for the texture kernel.
     let b_tex = if c.b_trans && c.shared_b { gpu.matrix_texture("b", &b[..c.n * c.k], c.n, c.k) } else { None };
     g.b_tex = b_tex.as_ref();
-    let a_tex = ActTexture::new(gpu, "a", c.batch * c.m, c.k);
+    let a_tex = if c.a_trans { ActTexture::new(gpu, "a", c.batch * c.k, c.m) } else { ActTexture::new(gpu, "a", c.batch * c.m, c.k) };
     let mut oplist = Vec::new();
     if let (GemmVariant::Texture, Some(t)) = (gpu.gemm, &a_tex) {
         oplist.push(Op::copy_to_texture(&abuf, t).unwrap());
@@ -112,6 +116,9 @@ fn gemm_matches_cpu_reference() {
         (3, 9, 8, 196),
         (1, 70, 129, 3),
         (2, 45, 70, 128),
+        // Several 128x128 tiles with ragged edges, K not a multiple of any k step.
+        (1, 257, 131, 35),
+        (2, 130, 260, 9),
     ];
     for gpu in all_variants() {
         let mut seed = 1;
@@ -125,9 +132,9 @@ fn gemm_matches_cpu_reference() {
                     (None, Some(Axis::M), true, false),
                 ];
                 for (bias, scale, gelu, residual) in epilogues {
-                    for shared_b in [false, true] {
+                    for (shared_b, a_trans) in [(false, false), (true, false), (true, true)] {
                         seed += 10;
-                        run_case(&gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual, shared_b }, seed);
+                        run_case(&gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual, shared_b, a_trans }, seed);
                     }
                 }
             }
@@ -328,7 +335,7 @@ fn spatial_gating_matches_cpu_reference() {
 /// and token mixing, on a device whose bindings hold 2-3 KiB, against the CPU reference.
 #[test]
 fn split_weights_match_cpu_reference() {
-    for variant in gpu().gemm_variants() {
+    for variant in all_variants().iter().map(|g| g.gemm) {
         // Linear: W [50, 64] = 12.8 KB in blocks of 8 rows under a 2 KiB limit.
         let gpu = limited(variant, 2048);
         let (m, k, n) = (4, 64, 50);
@@ -341,7 +348,19 @@ fn split_weights_match_cpu_reference() {
         assert!(err.contains("weight `wide`") && err.contains("one row") && err.contains("2048"), "{err}");
         let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
         let (ab, bb, sb, gb) = (up(&a), up(&bias), up(&scale), up(&gate));
-        let case = Case { batch: 1, m, n, k, b_trans: true, bias: Some(Axis::N), scale: Some(Axis::N), gelu: true, residual: true, shared_b: true };
+        let case = Case {
+            batch: 1,
+            m,
+            n,
+            k,
+            b_trans: true,
+            bias: Some(Axis::N),
+            scale: Some(Axis::N),
+            gelu: true,
+            residual: true,
+            shared_b: true,
+            a_trans: false,
+        };
         let want = cpu_gemm(&case, &a, &w, &bias, &scale, &c0);
         let cb = up(&c0);
         let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gelu().scale(&sb, Axis::N).residual();
@@ -398,4 +417,83 @@ fn split_weights_match_cpu_reference() {
         let diff = max_abs_diff(&got, &want);
         assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} split token mixing: diff {diff}", variant.name());
     }
+}
+
+/// The autotuner times every kernel the device can run once per shape class, keeps the
+/// fastest, persists it under this adapter's key in its cache file, and a second device reads
+/// the file instead of timing again. A tuned GEMM is still exact; a malformed cache file is no
+/// cache, not an error.
+#[test]
+fn autotuner_times_once_per_class_and_caches_per_adapter() {
+    let dir = std::env::temp_dir().join(format!("tokenmix-tune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let file = dir.join("gemm-tuning.json");
+    let tuned = |file: &std::path::Path| {
+        let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter");
+        gpu.force_autotune(Some(file.to_path_buf()));
+        gpu
+    };
+    let linear = |gpu: &Gpu, m: usize, seed: u64| {
+        let (k, n) = (40, 48);
+        let case =
+            Case { batch: 1, m, n, k, b_trans: true, bias: Some(Axis::N), scale: None, gelu: true, residual: false, shared_b: true, a_trans: false };
+        let (a, w, bias) = (random(m * k, seed), random(n * k, seed + 1), random(n, seed + 2));
+        let wm = Matrix::upload(gpu, "w", &w, n, k).unwrap();
+        let (ab, bb, cb) = (gpu.storage_init("a", &a).unwrap(), gpu.storage_init("bias", &bias).unwrap(), gpu.storage("c", m * n).unwrap());
+        let g = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gelu();
+        let class = g.shape_class();
+        gpu.run_ops(&[g.build(gpu).unwrap()]).unwrap();
+        let got = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
+        let want = cpu_gemm(&case, &a, &w, &bias, &[], &vec![0.0; m * n]);
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "tuned linear ({}): diff {diff}", gpu.gemm_summary());
+        class
+    };
+
+    let gpu = tuned(&file);
+    assert!(gpu.tuning.enabled() && gpu.tuning.choices().is_empty());
+    let class = linear(&gpu, 100, 1);
+    assert_eq!(gpu.tuning.timed(), 1, "the first GEMM of a class is timed");
+    let choice = gpu.tuning.choices().get(&class).cloned().expect("the class has a choice");
+    assert!(gpu.gemm_variants().iter().any(|v| v.name() == choice), "{choice} is one of the device's kernels");
+    // Same class (M 100 and 120 both round to 128): no second timing.
+    assert_eq!(linear(&gpu, 120, 5), class);
+    assert_eq!(gpu.tuning.timed(), 1);
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("the cache file was written")).unwrap();
+    let entry = saved.as_object().and_then(|o| o.iter().find(|(k, _)| k.contains(&gpu.info.name))).expect("an entry keyed by the adapter");
+    assert_eq!(entry.1[&class], serde_json::json!(choice), "{saved}");
+    eprintln!("autotuned {class} → {choice} on {}", gpu.describe());
+
+    // A new device on the same adapter reads the choice and times nothing.
+    let again = tuned(&file);
+    assert_eq!(again.tuning.choices().get(&class), Some(&choice));
+    linear(&again, 90, 9);
+    assert_eq!(again.tuning.timed(), 0, "a cached class is not timed again");
+
+    // A malformed cache is ignored: tuning starts afresh and rewrites the file.
+    std::fs::write(&file, "{ not json").unwrap();
+    let fresh = tuned(&file);
+    assert!(fresh.tuning.choices().is_empty());
+    linear(&fresh, 100, 13);
+    assert_eq!(fresh.tuning.timed(), 1);
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&class));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The subgroup kernels are compiled for the adapter's own subgroup size. lavapipe has 8
+/// lanes at its default 256-bit vectors and 4 with `LP_NATIVE_VECTOR_WIDTH=128`; `make test`
+/// runs this suite both ways, and `TOKENMIX_TEST_SUBGROUP_LANES` makes sure the second run
+/// really got the narrower subgroups (and so really tested another width).
+#[test]
+fn subgroup_kernels_use_the_adapters_lanes() {
+    let gpu = gpu();
+    let lanes = gpu.subgroup_lanes();
+    eprintln!("{}: subgroup lanes {lanes:?} (min {}, max {})", gpu.describe(), gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
+    if let Ok(want) = std::env::var("TOKENMIX_TEST_SUBGROUP_LANES") {
+        assert_eq!(lanes, Some(want.parse::<u32>().expect("a number")), "TOKENMIX_TEST_SUBGROUP_LANES={want}");
+    }
+    let has = |v: GemmVariant| gpu.gemm_variants().contains(&v);
+    assert_eq!(has(GemmVariant::Subgroup), lanes.is_some());
+    assert_eq!(has(GemmVariant::Texture), lanes.is_some());
+    assert!(has(GemmVariant::Tiled) && has(GemmVariant::Tiled128) && has(GemmVariant::Tiled32) && has(GemmVariant::Register));
 }

@@ -124,11 +124,21 @@ impl Device {
         }
     }
 
-    /// The kernel family: the GPU's GEMM variant, or the CPU's GEMM.
-    pub fn kernels(&self) -> &'static str {
+    /// The kernel family: the GPU's GEMM variant (with its autotuned choices per shape class,
+    /// see [`Gpu::gemm_summary`]), or the CPU's GEMM.
+    pub fn kernels(&self) -> String {
         match self {
-            Device::Gpu(g) => g.gemm.name(),
-            Device::Cpu(_) => cpu::GEMM_NAME,
+            Device::Gpu(g) => g.gemm_summary(),
+            Device::Cpu(_) => cpu::GEMM_NAME.to_string(),
+        }
+    }
+
+    /// The GEMM autotuner's choices (shape class → kernel) and whether it is on; empty and
+    /// false on the CPU executor and wherever the kernel is fixed.
+    pub fn gemm_tuning(&self) -> (bool, std::collections::BTreeMap<String, String>) {
+        match self {
+            Device::Gpu(g) => (g.tuning.enabled(), g.tuning.choices()),
+            Device::Cpu(_) => (false, Default::default()),
         }
     }
 

@@ -3,6 +3,7 @@
 //! meaning, only how to compile, bind and dispatch them.
 
 pub mod shader;
+pub mod tune;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -74,40 +75,65 @@ pub struct Pipeline {
     pub name: String,
 }
 
-/// Which GEMM kernel family suits this adapter (see `ops::gemm` for both).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which GEMM kernel runs (see `ops::gemm`). The adapter has a default ([`Gpu::gemm`]); on
+/// real GPUs the autotuner ([`tune`]) picks one per shape class among [`Gpu::gemm_variants`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GemmVariant {
     /// Workgroup = 8 lanes, no barriers, rows of A read at uniform addresses and kept in
     /// registers. Fast on CPU rasterisers (lavapipe, SwiftShader), where barriers are costly.
     Register,
     /// As `Register`, but rows of A are loaded one per lane and shared with subgroupShuffle,
-    /// so each (costly) load on a CPU rasteriser feeds every lane. Needs 8-lane subgroups.
+    /// so each (costly) load on a CPU rasteriser feeds every lane. One workgroup is one
+    /// subgroup of the adapter's (smallest) subgroup size: 4, 8, 16, 32 or 64 lanes.
     Subgroup,
     /// As `Subgroup`, with the weight operand read from an rgba32float texture: llvmpipe
     /// fetches texels with vector gathers, four k values at a time, far cheaper than its
     /// per-lane storage loads. Token mixing is computed transposed so the weight is always B.
     Texture,
-    /// Classic shared-memory tiling with a register block per invocation. Fast on real GPUs.
+    /// Shared-memory tiling, double-buffered, vec4 register blocks: 64x64 tiles, 4x4 per
+    /// invocation. The default on real GPUs.
     Tiled,
+    /// The same kernel with 128x128 tiles and 8x8 per invocation: large GEMMs.
+    Tiled128,
+    /// The same kernel with 32x32 tiles and 4x4 per invocation (64 invocations): small GEMMs
+    /// (batch 1's 196 tokens) that must still spread over many compute units.
+    Tiled32,
 }
 
 impl GemmVariant {
+    pub const ALL: [GemmVariant; 6] =
+        [GemmVariant::Texture, GemmVariant::Subgroup, GemmVariant::Register, GemmVariant::Tiled, GemmVariant::Tiled128, GemmVariant::Tiled32];
+
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "register" => Some(GemmVariant::Register),
-            "tiled" => Some(GemmVariant::Tiled),
-            "subgroup" => Some(GemmVariant::Subgroup),
-            "texture" => Some(GemmVariant::Texture),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|v| v.name() == s)
     }
     pub fn name(self) -> &'static str {
         match self {
             GemmVariant::Register => "register",
             GemmVariant::Tiled => "tiled",
+            GemmVariant::Tiled128 => "tiled128",
+            GemmVariant::Tiled32 => "tiled32",
             GemmVariant::Subgroup => "subgroup",
             GemmVariant::Texture => "texture",
         }
+    }
+    /// "texture, subgroup, register, tiled, tiled128 or tiled32", for messages.
+    pub fn names() -> String {
+        let n: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
+        format!("{} or {}", n[..n.len() - 1].join(", "), n[n.len() - 1])
+    }
+    /// The shared-memory tile (TM, TN, RM, RN, BK) of the tiled kernels.
+    pub fn tile(self) -> Option<[u32; 5]> {
+        match self {
+            GemmVariant::Tiled => Some([64, 64, 4, 4, 16]),
+            GemmVariant::Tiled128 => Some([128, 128, 8, 8, 8]),
+            GemmVariant::Tiled32 => Some([32, 32, 4, 4, 16]),
+            _ => None,
+        }
+    }
+    /// Needs `Features::SUBGROUP`.
+    pub fn uses_subgroups(self) -> bool {
+        matches!(self, GemmVariant::Subgroup | GemmVariant::Texture)
     }
 }
 
@@ -124,6 +150,8 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub gemm: GemmVariant,
+    /// Per-shape-class GEMM choices (autotuned on real GPUs; see [`tune`]).
+    pub tuning: tune::Tuning,
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
     errors: Arc<Mutex<Vec<String>>>,
     /// Set by the device-lost callback: every later call fails fast with a message that says
@@ -134,7 +162,8 @@ pub struct Gpu {
 impl Gpu {
     /// Chooses an adapter from the environment: `WGPU_BACKEND` (vulkan, metal, dx12, gl,
     /// webgpu), `WGPU_ADAPTER_NAME` (a substring of the adapter name), `WGPU_POWER_PREF`
-    /// (low/high), and `TOKENMIX_GEMM` (texture/subgroup/register/tiled; see `crate::env`) to override the GEMM choice.
+    /// (low/high), and `TOKENMIX_GEMM` (a [`GemmVariant`] name; see `crate::env`) to fix the GEMM
+    /// kernel instead of the adapter's default and the autotuner.
     pub async fn new() -> Result<Self> {
         let (instance, adapter) = Self::adapter().await?;
         Self::from_adapter(instance, adapter).await
@@ -182,26 +211,60 @@ impl Gpu {
             }
         });
 
-        let gemm = match crate::env::env().gemm.as_deref() {
-            Some(s) => {
-                GemmVariant::parse(s).ok_or_else(|| Error::Input(format!("TOKENMIX_GEMM={s}: expected texture, subgroup, register or tiled")))?
-            }
-            None => default_gemm(&info, adapter.features()),
+        let fixed = match crate::env::env().gemm.as_deref() {
+            Some(s) => Some(GemmVariant::parse(s).ok_or_else(|| Error::Input(format!("TOKENMIX_GEMM={s}: expected {}", GemmVariant::names())))?),
+            None => None,
         };
-        Ok(Gpu { instance, adapter, device, queue, info, limits, gemm, pipelines: Mutex::default(), errors, lost })
+        let features = device.features();
+        let lanes = subgroup_lanes(&info, features);
+        if let Some(v) = fixed.filter(|v| v.uses_subgroups() && lanes.is_none()) {
+            return Err(Error::Input(format!(
+                "TOKENMIX_GEMM={}: {} has no subgroups of 4 to 64 lanes (min {}, max {})",
+                v.name(),
+                info.name,
+                info.subgroup_min_size,
+                info.subgroup_max_size
+            )));
+        }
+        let gemm = fixed.unwrap_or_else(|| default_gemm(&info, lanes));
+        let tuning = tune::Tuning::new(&info, fixed.is_none());
+        Ok(Gpu { instance, adapter, device, queue, info, limits, gemm, tuning, pipelines: Mutex::default(), errors, lost })
+    }
+
+    /// Fixes the GEMM kernel to `v` for every shape (no autotuning): tests and benchmarks that
+    /// run each kernel in turn.
+    pub fn fix_gemm(&mut self, v: GemmVariant) {
+        self.gemm = v;
+        self.tuning = tune::Tuning::off();
+    }
+
+    /// Turns GEMM autotuning on (whatever the adapter), persisting choices in `file`.
+    pub fn force_autotune(&mut self, file: Option<std::path::PathBuf>) {
+        self.tuning = tune::Tuning::forced(&self.info, file);
+    }
+
+    /// Lanes of the subgroup kernels on this device: its smallest subgroup size, when it has
+    /// `SUBGROUP` and that size is a power of two from 4 to 64 (so one workgroup of that many
+    /// invocations is one subgroup); None otherwise.
+    pub fn subgroup_lanes(&self) -> Option<u32> {
+        subgroup_lanes(&self.info, self.device.features())
     }
 
     /// The GEMM kernels this device can run.
     pub fn gemm_variants(&self) -> Vec<GemmVariant> {
-        let mut v = vec![GemmVariant::Register, GemmVariant::Tiled];
-        if self.device.features().contains(wgpu::Features::SUBGROUP)
-            && self.info.subgroup_max_size == crate::ops::gemm::SUBGROUP_LANES
-            && self.info.subgroup_min_size == crate::ops::gemm::SUBGROUP_LANES
-        {
-            v.insert(0, GemmVariant::Subgroup);
-            v.insert(0, GemmVariant::Texture);
+        let sub = self.subgroup_lanes().is_some();
+        GemmVariant::ALL.into_iter().filter(|v| sub || !v.uses_subgroups()).collect()
+    }
+
+    /// The GEMM kernel choice in words: "tiled" when fixed, or the default and what the
+    /// autotuner chose per shape class ("tiled; tuned: linear m2048 n512 k512 → tiled128, …").
+    pub fn gemm_summary(&self) -> String {
+        let choices = self.tuning.choices();
+        if choices.is_empty() {
+            return self.gemm.name().to_string();
         }
-        v
+        let list: Vec<String> = choices.iter().map(|(k, v)| format!("{k} → {v}")).collect();
+        format!("{}; tuned: {}", self.gemm.name(), list.join(", "))
     }
 
     /// "llvmpipe (LLVM 15.0.6, 256 bits) [Vulkan, Cpu]"
@@ -504,19 +567,21 @@ impl Gpu {
     }
 }
 
-/// CPU rasterisers want the barrier-free kernels (the subgroup one when lanes are 8 wide);
-/// real GPUs want shared-memory tiling.
-fn default_gemm(info: &wgpu::AdapterInfo, features: wgpu::Features) -> GemmVariant {
+/// CPU rasterisers want the barrier-free kernels (the subgroup/texture ones when there are
+/// subgroups); real GPUs want shared-memory tiling (and the autotuner refines that per shape).
+fn default_gemm(info: &wgpu::AdapterInfo, lanes: Option<u32>) -> GemmVariant {
     if info.device_type != wgpu::DeviceType::Cpu {
         GemmVariant::Tiled
-    } else if features.contains(wgpu::Features::SUBGROUP)
-        && info.subgroup_min_size == crate::ops::gemm::SUBGROUP_LANES
-        && info.subgroup_max_size == crate::ops::gemm::SUBGROUP_LANES
-    {
+    } else if lanes.is_some() {
         GemmVariant::Texture
     } else {
         GemmVariant::Register
     }
+}
+
+fn subgroup_lanes(info: &wgpu::AdapterInfo, features: wgpu::Features) -> Option<u32> {
+    let n = info.subgroup_min_size;
+    (features.contains(wgpu::Features::SUBGROUP) && n.is_power_of_two() && (4..=64).contains(&n) && info.subgroup_max_size >= n).then_some(n)
 }
 
 async fn select_adapter(instance: &wgpu::Instance, backends: wgpu::Backends) -> Result<wgpu::Adapter> {

@@ -1,10 +1,12 @@
 //! GEMM with fused epilogue: `C[b] (+)= act(A[b] · B[b] + bias) * scale`. Linear layers,
 //! token mixing (weight · activations, no transpose pass) and convolutions (implicit im2col of
-//! an NCHW image) are all this one op. Four kernels, chosen per adapter (see
-//! [`GemmVariant`]): `gemm_tiled.wgsl` (shared-memory tiles) on GPUs; on CPU rasterisers
-//! `gemm_texture.wgsl` (weights, and activations where mirrored, from textures, 8-lane
-//! subgroups: lavapipe), `gemm_subgroup.wgsl` (the same from buffers) and `gemm_register.wgsl`
-//! (no subgroups: SwiftShader). All share `gemm_common.wgsl`.
+//! an NCHW image) are all this one op. Four kernels, chosen per adapter and (on real GPUs)
+//! autotuned per shape class (see [`GemmVariant`], `gpu::tune`): `gemm_tiled.wgsl`
+//! (double-buffered shared-memory tiles in three sizes) on GPUs; on CPU rasterisers
+//! `gemm_texture.wgsl` (weights, and activations where mirrored, from textures, subgroups:
+//! lavapipe), `gemm_subgroup.wgsl` (the same from buffers) and `gemm_register.wgsl` (no
+//! subgroups: SwiftShader). The subgroup kernels work at any subgroup size from 4 to 64
+//! lanes. All share `gemm_common.wgsl`.
 
 use crate::error::{Error, Result};
 use crate::gpu::{Binding, GemmVariant, Gpu, Kernel, Resource};
@@ -299,12 +301,12 @@ impl<'a> Gemm<'a> {
         self
     }
 
-    fn kernel(&self, variant: GemmVariant) -> Kernel {
+    fn kernel(&self, variant: GemmVariant, lanes: u32) -> Kernel {
         let (name, source) = match variant {
             GemmVariant::Register => ("gemm_register", REGISTER),
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
             GemmVariant::Texture => ("gemm_texture", TEXTURE),
-            GemmVariant::Tiled => ("gemm_tiled", TILED),
+            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 => ("gemm_tiled", TILED),
         };
         // Trusted: `check` validates every extent, and the kernels clamp or guard all indices.
         let a_tex = variant == GemmVariant::Texture && self.a_tex_usable();
@@ -333,9 +335,22 @@ impl<'a> Gemm<'a> {
             let (rows, cols) = register_tile(self.conv.is_some());
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
-        if matches!(variant, GemmVariant::Subgroup | GemmVariant::Texture) {
-            let (rows, cols) = subgroup_tile(variant, self.a_trans);
-            kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", SUBGROUP_LANES);
+        if variant.uses_subgroups() {
+            let (rows, cols) = subgroup_tile(variant, self.a_trans, lanes);
+            kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", lanes);
+        }
+        if let Some([tm, tn, rm, rn, bk]) = variant.tile() {
+            kernel = kernel
+                .define("TM", tm)
+                .define("TN", tn)
+                .define("RM", rm)
+                .define("RN", rn)
+                .define("BK", bk)
+                .define("WX", tn / rn)
+                .define("WY", tm / rm)
+                .define("TA_VEC4", 2 * bk * tm / 4)
+                .define("TB_VEC4", 2 * bk * tn / 4)
+                .define("ACC_VEC4", rm * rn / 4);
         }
         kernel
     }
@@ -388,8 +403,11 @@ impl<'a> Gemm<'a> {
         Ok(())
     }
 
+    /// The GEMM with the device's kernel for it: the autotuned choice for its shape class where
+    /// the device tunes (real GPUs; see `gpu::tune`), else the adapter's default.
     pub fn build(self, gpu: &Gpu) -> Result<Op> {
-        self.build_with(gpu, gpu.gemm)
+        let variant = if gpu.tuning.enabled() { self.tuned(gpu)? } else { gpu.gemm };
+        self.build_with(gpu, variant)
     }
 
     pub fn build_with(self, gpu: &Gpu, variant: GemmVariant) -> Result<Op> {
@@ -400,13 +418,55 @@ impl<'a> Gemm<'a> {
             (GemmVariant::Texture, _) => GemmVariant::Subgroup,
             (v, _) => v,
         };
+        let lanes = match (variant.uses_subgroups(), gpu.subgroup_lanes()) {
+            (false, _) => 0,
+            (true, Some(l)) => l,
+            (true, None) => return Err(Error::Gpu(format!("the {} GEMM needs subgroups, which {} lacks", variant.name(), gpu.describe()))),
+        };
         let parts = self.parts()?;
         for part in &parts {
             part.check()?;
         }
-        let pipeline = gpu.pipeline(&self.kernel(variant))?;
-        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant)).collect::<Result<_>>()?;
+        let pipeline = gpu.pipeline(&self.kernel(variant, lanes))?;
+        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant, lanes)).collect::<Result<_>>()?;
         Op::dispatches(gpu, pipeline, &runs)
+    }
+
+    /// This GEMM's shape class for the autotuner: operand layout and sizes (see `gpu::tune`).
+    pub fn shape_class(&self) -> String {
+        let layout = match (self.conv.is_some(), self.b_trans, self.a_trans || self.c_trans) {
+            (true, _, _) => "conv",
+            (false, true, false) => "linear",
+            (false, true, true) => "tokens-t",
+            (false, false, _) => "tokens",
+        };
+        crate::gpu::tune::class(layout, self.m * self.batch, self.n, self.k)
+    }
+
+    /// The device's cached choice for this GEMM's shape class, or (the first time) the
+    /// fastest of the kernels the device can run, timed on this GEMM's own operands. Safe at
+    /// plan-building time: the GEMM writes only its output, which the forward pass overwrites.
+    fn tuned(&self, gpu: &Gpu) -> Result<GemmVariant> {
+        let class = self.shape_class();
+        if let Some(v) = gpu.tuning.get(&class) {
+            return Ok(v);
+        }
+        let mut best: Option<(f64, GemmVariant)> = None;
+        for v in gpu.gemm_variants() {
+            // Without a weight texture the texture kernel is the subgroup one: timed once.
+            if v == GemmVariant::Texture && self.b_tex.is_none() {
+                continue;
+            }
+            // A kernel this driver cannot compile or run is simply not a candidate.
+            let Ok(op) = self.build_with(gpu, v) else { continue };
+            let Some(t) = time_op(gpu, &op) else { continue };
+            if best.is_none_or(|(b, _)| t < b) {
+                best = Some((t, v));
+            }
+        }
+        let v = best.map_or(gpu.gemm, |(_, v)| v);
+        gpu.tuning.record(&class, v);
+        Ok(v)
     }
 
     /// This GEMM as one GEMM per row block of its weight (itself when the weight is one block):
@@ -446,7 +506,7 @@ impl<'a> Gemm<'a> {
     }
 
     /// Parameters, bindings and workgroup counts of one (part of a) GEMM.
-    fn dispatch(&self, variant: GemmVariant) -> Result<(Vec<u32>, Vec<Resource<'a>>, [u32; 3])> {
+    fn dispatch(&self, variant: GemmVariant, lanes: u32) -> Result<(Vec<u32>, Vec<Resource<'a>>, [u32; 3])> {
         // For a convolution the images are folded into M (the output is [images * oh * ow, cout]).
         let mut conv_words = [0u32; 12];
         if let Some(g) = self.conv {
@@ -484,10 +544,13 @@ impl<'a> Gemm<'a> {
                 [groups(self.n as u32, REGISTER_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
             }
             GemmVariant::Subgroup | GemmVariant::Texture => {
-                let (rows, cols) = subgroup_tile(variant, self.a_trans);
-                [groups(self.n as u32, SUBGROUP_LANES * cols), groups(self.m as u32, rows), self.batch as u32]
+                let (rows, cols) = subgroup_tile(variant, self.a_trans, lanes);
+                [groups(self.n as u32, lanes * cols), groups(self.m as u32, rows), self.batch as u32]
             }
-            GemmVariant::Tiled => [groups(self.n as u32, 64), groups(self.m as u32, 64), self.batch as u32],
+            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 => {
+                let [tm, tn, ..] = variant.tile().unwrap_or([64, 64, 4, 4, 16]);
+                [groups(self.n as u32, tn), groups(self.m as u32, tm), self.batch as u32]
+            }
         };
         let mut resources = vec![self.a.buf, self.b.buf, bias, scale, self.c.buf].into_iter().map(Resource::Buffer).collect::<Vec<_>>();
         if let (GemmVariant::Texture, Some(tex)) = (variant, self.b_tex) {
@@ -509,27 +572,61 @@ const REGISTER_LANES: u32 = 8;
 /// overrides it natively for tuning. Convolutions (implicit im2col) get 4 x 4: with 8 rows
 /// SwiftShader took 15-16 s to compile each of them (4 rows: 0.4 s; measured by creating the
 /// pipelines of poolformer_fmnist in Chromium), and they are a small share of the work.
+/// One run of `op` on its real operands, timed on the wall clock: the best of three batches of
+/// enough back-to-back runs (one submission each) to take ~10 ms, so that submission overhead
+/// does not decide between kernels on small GEMMs. None when a run fails.
+#[cfg(not(target_arch = "wasm32"))]
+fn time_op(gpu: &Gpu, op: &Op) -> Option<f64> {
+    let run = |reps: usize| -> Option<f64> {
+        let t = std::time::Instant::now();
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("autotune") });
+        for _ in 0..reps {
+            super::encode_all(&mut encoder, std::slice::from_ref(op));
+        }
+        gpu.queue.submit([encoder.finish()]);
+        gpu.wait().ok()?;
+        Some(t.elapsed().as_secs_f64() / reps as f64)
+    };
+    let first = run(1)?; // also the pipeline's first use
+    let once = run(1)?;
+    if once > 0.05 {
+        return Some(once);
+    }
+    let reps = ((0.01 / once.max(1e-6)) as usize).clamp(1, 64);
+    (0..3).map(|_| run(reps)).collect::<Option<Vec<f64>>>().map(|v| v.into_iter().fold(first.max(once), f64::min))
+}
+
+/// The browser cannot wait for the GPU inside a synchronous plan build: no timing there.
+#[cfg(target_arch = "wasm32")]
+fn time_op(_gpu: &Gpu, _op: &Op) -> Option<f64> {
+    None
+}
+
 fn register_tile(conv: bool) -> (u32, u32) {
     tile_override(crate::env::env().gemm_tile.as_deref())
         .filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c))
         .unwrap_or(if conv { (4, 4) } else { (8, 8) })
 }
 
-/// The subgroup kernel is compiled for exactly this many lanes (lavapipe's subgroup size).
-pub const SUBGROUP_LANES: u32 = 8;
-
-/// Rows x columns-per-lane of the subgroup kernels. Measured on lavapipe
-/// (`tokenmix bench --gemm 1568x512x2048`, 2 cores): the texture kernel peaks at 24x8 for
-/// linear layers (18-21 GFLOP/s; 16x8 16, 32x4 14, 64x4 7) and at 16x4 for transposed token
-/// mixing (10 GFLOP/s; 64x4 8, 24x8 7). LLVM's register allocation makes this bumpy, hence
-/// measured values rather than a formula. `TOKENMIX_SUBGROUP_TILE=RxC` overrides.
-fn subgroup_tile(variant: GemmVariant, a_trans: bool) -> (u32, u32) {
+/// Rows x columns-per-lane of the subgroup kernels, whose workgroup is one subgroup of `lanes`
+/// lanes. Measured on lavapipe's 8 lanes (`tokenmix bench --gemm 1568x512x2048`, 2 cores):
+/// the texture kernel peaks at 24x8 for linear layers (18-21 GFLOP/s; 16x8 16, 32x4 14, 64x4
+/// 7) and at 16x4 for transposed token mixing (10 GFLOP/s; 64x4 8, 24x8 7). LLVM's register
+/// allocation makes this bumpy, hence measured values rather than a formula. Other widths keep
+/// about 24 rows (a whole number of subgroups) and ~192 accumulators per lane.
+/// `TOKENMIX_SUBGROUP_TILE=RxC` overrides (R a multiple of the lanes, at most 8 subgroups).
+fn subgroup_tile(variant: GemmVariant, a_trans: bool, lanes: u32) -> (u32, u32) {
+    let lanes = lanes.max(1);
     tile_override(crate::env::env().subgroup_tile.as_deref())
-        .filter(|&(r, c): &(u32, u32)| (1..=8).contains(&(r / SUBGROUP_LANES)) && r % SUBGROUP_LANES == 0 && (1..=16).contains(&c))
-        .unwrap_or(match (variant, a_trans) {
-            (GemmVariant::Texture, false) => (24, 8),
-            (GemmVariant::Texture, true) => (16, 4),
-            _ => (32, 4),
+        .filter(|&(r, c): &(u32, u32)| r % lanes == 0 && (1..=8).contains(&(r / lanes)) && (1..=16).contains(&c))
+        .unwrap_or(match (variant, a_trans, lanes) {
+            (GemmVariant::Texture, false, 8) => (24, 8),
+            (GemmVariant::Texture, true, 8) => (16, 4),
+            (_, _, 8) => (32, 4),
+            _ => {
+                let rows = lanes * (24 / lanes).max(1);
+                (rows, (192 / rows).clamp(2, 8))
+            }
         })
 }
 

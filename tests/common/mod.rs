@@ -26,7 +26,7 @@ pub fn fixtures() -> PathBuf {
 pub fn gpu_with(variant: Option<GemmVariant>) -> Arc<Gpu> {
     let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
     if let Some(v) = variant {
-        gpu.gemm = v;
+        gpu.fix_gemm(v);
     }
     eprintln!("adapter: {} (gemm: {})", gpu.describe(), gpu.gemm.name());
     Arc::new(gpu)
@@ -42,15 +42,16 @@ pub fn gpu() -> Arc<Gpu> {
 /// `limit` bytes (to exercise batch chunking and weight splitting on a small limit).
 pub fn limited(variant: GemmVariant, limit: u64) -> Arc<Gpu> {
     let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
-    gpu.gemm = variant;
+    gpu.fix_gemm(variant);
     gpu.limits.max_storage_buffer_binding_size = limit;
     Arc::new(gpu)
 }
 
-/// `TOKENMIX_TEST_GEMM` narrows the suites to one executor: a GPU GEMM variant's name or
-/// `cpu`. A value that names nothing fails loudly rather than running zero cases.
+/// `TOKENMIX_TEST_GEMM` narrows the suites to some executors: a comma-separated list of GPU
+/// GEMM variant names and `cpu`. A value that names nothing fails loudly rather than running
+/// zero cases.
 fn wanted(name: &str) -> bool {
-    std::env::var("TOKENMIX_TEST_GEMM").map_or(true, |o| o == name)
+    std::env::var("TOKENMIX_TEST_GEMM").map_or(true, |o| o.split(',').any(|w| w.trim() == name))
 }
 
 /// Every GEMM variant the adapter supports, each on its own device (WGSL kernel tests).
