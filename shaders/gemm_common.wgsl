@@ -28,8 +28,20 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
+// A_F16 / B_F16: that operand is a weight stored as f16 (`--precision f16`); it is widened to
+// f32 as it is read, and everything else (accumulation, epilogue, C) stays f32.
+#if A_F16
+enable f16;
+@group(0) @binding(1) var<storage, read> a: array<f16>;
+#else
 @group(0) @binding(1) var<storage, read> a: array<f32>;
+#endif
+#if B_F16
+enable f16;
+@group(0) @binding(2) var<storage, read> b: array<f16>;
+#else
 @group(0) @binding(2) var<storage, read> b: array<f32>;
+#endif
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read> scale: array<f32>;
 @group(0) @binding(5) var<storage, read_write> c: array<f32>;
@@ -60,9 +72,9 @@ fn load_conv(row: vec3<i32>, kc: vec3<u32>) -> f32 {
     let x = u32(clamp(ix, 0, i32(p.iw) - 1));
     let img = u32(row.x);
 #if A_NHWC
-    let v = a[p.a_off + ((img * p.ih + y) * p.iw + x) * p.cin + kc.x];
+    let v = f32(a[p.a_off + ((img * p.ih + y) * p.iw + x) * p.cin + kc.x]);
 #else
-    let v = a[p.a_off + ((img * p.cin + kc.x) * p.ih + y) * p.iw + x];
+    let v = f32(a[p.a_off + ((img * p.cin + kc.x) * p.ih + y) * p.iw + x]);
 #endif
     return select(0.0, v, inside);
 }
@@ -73,18 +85,18 @@ fn load_a(bt: u32, m: u32, k: u32) -> f32 {
     return load_conv(conv_row(m), conv_k(k));
 #else
 #if A_TRANS
-    return a[p.a_off + bt * p.a_bs + k * p.a_ld + m];
+    return f32(a[p.a_off + bt * p.a_bs + k * p.a_ld + m]);
 #else
-    return a[p.a_off + bt * p.a_bs + m * p.a_ld + k];
+    return f32(a[p.a_off + bt * p.a_bs + m * p.a_ld + k]);
 #endif
 #endif
 }
 
 fn load_b(bt: u32, k: u32, n: u32) -> f32 {
 #if B_TRANS
-    return b[p.b_off + bt * p.b_bs + n * p.b_ld + k];
+    return f32(b[p.b_off + bt * p.b_bs + n * p.b_ld + k]);
 #else
-    return b[p.b_off + bt * p.b_bs + k * p.b_ld + n];
+    return f32(b[p.b_off + bt * p.b_bs + k * p.b_ld + n]);
 #endif
 }
 

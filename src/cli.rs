@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokenmix::exec::{self, BackendChoice, Selected};
-use tokenmix::gpu::GemmVariant;
+use tokenmix::gpu::{GemmVariant, Precision};
 use tokenmix::ops::{ActTexture, Gemm, Matrix, Op, Operand};
 use tokenmix::{labels, preprocess, Device, Error, Gpu, Model, Result};
 
@@ -19,6 +19,10 @@ struct Cli {
     /// gpu (WGSL on wgpu) or cpu (SIMD kernels). Default: TOKENMIX_BACKEND, else auto.
     #[arg(long, global = true)]
     backend: Option<String>,
+    /// GEMM weights on the GPU: f32, or f16 (half the memory and bandwidth; where the adapter
+    /// has shader-f16, else f32 with a note). Default: TOKENMIX_PRECISION, else f32.
+    #[arg(long, global = true)]
+    precision: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -176,6 +180,17 @@ pub fn main() -> ExitCode {
         }
     };
     let _ = BACKEND.set(choice);
+    let precision = match cli.precision.as_deref().map(Precision::parse).transpose().and_then(|p| match p {
+        Some(p) => Ok(p),
+        None => tokenmix::gpu::requested_precision(),
+    }) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tokenmix::gpu::request_precision(precision);
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -383,6 +398,9 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         v["backend_reason"] = sel.reason.clone().into();
         v["backend_detail"] = sel.detail.clone().into();
         v["kernels"] = sel.device.kernels().into();
+        let (precision, note) = sel.device.precision();
+        v["precision"] = precision.into();
+        v["precision_note"] = note.into();
         let (autotune, choices) = sel.device.gemm_tuning();
         v["gemm_autotune"] = autotune.into();
         v["gemm_tuning"] = serde_json::json!(choices);
@@ -418,6 +436,10 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
     println!("runs on:     {adapter}");
     println!("kernels:     {}", sel.device.kernels());
+    match sel.device.precision() {
+        (p, None) => println!("precision:   {p}"),
+        (p, Some(note)) => println!("precision:   {p} ({note})"),
+    }
     Ok(())
 }
 
@@ -501,7 +523,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
     let mut rows = Vec::new();
     if !json {
         println!("backend: {} ({})", dev.backend(), sel.reason);
-        println!("runs on: {}   gemm: {}", dev.describe(), dev.kernels());
+        println!("runs on: {}   gemm: {}   precision: {}", dev.describe(), dev.kernels(), dev.precision().0);
         println!("model:   {} ({})", model.info.preset.unwrap_or(model.info.family), model_name(weights));
         println!("time to first result (load + pipelines + first forward, batch 1): {:.1} ms", first.as_secs_f64() * 1e3);
     }
@@ -545,6 +567,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
             serde_json::json!({
                 "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
                 "gemm_autotune": dev.gemm_tuning().0, "gemm_tuning": dev.gemm_tuning().1, "model": model.info.preset,
+                "precision": dev.precision().0, "precision_note": dev.precision().1,
                 "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
             })
         );
@@ -614,6 +637,9 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let abuf = gpu.storage_init("a", &a)?;
     // W is [N, K] for the linear layout and [M, K] for token mixing (W · X, X = [K, N]).
     let wlin = Matrix::upload_with(&gpu, "w", &w, n, k, true)?;
+    // (Twice: with textures for the texture kernel, whose token mixing is transposed, and
+    // without, as a model's token mixing is for the other kernels.)
+    let wtok_plain = Matrix::upload_with(&gpu, "wt", &wtok, m, k, false)?;
     let wtok = Matrix::upload_with(&gpu, "wt", &wtok, m, k, true)?;
     let xbuf = gpu.storage_init("x", &x)?;
     // Texture mirrors of the activations, as a model plan makes them for the texture kernel.
@@ -621,7 +647,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let xtex = ActTexture::new(&gpu, "x", k, n);
     let cbuf = gpu.storage("c", m * n)?;
     if !json {
-        println!("adapter: {}   default gemm: {}", gpu.describe(), gpu.gemm.name());
+        println!("adapter: {}   default gemm: {}   weights: {}", gpu.describe(), gpu.gemm.name(), gpu.precision.name());
     }
     for variant in gpu.gemm_variants() {
         for (layout, b_trans) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)] {
@@ -639,7 +665,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
                 tex(&xtex, &xbuf, &mut ops)?;
                 let mut tok = Gemm::across_tokens(1, &wtok, Operand::new(&xbuf, n, 0), n, Operand::new(&cbuf, n, 0)).a_texture(xtex.as_ref());
                 if variant != GemmVariant::Texture {
-                    tok = Gemm::new(1, m, n, k, Operand::new(&wtok.blocks()[0].buf, k, 0), Operand::new(&xbuf, n, 0), Operand::new(&cbuf, n, 0));
+                    tok = Gemm::across_tokens(1, &wtok_plain, Operand::new(&xbuf, n, 0), n, Operand::new(&cbuf, n, 0));
                 }
                 tok.build_with(&gpu, variant)?
             };

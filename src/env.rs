@@ -16,6 +16,8 @@ pub struct Env {
     /// subgroup, register, tiled, tiled128, tiled32; checked when the device is made). Also
     /// turns the autotuner off.
     pub gemm: Option<String>,
+    /// `TOKENMIX_PRECISION`: f32 (default) or f16 GEMM weights on the GPU (`--precision` wins).
+    pub precision: Option<String>,
     /// `TOKENMIX_AUTOTUNE`: 0 turns GEMM autotuning off, 1 on even on a CPU rasteriser
     /// (default: on for real GPUs natively; see `gpu::tune`).
     pub autotune: Option<String>,
@@ -47,6 +49,7 @@ fn read() -> Env {
         backend: var("TOKENMIX_BACKEND"),
         gemm: var("TOKENMIX_GEMM"),
         autotune: var("TOKENMIX_AUTOTUNE"),
+        precision: var("TOKENMIX_PRECISION"),
         gemm_tile: var("TOKENMIX_GEMM_TILE"),
         subgroup_tile: var("TOKENMIX_SUBGROUP_TILE"),
         dump_shaders: std::env::var_os("TOKENMIX_DUMP_SHADERS").map(Into::into),

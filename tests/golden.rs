@@ -64,6 +64,44 @@ fn logits_match_timm() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// f16 GEMM weights (`--precision f16`), on every GEMM kernel of the adapter: every fixture
+/// within a relative logit error of 1e-2 of timm's f32 logits, with timm's top-1 for each
+/// image. (f16 keeps 11 significant bits: ~5e-4 relative per weight, which the sums average.)
+#[test]
+fn f16_weights_match_timm_within_their_bound() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let gpus = common::all_variants_f16();
+    for gpu in &gpus {
+        for name in FIXTURES {
+            let dir = fixtures();
+            let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+            let (ishape, input) = &io[0];
+            let (_, expected) = &io[1];
+            let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+            let model = Model::load(tokenmix::Device::from(gpu.clone()), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
+            let out = model.forward_blocking(input).expect("forward");
+            let diff = max_abs_diff(&out.logits, expected);
+            let bound = tol::F16 * max_abs(expected).max(1.0);
+            let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |b, (i, x)| if *x > v[b] { i } else { b });
+            let flips = (0..ishape[0])
+                .filter(|&i| argmax(&out.logits[i * out.classes..(i + 1) * out.classes]) != argmax(&expected[i * out.classes..(i + 1) * out.classes]))
+                .count();
+            eprintln!(
+                "{name} [{} f16]: max|Δlogit| = {diff:.2e} (bound {bound:.1e}), top-1 changed for {flips} of {} images",
+                gpu.gemm.name(),
+                ishape[0]
+            );
+            if diff > bound || flips > 0 {
+                failures.push(format!("{name} on {} f16: max|Δlogit| {diff} (bound {bound}), {flips} top-1 changes", gpu.gemm.name()));
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, gpus.len() * FIXTURES.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn metadata_image_size_is_used() {
     // The non-square fixture carries config.img_size in its metadata: no hint needed.

@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{all_variants, conv_reference as cpu_conv, gelu, gpu, limited, max_abs, max_abs_diff, random, tol};
-use tokenmix::gpu::GemmVariant;
+use common::{all_variants, all_variants_f16, conv_reference as cpu_conv, gelu, gpu, limited, max_abs, max_abs_diff, random, tol};
+use tokenmix::gpu::{GemmVariant, Precision};
 use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
 
@@ -142,6 +142,54 @@ fn gemm_matches_cpu_reference() {
     }
 }
 
+/// The weights as the device stores them (rounded to f16 under `Precision::F16`): the f64
+/// reference of an f16-weight GEMM, which must then agree to f32 rounding like any other.
+fn as_stored(gpu: &Gpu, w: &[f32]) -> Vec<f32> {
+    match gpu.precision {
+        Precision::F32 => w.to_vec(),
+        Precision::F16 => w.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+    }
+}
+
+/// f16 weights in a linear layer with every epilogue, whole and split into row blocks under a
+/// 2 KiB binding limit (blocks of 20 whole rows of 50 values, 2 bytes each), on every kernel.
+#[test]
+fn f16_linear_weights_match_cpu_reference() {
+    for gpu in all_variants_f16() {
+        let (m, k, n) = (4, 50, 70);
+        let (a, w, bias, scale, c0) = (random(m * k, 950), random(n * k, 951), random(n, 952), random(n, 953), random(m * n, 954));
+        let case = Case {
+            batch: 1,
+            m,
+            n,
+            k,
+            b_trans: true,
+            bias: Some(Axis::N),
+            scale: Some(Axis::N),
+            gelu: true,
+            residual: true,
+            shared_b: true,
+            a_trans: false,
+        };
+        let want = cpu_gemm(&case, &a, &as_stored(&gpu, &w), &bias, &scale, &c0);
+        let mut split = pollster::block_on(Gpu::new()).unwrap();
+        split.fix_gemm(gpu.gemm);
+        split.set_precision(Precision::F16).unwrap();
+        split.limits.max_storage_buffer_binding_size = 2048;
+        for (dev, blocks) in [(&*gpu, 1), (&split, 4)] {
+            let wm = Matrix::upload(dev, "w", &w, n, k).unwrap();
+            assert_eq!((wm.blocks().len(), wm.precision), (blocks, Precision::F16));
+            let up = |v: &[f32]| dev.storage_init("v", v).unwrap();
+            let (ab, bb, sb, cb) = (up(&a), up(&bias), up(&scale), up(&c0));
+            let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gelu().scale(&sb, Axis::N).residual();
+            dev.run_ops(&[op.build(dev).unwrap()]).unwrap();
+            let got = pollster::block_on(dev.read_buffer(&cb, m * n)).unwrap();
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} f16 linear in {blocks} block(s): diff {diff}", gpu.gemm.name());
+        }
+    }
+}
+
 /// Reference token mixing: `C[b][t, d] = C0 + gelu(W[t, s] · X[b][s, d] + bias[t]) * scale[d]`.
 fn cpu_across_tokens(
     w: &[f32],
@@ -168,7 +216,7 @@ fn cpu_across_tokens(
 /// channels % 64 == 0).
 #[test]
 fn across_tokens_matches_cpu_reference() {
-    for gpu in all_variants() {
+    for gpu in all_variants().into_iter().chain(all_variants_f16()) {
         for (i, &(batch, tout, tin, d)) in [(2, 13, 49, 20), (3, 40, 16, 64), (2, 7, 9, 128)].iter().enumerate() {
             let seed = 500 + 10 * i as u64;
             let w = random(tout * tin, seed);
@@ -189,9 +237,14 @@ fn across_tokens_matches_cpu_reference() {
             oplist.push(g.bias(&bb, axis).gelu().residual().build(&gpu).unwrap());
             gpu.run_ops(&oplist).unwrap();
             let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
-            let want = cpu_across_tokens(&w, &x, &bias, None, &c0, (batch, tout, tin, d));
+            let want = cpu_across_tokens(&as_stored(&gpu, &w), &x, &bias, None, &c0, (batch, tout, tin, d));
             let diff = max_abs_diff(&got, &want);
-            assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} across_tokens case {i}: diff {diff}", gpu.gemm.name());
+            assert!(
+                diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
+                "{} {:?} across_tokens case {i}: diff {diff}",
+                gpu.gemm.name(),
+                gpu.precision
+            );
         }
     }
 }
@@ -206,7 +259,7 @@ fn convolution_matches_cpu_reference() {
         (1, 4, 9, 10, 3, 2, 1, 7),
         (3, 2, 5, 5, 1, 1, 0, 3),
     ];
-    for gpu in all_variants() {
+    for gpu in all_variants().into_iter().chain(all_variants_f16()) {
         for (i, &(images, cin, ih, iw, k, stride, pad, cout)) in cases.iter().enumerate() {
             // NCHW (stems) and channels-last NHWC (PoolFormer's downsampling reads its tokens).
             for nhwc in [false, true] {
@@ -221,9 +274,14 @@ fn convolution_matches_cpu_reference() {
                 let conv = if nhwc { Gemm::conv_nhwc(images, g, &xb, &wm, &out) } else { Gemm::conv(images, g, &xb, &wm, &out) };
                 gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()]).unwrap();
                 let got = pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
-                let want = cpu_conv(&x, &w, &bias, images, &g, cout, nhwc);
+                let want = cpu_conv(&x, &as_stored(&gpu, &w), &bias, images, &g, cout, nhwc);
                 let diff = max_abs_diff(&got, &want);
-                assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} conv case {i} (nhwc {nhwc}): diff {diff}", gpu.gemm.name());
+                assert!(
+                    diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
+                    "{} {:?} conv case {i} (nhwc {nhwc}): diff {diff}",
+                    gpu.gemm.name(),
+                    gpu.precision
+                );
             }
         }
     }

@@ -116,6 +116,18 @@ impl Device {
         }
     }
 
+    /// How GEMM weights are stored ("f32"/"f16"), and why that is not what was asked for,
+    /// when it is not (f16 without shader-f16; the CPU executor, which computes in f32).
+    pub fn precision(&self) -> (&'static str, Option<String>) {
+        match self {
+            Device::Gpu(g) => (g.precision.name(), g.precision_note.clone()),
+            Device::Cpu(_) => {
+                let asked = crate::gpu::requested_precision().unwrap_or_default();
+                ("f32", (asked != crate::gpu::Precision::F32).then(|| format!("{} was asked for; the CPU executor computes in f32", asked.name())))
+            }
+        }
+    }
+
     /// What runs the kernels: "llvmpipe (…) [Vulkan, Cpu]" or "CPU: 2 threads, avx2+fma".
     pub fn describe(&self) -> String {
         match self {

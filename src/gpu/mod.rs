@@ -137,6 +137,50 @@ impl GemmVariant {
     }
 }
 
+/// How GEMM weights are stored on the GPU. Accumulation is always f32, and so are activations,
+/// norms and biases; `F16` halves the weights' memory and bandwidth (what bounds small batches
+/// on a GPU) where the adapter has `SHADER_F16`, at a cost in accuracy the goldens bound
+/// (relative logit error ≤ 1e-2, same top-1; see tests/golden.rs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    #[default]
+    F32,
+    F16,
+}
+
+impl Precision {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "f16" => Ok(Precision::F16),
+            _ => Err(Error::Input(format!("precision `{s}`: expected f32 or f16"))),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+static PRECISION: std::sync::OnceLock<Precision> = std::sync::OnceLock::new();
+
+/// The precision new devices are asked for when nothing else says (the CLI's `--precision`):
+/// set once, before the first device; `TOKENMIX_PRECISION` is the fallback, then f32.
+pub fn request_precision(p: Precision) {
+    let _ = PRECISION.set(p);
+}
+
+/// The precision asked for: [`request_precision`], else `TOKENMIX_PRECISION`, else f32.
+pub fn requested_precision() -> Result<Precision> {
+    match (PRECISION.get(), crate::env::env().precision.as_deref()) {
+        (Some(p), _) => Ok(*p),
+        (None, Some(s)) => Precision::parse(s).map_err(|e| Error::Input(format!("TOKENMIX_PRECISION: {e}"))),
+        (None, None) => Ok(Precision::F32),
+    }
+}
+
 /// The start of every error about a lost device; the page keys its "reload" offer on it.
 pub const DEVICE_LOST: &str = "GPU device lost; reload the model to continue";
 
@@ -150,6 +194,10 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub gemm: GemmVariant,
+    /// How GEMM weights are stored (f16 only where the device has `SHADER_F16`).
+    pub precision: Precision,
+    /// Why the precision differs from the one asked for, when it does.
+    pub precision_note: Option<String>,
     /// Per-shape-class GEMM choices (autotuned on real GPUs; see [`tune`]).
     pub tuning: tune::Tuning,
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
@@ -184,7 +232,7 @@ impl Gpu {
         let limits = adapter.limits();
         let device_desc = wgpu::DeviceDescriptor {
             label: Some("tokenmix"),
-            required_features: adapter.features() & wgpu::Features::SUBGROUP,
+            required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
             required_limits: limits.clone(),
             memory_hints: wgpu::MemoryHints::Performance,
             ..Default::default()
@@ -228,7 +276,25 @@ impl Gpu {
         }
         let gemm = fixed.unwrap_or_else(|| default_gemm(&info, lanes));
         let tuning = tune::Tuning::new(&info, fixed.is_none());
-        Ok(Gpu { instance, adapter, device, queue, info, limits, gemm, tuning, pipelines: Mutex::default(), errors, lost })
+        let asked = requested_precision()?;
+        let (precision, precision_note) = match asked {
+            Precision::F16 if !features.contains(wgpu::Features::SHADER_F16) => {
+                (Precision::F32, Some(format!("f16 was asked for, but {} has no shader-f16: f32", info.name)))
+            }
+            p => (p, None),
+        };
+        Ok(Gpu { instance, adapter, device, queue, info, limits, gemm, precision, precision_note, tuning, pipelines: Mutex::default(), errors, lost })
+    }
+
+    /// Stores GEMM weights uploaded from now on in `p`; an error where the device cannot (f16
+    /// without `SHADER_F16`). For tests and tools; models take the precision of their device.
+    pub fn set_precision(&mut self, p: Precision) -> Result<()> {
+        if p == Precision::F16 && !self.device.features().contains(wgpu::Features::SHADER_F16) {
+            return Err(Error::Input(format!("f16 weights need shader-f16, which {} lacks", self.info.name)));
+        }
+        self.precision = p;
+        self.precision_note = None;
+        Ok(())
     }
 
     /// Fixes the GEMM kernel to `v` for every shape (no autotuning): tests and benchmarks that
@@ -420,6 +486,10 @@ impl Gpu {
     /// sampled with textureLoad and filled by copies. None when it exceeds the adapter's limits:
     /// callers then read the matrix from its buffer instead.
     pub fn rgba32f_texture(&self, label: &str, rows: usize, texels: usize) -> Option<wgpu::Texture> {
+        self.rgba_texture(label, rows, texels, wgpu::TextureFormat::Rgba32Float)
+    }
+
+    fn rgba_texture(&self, label: &str, rows: usize, texels: usize, format: wgpu::TextureFormat) -> Option<wgpu::Texture> {
         let max = self.limits.max_texture_dimension_2d as usize;
         if rows == 0 || texels == 0 || rows > max || texels > max {
             return None;
@@ -430,7 +500,7 @@ impl Gpu {
             mip_level_count: 1,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
-            format: wgpu::TextureFormat::Rgba32Float,
+            format,
             usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
             view_formats: &[],
         }))
@@ -439,22 +509,59 @@ impl Gpu {
     /// Uploads a [rows, cols] f32 matrix as an rgba32float texture, the last texel of each row
     /// zero-padded (see [`Self::rgba32f_texture`]).
     pub fn matrix_texture(&self, label: &str, data: &[f32], rows: usize, cols: usize) -> Option<wgpu::TextureView> {
+        self.matrix_texture_as(label, data, rows, cols, Precision::F32)
+    }
+
+    /// [`Self::matrix_texture`] stored as rgba16float when `precision` is f16 (textureLoad
+    /// still returns f32 values).
+    pub fn matrix_texture_as(&self, label: &str, data: &[f32], rows: usize, cols: usize, precision: Precision) -> Option<wgpu::TextureView> {
         let texels = cols.div_ceil(4);
         if data.len() != rows * cols {
             return None;
         }
-        let texture = self.rgba32f_texture(label, rows, texels)?;
+        let format = match precision {
+            Precision::F32 => wgpu::TextureFormat::Rgba32Float,
+            Precision::F16 => wgpu::TextureFormat::Rgba16Float,
+        };
+        let texture = self.rgba_texture(label, rows, texels, format)?;
         let mut padded = vec![0f32; rows * texels * 4];
         for r in 0..rows {
             padded[r * texels * 4..r * texels * 4 + cols].copy_from_slice(&data[r * cols..(r + 1) * cols]);
         }
+        let halves: Vec<half::f16>;
+        let (bytes, texel_bytes): (&[u8], u32) = match precision {
+            Precision::F32 => (bytemuck::cast_slice(&padded), 16),
+            Precision::F16 => {
+                halves = padded.iter().map(|&v| half::f16::from_f32(v)).collect();
+                (bytemuck::cast_slice(&halves), 8)
+            }
+        };
         self.queue.write_texture(
             texture.as_image_copy(),
-            bytemuck::cast_slice(&padded),
-            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels as u32 * 16), rows_per_image: Some(rows as u32) },
+            bytes,
+            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels as u32 * texel_bytes), rows_per_image: Some(rows as u32) },
             texture.size(),
         );
         Some(texture.create_view(&Default::default()))
+    }
+
+    /// `data` as f16 in a storage buffer (`array<f16>` in WGSL), padded to whole 4-byte words,
+    /// checked against the binding limit.
+    pub fn storage_f16(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
+        let mut h: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+        if h.len() % 2 == 1 || h.is_empty() {
+            h.push(half::f16::ZERO);
+        }
+        let bytes = h.len() as u64 * 2;
+        let limit = self.binding_limit();
+        if bytes > limit {
+            return Err(Error::Gpu(format!("buffer `{label}` needs {bytes} bytes, over the adapter's binding limit of {limit} bytes")));
+        }
+        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(&h),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        }))
     }
 
     pub fn uniform_init(&self, label: &str, words: &[u32]) -> wgpu::Buffer {

@@ -40,8 +40,10 @@ pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String>
         } else if trimmed.starts_with("#endif") {
             stack.pop().ok_or_else(|| Error::Gpu(format!("{name}:{}: #endif without #if", lineno + 1)))?;
         } else if active(&stack) && trimmed.starts_with("enable ") {
-            directives.push_str(trimmed);
-            directives.push('\n');
+            if !directives.lines().any(|d| d == trimmed) {
+                directives.push_str(trimmed);
+                directives.push('\n');
+            }
         } else if active(&stack) {
             out.push_str(&substitute(name, lineno, line, defines)?);
             out.push('\n');

@@ -11,7 +11,8 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Binding, GemmVariant, Gpu, Kernel, Resource};
 
-use super::{check_extent, groups, ActTexture, Op};
+use super::{check_extent, check_extent_of, groups, ActTexture, Op};
+use crate::gpu::Precision;
 
 const REGISTER: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_register.wgsl"));
 const SUBGROUP: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_subgroup.wgsl"));
@@ -59,6 +60,8 @@ pub struct Matrix {
     blocks: Vec<MatrixBlock>,
     pub rows: usize,
     pub cols: usize,
+    /// How the values are stored (buffers `array<f16>` and rgba16float textures for f16).
+    pub precision: Precision,
 }
 
 /// Rows `row0 .. row0 + rows` of a [`Matrix`], in their own buffer (and texture).
@@ -70,23 +73,34 @@ pub struct MatrixBlock {
 }
 
 impl Matrix {
-    /// Uploads `data` (row-major [rows, cols]), with textures when the adapter's GEMM reads them.
+    /// Uploads `data` (row-major [rows, cols]) in the device's precision, with textures when
+    /// the adapter's GEMM reads them.
     pub fn upload(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize) -> Result<Matrix> {
-        Self::upload_with(gpu, label, data, rows, cols, gpu.gemm == GemmVariant::Texture)
+        Self::upload_as(gpu, label, data, rows, cols, gpu.gemm == GemmVariant::Texture, gpu.precision)
     }
 
     /// [`Self::upload`] with textures made (when the adapter's limits allow) or not, whatever
     /// the adapter's default variant — for benchmarks and tests that run every variant.
     pub fn upload_with(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize, textures: bool) -> Result<Matrix> {
+        Self::upload_as(gpu, label, data, rows, cols, textures, gpu.precision)
+    }
+
+    /// [`Self::upload_with`] in a given precision (f16 needs the device's `SHADER_F16`).
+    pub fn upload_as(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize, textures: bool, precision: Precision) -> Result<Matrix> {
+        if precision == Precision::F16 && !gpu.device.features().contains(wgpu::Features::SHADER_F16) {
+            return Err(Error::Gpu(format!("weight `{label}`: f16 storage needs shader-f16, which {} lacks", gpu.describe())));
+        }
+        let elem = if precision == Precision::F16 { 2 } else { 4 };
         if rows == 0 || cols == 0 || data.len() != rows * cols {
             return Err(Error::Input(format!("weight `{label}`: {} values do not make a {rows}x{cols} matrix", data.len())));
         }
         let limit = gpu.binding_limit();
-        let per_block = (limit / (cols as u64 * 4)).min(rows as u64) as usize;
+        // (An f16 block is padded to whole words: keep one value's room for that.)
+        let per_block = ((limit - 2) / (cols as u64 * elem)).min(rows as u64) as usize;
         if per_block == 0 {
             return Err(Error::Gpu(format!(
                 "weight `{label}`: one row of {cols} values needs {} bytes, over the adapter's binding limit of {limit} bytes",
-                cols * 4
+                cols as u64 * elem
             )));
         }
         let mut blocks = Vec::with_capacity(rows.div_ceil(per_block));
@@ -94,14 +108,18 @@ impl Matrix {
             let n = per_block.min(rows - row0);
             let part = &data[row0 * cols..(row0 + n) * cols];
             let name = if n == rows { label.to_string() } else { format!("{label}[{row0}..{}]", row0 + n) };
-            let tex = if textures { gpu.matrix_texture(&name, part, n, cols) } else { None };
-            blocks.push(MatrixBlock { buf: gpu.storage_init(&name, part)?, tex, row0, rows: n });
+            let tex = if textures { gpu.matrix_texture_as(&name, part, n, cols, precision) } else { None };
+            let buf = match precision {
+                Precision::F32 => gpu.storage_init(&name, part)?,
+                Precision::F16 => gpu.storage_f16(&name, part)?,
+            };
+            blocks.push(MatrixBlock { buf, tex, row0, rows: n });
         }
         // The texture kernel needs every block as a texture; otherwise all read buffers.
         if blocks.iter().any(|b| b.tex.is_none()) {
             blocks.iter_mut().for_each(|b| b.tex = None);
         }
-        Ok(Matrix { blocks, rows, cols })
+        Ok(Matrix { blocks, rows, cols, precision })
     }
 
     /// The row blocks (one unless the matrix passes the binding limit); never empty.
@@ -330,7 +348,9 @@ impl<'a> Gemm<'a> {
             .flag("SCALE_N", matches!(self.scale, Some((_, Axis::N))))
             .flag("SCALE_M", matches!(self.scale, Some((_, Axis::M))))
             .flag("GELU", self.gelu)
-            .flag("RESIDUAL", self.residual);
+            .flag("RESIDUAL", self.residual)
+            .flag("A_F16", self.a_f16())
+            .flag("B_F16", self.b_f16());
         if variant == GemmVariant::Register {
             let (rows, cols) = register_tile(self.conv.is_some());
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
@@ -353,6 +373,15 @@ impl<'a> Gemm<'a> {
                 .define("ACC_VEC4", rm * rn / 4);
         }
         kernel
+    }
+
+    /// A is an f16 weight (token mixing with the weight as A).
+    fn a_f16(&self) -> bool {
+        matches!(self.weight, Weight::A(w) if w.precision == Precision::F16)
+    }
+    /// B is an f16 weight (a linear layer, a convolution, transposed token mixing).
+    fn b_f16(&self) -> bool {
+        matches!(self.weight, Weight::B(w) if w.precision == Precision::F16)
     }
 
     /// The A texture covers exactly A: dense, unit-offset rows stacked over the batch.
@@ -381,10 +410,10 @@ impl<'a> Gemm<'a> {
                 let images = m / (oh * ow) as u64;
                 check_extent("gemm A (conv input)", self.a.buf, 0, images * (g.cin * g.ih * g.iw) as u64)?
             }
-            None => check_extent("gemm A", self.a.buf, 0, last(&self.a, a_rows, a_cols))?,
+            None => check_extent_of("gemm A", self.a.buf, last(&self.a, a_rows, a_cols), if self.a_f16() { 2 } else { 4 })?,
         }
         let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
-        check_extent("gemm B", self.b.buf, 0, b_end)?;
+        check_extent_of("gemm B", self.b.buf, b_end, if self.b_f16() { 2 } else { 4 })?;
         check_extent("gemm C", self.c.buf, 0, last(&self.c, c_rows, c_cols))?;
         if let Some(g) = &self.gate {
             if self.scale.is_some() {

@@ -155,7 +155,12 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
 
 /// Checks that `floats` f32 values starting at element `offset` fit in `buffer`.
 pub(crate) fn check_extent(what: &str, buffer: &wgpu::Buffer, offset: u64, floats: u64) -> Result<()> {
-    let need = (offset + floats) * 4;
+    check_extent_of(what, buffer, offset + floats, 4)
+}
+
+/// As [`check_extent`] for `elems` elements of `bytes` bytes each (2 for an f16 weight).
+pub(crate) fn check_extent_of(what: &str, buffer: &wgpu::Buffer, elems: u64, bytes: u64) -> Result<()> {
+    let need = elems * bytes;
     if need > buffer.size() {
         return Err(Error::Gpu(format!("{what}: needs {need} bytes, buffer `{:?}` has {}", buffer, buffer.size())));
     }

@@ -11,6 +11,8 @@ use tokenmix::{Device, Gpu};
 pub mod tol {
     /// Golden parity with timm: max|Δlogit| ≤ GOLDEN · max(1, max|logit_timm|).
     pub const GOLDEN: f32 = 1e-4;
+    /// The same with f16 GEMM weights (`--precision f16`): relative logit error ≤ 1e-2.
+    pub const F16: f32 = 1e-2;
     /// A single fp32 GEMM against a f64 CPU reference, relative to the output scale.
     pub const GEMM: f32 = 1e-5;
     /// Norms and reductions against a f64 CPU reference.
@@ -57,6 +59,26 @@ fn wanted(name: &str) -> bool {
 /// Every GEMM variant the adapter supports, each on its own device (WGSL kernel tests).
 pub fn all_variants() -> Vec<Arc<Gpu>> {
     let v: Vec<_> = gpu().gemm_variants().into_iter().filter(|v| wanted(v.name())).map(|v| gpu_with(Some(v))).collect();
+    if v.is_empty() && !wanted("cpu") {
+        panic!("TOKENMIX_TEST_GEMM={:?} names no GEMM variant of this adapter", std::env::var("TOKENMIX_TEST_GEMM"));
+    }
+    v
+}
+
+/// Every GEMM variant (as [`all_variants`]) with f16 weights. The test adapter must have
+/// shader-f16 (lavapipe does): its absence fails loudly rather than checking nothing.
+pub fn all_variants_f16() -> Vec<Arc<Gpu>> {
+    let v: Vec<_> = gpu()
+        .gemm_variants()
+        .into_iter()
+        .filter(|v| wanted(v.name()))
+        .map(|v| {
+            let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
+            gpu.fix_gemm(v);
+            gpu.set_precision(tokenmix::gpu::Precision::F16).expect("the test adapter has shader-f16");
+            Arc::new(gpu)
+        })
+        .collect();
     if v.is_empty() && !wanted("cpu") {
         panic!("TOKENMIX_TEST_GEMM={:?} names no GEMM variant of this adapter", std::env::var("TOKENMIX_TEST_GEMM"));
     }
