@@ -18,8 +18,9 @@ export async function createCore(moduleUrl = new URL('./pkg/tokenmix.js', import
   const tm = await import(moduleUrl.href);
   await tm.default();
   return {
-    async init({ backend = 'auto' } = {}) {
+    async init({ backend = 'auto', precision = 'f32' } = {}) {
       tm.setBackend(backend);
+      tm.setPrecision(precision);
       return tm.adapterInfo();
     },
     adapterInfo: () => tm.adapterInfo(),

@@ -10,8 +10,9 @@ export interface ClassifierOptions {
   worker?: boolean;
   /** 'auto' (default): the GPU unless WebGPU is missing or a software adapter, then the CPU. */
   backend?: Backend;
-  /** Arithmetic precision; this build computes in 'f32' only. */
-  precision?: 'f32';
+  /** GEMM weights on the GPU: 'f32' (default) or 'f16' where the adapter has shader-f16 (else
+   * f32, said in `adapterInfo().precisionNote`). Arithmetic is f32 either way. */
+  precision?: 'f32' | 'f16';
 }
 
 /** What {@link Classifier.classify} accepts. */
@@ -29,6 +30,10 @@ export interface LoadOptions {
   cache?: boolean;
   /** Switch the executor for this and later calls. */
   backend?: Backend;
+  /** GEMM weights on the GPU: 'f32' (default) or 'f16' (half the memory and bandwidth, where
+   * the adapter has shader-f16; else f32, said in `adapterInfo().precisionNote`). For this and
+   * later calls. */
+  precision?: 'f32' | 'f16';
 }
 
 export interface Prediction {
@@ -88,7 +93,12 @@ export interface AdapterInfo {
   name: string;
   apiBackend: string;
   deviceType: string;
+  /** The GEMM kernel (and, natively on real GPUs, the autotuned choice per shape class). */
   gemm: string;
+  /** How GEMM weights are stored: 'f32' or 'f16'. */
+  precision: 'f32' | 'f16';
+  /** Why the precision is not the one asked for, when it is not. */
+  precisionNote: string | null;
 }
 
 export interface TokenMixing {

@@ -4,13 +4,14 @@
 import { createCore, toImageData } from './core.js';
 
 const BACKENDS = ['auto', 'gpu', 'cpu'];
+const PRECISIONS = ['f32', 'f16'];
 
 /** @param {import('./index.js').ClassifierOptions} [options] */
 export async function createClassifier({ worker = true, backend = 'auto', precision = 'f32' } = {}) {
   if (!BACKENDS.includes(backend)) throw new Error(`backend ${backend}: expected auto, gpu or cpu`);
-  if (precision !== 'f32') throw new Error(`precision ${precision}: this build computes in f32 only`);
+  if (!PRECISIONS.includes(precision)) throw new Error(`precision ${precision}: expected f32 or f16`);
   const call = worker && typeof Worker !== 'undefined' ? workerCalls() : await inlineCalls();
-  await call('init', [{ backend }]);
+  await call('init', [{ backend, precision }]);
 
   // In a worker an image travels as an ImageBitmap (transferred) or an ImageData (copied).
   const image = async (img) => {
@@ -28,10 +29,11 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
 
   return {
     worker: call.worker,
-    async loadModel(source = null, { onProgress, name, cache = false, backend: b } = {}) {
+    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p } = {}) {
       if (b !== undefined && !BACKENDS.includes(b)) throw new Error(`backend ${b}: expected auto, gpu or cpu`);
+      if (p !== undefined && !PRECISIONS.includes(p)) throw new Error(`precision ${p}: expected f32 or f16`);
       const src = source instanceof ArrayBuffer ? new Uint8Array(source) : source;
-      const options = { name, cache, backend: b };
+      const options = { name, cache, backend: b, precision: p };
       if (call.worker) return call('loadModel', [src, { ...options, progress: Boolean(onProgress) }], [], onProgress);
       return call('loadModel', [src, { ...options, onProgress }]);
     },

@@ -3,13 +3,14 @@
 //!
 //! - `setBackend(choice)` → `'auto'` (default), `'gpu'` or `'cpu'`: the executor the state is
 //!   made with at the first call (the page passes its `?backend=`); a bad value rejects
+//! - `setPrecision('f32' | 'f16')`: GEMM weight storage of GPU devices made from then on
 //! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
-//!   gemm}`: which executor runs and why. `auto` takes the CPU (WebAssembly SIMD) where
+//!   gemm, precision, precisionNote}`: which executor runs and why. `auto` takes the CPU (WebAssembly SIMD) where
 //!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
 //!   adapter), else the GPU
-//! - `loadModel(source, {onProgress, name, backend, cache})` → description (with `fromCache`); `source` is a URL,
+//! - `loadModel(source, {onProgress, name, backend, precision, cache})` → description (with `fromCache`); `source` is a URL,
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
-//!   for this and later calls. On failure it rejects with an `Error` naming the problem and
+//!   for this and later calls; `precision` ('f32' | 'f16') the GPU's weight storage. On failure it rejects with an `Error` naming the problem and
 //!   the previous model stays loaded.
 //! - `isCached(url)`, `clearCache(url?)` → the model cache (`loadModel(url, {cache: true})`
 //!   reads and fills it; Cache API `tokenmix-models`)
@@ -160,6 +161,14 @@ pub fn set_backend(choice: &str) -> Result<(), JsError> {
     Ok(())
 }
 
+/// The GEMM weight precision ('f32' or 'f16') of devices made from now on (`createClassifier`'s
+/// `precision`); `loadModel(source, {precision})` switches it later.
+#[wasm_bindgen(js_name = setPrecision)]
+pub fn set_precision(precision: &str) -> Result<(), JsError> {
+    crate::gpu::request_precision(crate::gpu::Precision::parse(precision).map_err(js_err)?);
+    Ok(())
+}
+
 fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
     // Reflect::set only fails on frozen objects or proxies; ours are fresh plain objects.
     let _ = Reflect::set(obj, &key.into(), &value.into());
@@ -207,6 +216,8 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
         "apiBackend": api,
         "deviceType": device_type,
         "gemm": d.kernels(),
+        "precision": d.precision().0,
+        "precisionNote": d.precision().1,
     }))
 }
 
@@ -272,11 +283,24 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         let text = wanted.as_string().ok_or_else(|| js_err("loadModel: options.backend must be 'auto', 'gpu' or 'cpu'"))?;
         Some(BackendChoice::parse(&text).map_err(js_err)?)
     };
+    // A precision option ('f32' | 'f16') asks new devices for it; a GPU made with another
+    // one is replaced (one without shader-f16 stays f32 and says so in adapterInfo()).
+    let precision = option("precision");
+    let precision = if precision.is_undefined() || precision.is_null() {
+        None
+    } else {
+        let text = precision.as_string().ok_or_else(|| js_err("loadModel: options.precision must be 'f32' or 'f16'"))?;
+        Some(crate::gpu::Precision::parse(&text).map_err(js_err)?)
+    };
     let old = s.borrow().sel.clone();
     let lost = old.device.gpu().is_some_and(|g| g.is_lost());
+    let repick = precision.is_some_and(|p| p != crate::gpu::requested_precision().unwrap_or_default());
+    if let Some(p) = precision {
+        crate::gpu::request_precision(p);
+    }
     let sel = match wanted {
         Some(c) if c != old.choice => select(c).await?,
-        _ if lost => select(old.choice).await?,
+        _ if lost || (repick && old.device.gpu().is_some()) => select(old.choice).await?,
         _ => old,
     };
     let model = Model::load_scoped(sel.device.clone(), &bytes, None).await.map_err(|e| js_err(format!("{name}: {e}")))?;

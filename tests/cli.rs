@@ -288,3 +288,43 @@ fn explain_json_and_insight_json_and_png() {
     assert_clean_error(&tokenmix(&["insight", "--layer", "99"]));
     assert_clean_error(&tokenmix(&["explain", "/nonexistent.png"]));
 }
+
+/// `--precision` (and `TOKENMIX_PRECISION`): f16 GEMM weights on the GPU (lavapipe has
+/// shader-f16), reported by `info --json` and `bench --json`; the CPU executor stays f32 and
+/// says so; a bad value is a one-line error. The f16 logits stay within the f16 bound of f32's.
+#[test]
+fn precision_is_chosen_and_reported() {
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let w = weights.to_str().unwrap();
+    let info = |args: &[&str]| -> serde_json::Value {
+        let out = tokenmix(&[&["info", "--weights", w, "--json"], args].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = info(&["--backend", "gpu", "--precision", "f16"]);
+    assert_eq!((&v["precision"], &v["precision_note"]), (&serde_json::json!("f16"), &serde_json::Value::Null), "{v}");
+    assert_eq!(info(&["--backend", "gpu"])["precision"], "f32");
+    let v = info(&["--backend", "cpu", "--precision", "f16"]);
+    assert_eq!(v["precision"], "f32");
+    assert!(v["precision_note"].as_str().unwrap_or("").contains("CPU executor computes in f32"), "{v}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["info", "--backend", "gpu"]).env("TOKENMIX_PRECISION", "f16").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("precision:   f16"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_clean_error(&tokenmix(&["info", "--precision", "f64"]));
+
+    // The same inputs through f32 and f16 weights on the GPU: logits within the f16 bound.
+    let io = read_tensors(&fixtures().join("mixer_p4_rgb.io.safetensors"), &["input"]);
+    let (shape, data) = &io[0];
+    let x = tmp("prec_x.npy");
+    write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), data);
+    let mut logits = Vec::new();
+    for p in ["f32", "f16"] {
+        let y = tmp(&format!("prec_{p}.npy"));
+        let out =
+            tokenmix(&["logits", "--backend", "gpu", "--precision", p, "--weights", w, "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        logits.push(read_npy(&y).1);
+    }
+    let diff = max_abs_diff(&logits[0], &logits[1]);
+    let scale = max_abs(&logits[0]).max(1.0);
+    assert!(diff > 0.0 && diff <= 1e-2 * scale, "f16 vs f32 weights: max|Δlogit| {diff} (scale {scale})");
+}

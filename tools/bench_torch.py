@@ -2,11 +2,14 @@
 """PyTorch beside `tokenmix bench`, in the same run, on the same checkpoint.
 
 Usage: python tools/bench_torch.py mixer_s16_224 W.safetensors [--batch 1,8] [--iters 5]
-           [--device cpu|cuda] [--threads 2]
+           [--device cpu|cuda] [--threads 2] [--precision f32|f16]
+       python tools/bench_torch.py --gemm 4096x4096x4096 [--device cuda] [--precision f32|f16]
 Default: PyTorch on the CPU with 2 threads (this project's dev machines). With --device cuda
 PyTorch runs fp32 on the GPU (TF32 off, synchronised timing) while tokenmix runs on whatever
-adapter wgpu picks (set WGPU_BACKEND=vulkan). Prints one table: median latency of each and the
-tokenmix / torch latency ratio.
+adapter wgpu picks (set WGPU_BACKEND=vulkan). With --precision f16, PyTorch runs under
+torch.autocast(float16) and tokenmix with --precision f16. Prints one table: median latency of
+each and the tokenmix / torch latency ratio. --gemm MxKxN times torch.matmul on [M,K]x[K,N]
+beside `tokenmix bench --gemm` (every kernel, both layouts) and prints each as % of torch.
 """
 import argparse
 import json
@@ -21,8 +24,10 @@ from safetensors.torch import load_file
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("weights")
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("weights", nargs="?")
+    ap.add_argument("--gemm", help="MxKxN: a GEMM micro-benchmark instead of a model")
+    ap.add_argument("--precision", default="f32", choices=["f32", "f16"])
     ap.add_argument("--tokenmix", default="target/release/tokenmix")
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--iters", type=int, default=5)
@@ -34,12 +39,15 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    autocast = torch.autocast(args.device, dtype=torch.float16, enabled=args.precision == "f16")
+    if args.gemm:
+        return gemm(args, sync, autocast)
     model = timm.create_model(args.model, pretrained=False).eval()
     model.load_state_dict(load_file(args.weights))
     model.to(args.device)
     c, h, w = model.pretrained_cfg["input_size"]
     torch_ms = {}
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast:
         for b in batches:
             x = torch.randn(b, c, h, w, device=args.device)
             for _ in range(3):
@@ -53,15 +61,42 @@ def main() -> None:
                 times.append(time.perf_counter() - t)
             torch_ms[b] = statistics.median(times) * 1e3
     out = subprocess.run([args.tokenmix, "bench", "--weights", args.weights, "--batch", args.batch,
-                          "--iters", str(args.iters), "--json"], check=True, capture_output=True, text=True)
+                          "--iters", str(args.iters), "--precision", args.precision, "--json"],
+                         check=True, capture_output=True, text=True)
     tm = json.loads(out.stdout)
     where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else f"cpu ({args.threads} threads)"
-    print(f"{args.model}: torch {torch.__version__} on {where}; tokenmix on {tm['adapter']} (gemm {tm['gemm']}); "
-          f"tokenmix time to first result {tm['first_result_ms']:.0f} ms")
+    mode = "autocast f16" if args.precision == "f16" else "fp32"
+    print(f"{args.model}: torch {torch.__version__} {mode} on {where}; tokenmix {tm.get('precision', 'f32')} weights on "
+          f"{tm['adapter']} (gemm {tm['gemm']}); tokenmix time to first result {tm['first_result_ms']:.0f} ms")
     print(f"{'batch':>5} {'torch ms':>10} {'tokenmix ms':>12} {'ratio':>7} {'tokenmix GFLOP/s':>17}")
     for run in tm["runs"]:
         b = run["batch"]
         print(f"{b:>5} {torch_ms[b]:>10.1f} {run['median_ms']:>12.1f} {run['median_ms'] / torch_ms[b]:>7.1f} {run['gflops']:>17.1f}")
+
+
+def gemm(args, sync, autocast) -> None:
+    m, k, n = (int(v) for v in args.gemm.split("x"))
+    a = torch.randn(m, k, device=args.device)
+    b = torch.randn(k, n, device=args.device)
+    with torch.inference_mode(), autocast:
+        for _ in range(3):
+            torch.matmul(a, b)
+        sync()
+        times = []
+        for _ in range(max(args.iters, 5)):
+            t = time.perf_counter()
+            torch.matmul(a, b)
+            sync()
+            times.append(time.perf_counter() - t)
+    flops = 2.0 * m * n * k
+    torch_gflops = flops / statistics.median(times) / 1e9
+    out = subprocess.run([args.tokenmix, "bench", "--gemm", args.gemm, "--iters", str(max(args.iters, 5)),
+                          "--precision", args.precision, "--json"], check=True, capture_output=True, text=True)
+    tm = json.loads(out.stdout)
+    mode = "autocast f16" if args.precision == "f16" else "fp32"
+    print(f"GEMM {args.gemm}: torch.matmul {mode} {torch_gflops:,.0f} GFLOP/s; tokenmix ({tm.get('precision', 'f32')} weights) on {tm['adapter']}:")
+    for run in tm["runs"]:
+        print(f"  {run['variant']:>9} {run['layout']:<20} {run['gflops']:>10,.0f} GFLOP/s  {100 * run['gflops'] / torch_gflops:>5.1f} % of torch")
 
 
 if __name__ == "__main__":

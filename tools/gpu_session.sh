@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# One prepared run on a lent GPU machine (NVIDIA, PyTorch + timm installed, no network):
+# One prepared run on a lent GPU machine (NVIDIA, PyTorch + timm installed, no network).
+# SESSION=kernels (default; ~8 min on an H200):
+#   the GEMM kernels (`tokenmix bench --gemm`, every kernel, both layouts) beside torch.matmul
+#   fp32 and autocast f16 at 1568x512x2048, 12544x512x2048 and 4096^3; then the autotuned
+#   models at batch 1/8/64 beside PyTorch CUDA fp32, and with f16 weights beside autocast f16
+#   (mixer_s16/b16/l16, gmlp_s16, resmlp_12, poolformer_s12/m48); the tuner's choices.
+# SESSION=train:
 #   1. trains the four Fashion-MNIST default models in parallel (tools/train.py, CUDA),
 #   2. checks them with `tokenmix eval` (Vulkan on the GPU) against PyTorch's own counts,
 #   3. checks full-size timm logits parity on the GPU and benches tokenmix (Vulkan) beside
@@ -21,7 +27,27 @@ python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm._
 if ! $TM info >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
-$TM info | grep adapter
+$TM info | grep -E "runs on|kernels|precision"
+# The autotuner's cache lives with the results, so the note can quote its choices.
+export TOKENMIX_CACHE_DIR="$OUT/tuning"
+
+if [ "${SESSION:-kernels}" = kernels ]; then
+  echo "== GEMM kernels beside torch.matmul"
+  for shape in 1568x512x2048 12544x512x2048 4096x4096x4096; do
+    for p in f32 f16; do python3 tools/bench_torch.py --gemm "$shape" --device cuda --precision "$p" --tokenmix $TM --iters 20; done
+  done 2>&1 | tee "$OUT/gemm.txt"
+  echo "== models beside PyTorch CUDA (fp32, then f16 weights vs autocast f16)"
+  for m in mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48; do
+    (cd tools && python3 timm_checkpoint.py "$m" "/tmp/$m.safetensors") >/dev/null || continue
+    python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
+    for p in f32 f16; do
+      python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device cuda --batch 1,8,64 --iters 20 --precision "$p"
+    done
+    rm -f "/tmp/$m.safetensors"
+  done 2>&1 | tee "$OUT/bench.txt"
+  cat "$OUT/tuning/gemm-tuning.json" 2>/dev/null | tee "$OUT/tuning.txt"
+  exit 0
+fi
 
 echo "== training (${MINUTES} min each, 4 in parallel)"
 for m in mixer gmlp resmlp poolformer; do

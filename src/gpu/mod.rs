@@ -164,18 +164,20 @@ impl Precision {
     }
 }
 
-static PRECISION: std::sync::OnceLock<Precision> = std::sync::OnceLock::new();
+static PRECISION: Mutex<Option<Precision>> = Mutex::new(None);
 
-/// The precision new devices are asked for when nothing else says (the CLI's `--precision`):
-/// set once, before the first device; `TOKENMIX_PRECISION` is the fallback, then f32.
+/// The precision new devices are asked for (the CLI's `--precision`, the page's `precision`
+/// option): it wins over `TOKENMIX_PRECISION`; devices made before keep theirs.
 pub fn request_precision(p: Precision) {
-    let _ = PRECISION.set(p);
+    if let Ok(mut v) = PRECISION.lock() {
+        *v = Some(p);
+    }
 }
 
 /// The precision asked for: [`request_precision`], else `TOKENMIX_PRECISION`, else f32.
 pub fn requested_precision() -> Result<Precision> {
-    match (PRECISION.get(), crate::env::env().precision.as_deref()) {
-        (Some(p), _) => Ok(*p),
+    match (PRECISION.lock().ok().and_then(|v| *v), crate::env::env().precision.as_deref()) {
+        (Some(p), _) => Ok(p),
         (None, Some(s)) => Precision::parse(s).map_err(|e| Error::Input(format!("TOKENMIX_PRECISION: {e}"))),
         (None, None) => Ok(Precision::F32),
     }

@@ -582,6 +582,28 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
   console.log(`[i] page (gpu): ${JSON.stringify(r.predictions)}; timings ${JSON.stringify(r.timings)}; adapter ${adapter}`);
   assert.equal(r.predictions[0].index, cli[0].index);
   assert.ok(Math.abs(r.predictions[0].probability - cli[0].probability) <= 1e-3);
+  // f16 weights are asked for: SwiftShader has no shader-f16, so the new device stays f32 and
+  // says why; a bad precision is refused and the model keeps working.
+  const p = await page.evaluate(async () => {
+    const api = window.tokenmixApp.api;
+    const before = (await api.adapterInfo()).precision;
+    await api.loadModel(null, { precision: 'f16' });
+    const info = await api.adapterInfo();
+    let refused = null;
+    try {
+      await api.loadModel(null, { precision: 'f64' });
+    } catch (e) {
+      refused = e.message;
+    }
+    await api.loadModel(null, { precision: 'f32' });
+    return { before, after: info.precision, note: info.precisionNote, backend: info.backend, refused };
+  });
+  console.log(`[i] precision: ${JSON.stringify(p)}`);
+  assert.deepEqual([p.before, p.after, p.backend], ['f32', 'f32', 'gpu']);
+  assert.match(p.note, /f16 was asked for.*shader-f16/);
+  assert.match(p.refused, /precision f64: expected f32 or f16/);
+  const again = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  assert.equal(again.predictions[0].index, cli[0].index);
   assert.deepEqual(pageErrors, []);
   await page.close();
 });
