@@ -281,7 +281,8 @@ impl Gpu {
         let asked = requested_precision()?;
         let (precision, precision_note) = match asked {
             Precision::F16 if !features.contains(wgpu::Features::SHADER_F16) => {
-                (Precision::F32, Some(format!("f16 was asked for, but {} has no shader-f16: f32", info.name)))
+                let name = if info.name.is_empty() { "this adapter" } else { info.name.as_str() };
+                (Precision::F32, Some(format!("f16 was asked for, but {name} has no shader-f16: f32")))
             }
             p => (p, None),
         };
