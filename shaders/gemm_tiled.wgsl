@@ -58,19 +58,12 @@ fn b_slot(e: u32) -> vec2<u32> {
 #endif
 }
 
-@compute @workgroup_size({{WX}}, {{WY}})
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let bt = wg.z;
-    let m0 = wg.y * TM;
-    let n0 = wg.x * TN;
-    let tid = lid.y * WX + lid.x;
+// The tiles at k0 this invocation fetches from global memory (zero outside A and B), held in
+// registers until they are staged.
+var<private> ra: array<f32, LA>;
+var<private> rb: array<f32, LB>;
 
-    var ra: array<f32, LA>;
-    var rb: array<f32, LB>;
-    var acc: array<vec4<f32>, {{ACC_VEC4}}>; // [RM][GN]
-
-    // Fetch the tiles at k0 into registers (zero outside A, B).
-    var k0 = 0u;
+fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
         let m = m0 + s.y;
@@ -83,7 +76,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let k = k0 + s.x;
         rb[i] = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
     }
-    var stage = 0u;
+}
+
+// Stores the fetched tiles into workgroup-memory stage `stage`.
+fn stage_tiles(stage: u32, tid: u32) {
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
         let at = (stage * BK + s.x) * TM + s.y;
@@ -94,24 +90,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let at = (stage * BK + s.x) * TN + s.y;
         tb[at / 4u][at % 4u] = rb[i];
     }
+}
+
+@compute @workgroup_size({{WX}}, {{WY}})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let bt = wg.z;
+    let m0 = wg.y * TM;
+    let n0 = wg.x * TN;
+    let tid = lid.y * WX + lid.x;
+    var acc: array<vec4<f32>, {{ACC_VEC4}}>; // [RM][GN]
+
+    var k0 = 0u;
+    var stage = 0u;
+    fetch(bt, m0, n0, k0, tid);
+    stage_tiles(stage, tid);
     workgroupBarrier();
 
     loop {
         let next = k0 + BK;
         let more = next < p.k;
         if (more) {
-            for (var i = 0u; i < LA; i++) {
-                let s = a_slot(tid + i * NT);
-                let m = m0 + s.y;
-                let k = next + s.x;
-                ra[i] = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
-            }
-            for (var i = 0u; i < LB; i++) {
-                let s = b_slot(tid + i * NT);
-                let n = n0 + s.y;
-                let k = next + s.x;
-                rb[i] = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
-            }
+            fetch(bt, m0, n0, next, tid);
         }
 
         for (var kk = 0u; kk < BK; kk++) {
@@ -136,16 +135,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             break;
         }
         stage = 1u - stage;
-        for (var i = 0u; i < LA; i++) {
-            let s = a_slot(tid + i * NT);
-            let at = (stage * BK + s.x) * TM + s.y;
-            ta[at / 4u][at % 4u] = ra[i];
-        }
-        for (var i = 0u; i < LB; i++) {
-            let s = b_slot(tid + i * NT);
-            let at = (stage * BK + s.x) * TN + s.y;
-            tb[at / 4u][at % 4u] = rb[i];
-        }
+        stage_tiles(stage, tid);
         workgroupBarrier();
         k0 = next;
     }

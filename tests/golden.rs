@@ -6,7 +6,7 @@
 mod common;
 
 use common::{all_devices, all_variants, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol};
-use tokenmix::Model;
+use tokenmix::{Device, Model, Output};
 
 const FIXTURES: &[&str] = &[
     "mixer_p4_rgb",
@@ -28,6 +28,20 @@ const FIXTURES: &[&str] = &[
     "resmlp_many_tokens",
 ];
 
+/// Runs every fixture on `dev` and hands each result to `check`: (fixture, model, input shape,
+/// timm's logits, tokenmix's output).
+fn each_fixture(dev: &Device, mut check: impl FnMut(&str, &Model, &[usize], &[f32], &Output)) {
+    for name in FIXTURES {
+        let dir = fixtures();
+        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let (ishape, input) = &io[0];
+        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+        let model = Model::load(dev.clone(), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
+        let out = model.forward_blocking(input).expect("forward");
+        check(name, &model, ishape, &io[1].1, &out);
+    }
+}
+
 #[test]
 fn logits_match_timm() {
     // Every fixture and variant is checked and reported before the test fails.
@@ -35,14 +49,7 @@ fn logits_match_timm() {
     let mut checked = 0;
     let devices = all_devices();
     for dev in &devices {
-        for name in FIXTURES {
-            let dir = fixtures();
-            let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
-            let (ishape, input) = &io[0];
-            let (_, expected) = &io[1];
-            let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
-            let model = Model::load(dev.clone(), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
-            let out = model.forward_blocking(input).expect("forward");
+        each_fixture(dev, |name, model, _, expected, out| {
             let diff = max_abs_diff(&out.logits, expected);
             let bound = tol::GOLDEN * max_abs(expected).max(1.0);
             eprintln!("{name} [{}]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})", dev.label());
@@ -58,7 +65,7 @@ fn logits_match_timm() {
             // Probabilities are a softmax of those logits.
             let row = &out.probs[..out.classes];
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
-        }
+        });
     }
     assert_eq!(checked, devices.len() * FIXTURES.len(), "every executor ran every fixture");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -72,21 +79,13 @@ fn f16_weights_match_timm_within_their_bound() {
     let mut failures = Vec::new();
     let mut checked = 0;
     let gpus = common::all_variants_f16();
+    let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |b, (i, x)| if *x > v[b] { i } else { b });
     for gpu in &gpus {
-        for name in FIXTURES {
-            let dir = fixtures();
-            let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
-            let (ishape, input) = &io[0];
-            let (_, expected) = &io[1];
-            let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
-            let model = Model::load(tokenmix::Device::from(gpu.clone()), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
-            let out = model.forward_blocking(input).expect("forward");
+        each_fixture(&Device::from(gpu.clone()), |name, _, ishape, expected, out| {
             let diff = max_abs_diff(&out.logits, expected);
             let bound = tol::F16 * max_abs(expected).max(1.0);
-            let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |b, (i, x)| if *x > v[b] { i } else { b });
-            let flips = (0..ishape[0])
-                .filter(|&i| argmax(&out.logits[i * out.classes..(i + 1) * out.classes]) != argmax(&expected[i * out.classes..(i + 1) * out.classes]))
-                .count();
+            let row = |v: &[f32], i: usize| argmax(&v[i * out.classes..(i + 1) * out.classes]);
+            let flips = (0..ishape[0]).filter(|&i| row(&out.logits, i) != row(expected, i)).count();
             eprintln!(
                 "{name} [{} f16]: max|Δlogit| = {diff:.2e} (bound {bound:.1e}), top-1 changed for {flips} of {} images",
                 gpu.gemm.name(),
@@ -96,7 +95,7 @@ fn f16_weights_match_timm_within_their_bound() {
                 failures.push(format!("{name} on {} f16: max|Δlogit| {diff} (bound {bound}), {flips} top-1 changes", gpu.gemm.name()));
             }
             checked += 1;
-        }
+        });
     }
     assert_eq!(checked, gpus.len() * FIXTURES.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));

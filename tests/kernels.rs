@@ -27,6 +27,25 @@ struct Case {
     a_trans: bool,
 }
 
+impl Case {
+    /// A Linear layer (`A · W^T`, W shared) with every epilogue: bias, GELU, scale, residual.
+    fn linear(m: usize, n: usize, k: usize) -> Case {
+        Case {
+            batch: 1,
+            m,
+            n,
+            k,
+            b_trans: true,
+            bias: Some(Axis::N),
+            scale: Some(Axis::N),
+            gelu: true,
+            residual: true,
+            shared_b: true,
+            a_trans: false,
+        }
+    }
+}
+
 fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f32]) -> Vec<f32> {
     let mut out = c0.to_vec();
     for bt in 0..c.batch {
@@ -158,19 +177,7 @@ fn f16_linear_weights_match_cpu_reference() {
     for gpu in all_variants_f16() {
         let (m, k, n) = (4, 50, 70);
         let (a, w, bias, scale, c0) = (random(m * k, 950), random(n * k, 951), random(n, 952), random(n, 953), random(m * n, 954));
-        let case = Case {
-            batch: 1,
-            m,
-            n,
-            k,
-            b_trans: true,
-            bias: Some(Axis::N),
-            scale: Some(Axis::N),
-            gelu: true,
-            residual: true,
-            shared_b: true,
-            a_trans: false,
-        };
+        let case = Case::linear(m, n, k);
         let want = cpu_gemm(&case, &a, &as_stored(&gpu, &w), &bias, &scale, &c0);
         let mut split = pollster::block_on(Gpu::new()).unwrap();
         split.fix_gemm(gpu.gemm);
@@ -406,19 +413,7 @@ fn split_weights_match_cpu_reference() {
         assert!(err.contains("weight `wide`") && err.contains("one row") && err.contains("2048"), "{err}");
         let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
         let (ab, bb, sb, gb) = (up(&a), up(&bias), up(&scale), up(&gate));
-        let case = Case {
-            batch: 1,
-            m,
-            n,
-            k,
-            b_trans: true,
-            bias: Some(Axis::N),
-            scale: Some(Axis::N),
-            gelu: true,
-            residual: true,
-            shared_b: true,
-            a_trans: false,
-        };
+        let case = Case::linear(m, n, k);
         let want = cpu_gemm(&case, &a, &w, &bias, &scale, &c0);
         let cb = up(&c0);
         let op = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).gelu().scale(&sb, Axis::N).residual();
@@ -493,8 +488,7 @@ fn autotuner_times_once_per_class_and_caches_per_adapter() {
     };
     let linear = |gpu: &Gpu, m: usize, seed: u64| {
         let (k, n) = (40, 48);
-        let case =
-            Case { batch: 1, m, n, k, b_trans: true, bias: Some(Axis::N), scale: None, gelu: true, residual: false, shared_b: true, a_trans: false };
+        let case = Case { scale: None, residual: false, ..Case::linear(m, n, k) };
         let (a, w, bias) = (random(m * k, seed), random(n * k, seed + 1), random(n, seed + 2));
         let wm = Matrix::upload(gpu, "w", &w, n, k).unwrap();
         let (ab, bb, cb) = (gpu.storage_init("a", &a).unwrap(), gpu.storage_init("bias", &bias).unwrap(), gpu.storage("c", m * n).unwrap());

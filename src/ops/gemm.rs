@@ -96,7 +96,8 @@ impl Matrix {
         }
         let limit = gpu.binding_limit();
         // (An f16 block is padded to whole words: keep one value's room for that.)
-        let per_block = ((limit - 2) / (cols as u64 * elem)).min(rows as u64) as usize;
+        let room = if precision == Precision::F16 { limit.saturating_sub(2) } else { limit };
+        let per_block = (room / (cols as u64 * elem)).min(rows as u64) as usize;
         if per_block == 0 {
             return Err(Error::Gpu(format!(
                 "weight `{label}`: one row of {cols} values needs {} bytes, over the adapter's binding limit of {limit} bytes",
