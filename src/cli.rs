@@ -180,10 +180,7 @@ pub fn main() -> ExitCode {
         }
     };
     let _ = BACKEND.set(choice);
-    let precision = match cli.precision.as_deref().map(Precision::parse).transpose().and_then(|p| match p {
-        Some(p) => Ok(p),
-        None => tokenmix::gpu::requested_precision(),
-    }) {
+    let precision = match cli.precision.as_deref().map_or_else(tokenmix::gpu::requested_precision, Precision::parse) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -562,12 +559,13 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
         println!("gemm (autotuned per shape class): {}", dev.kernels());
     }
     if json {
+        let ((autotune, tuning), (precision, precision_note)) = (dev.gemm_tuning(), dev.precision());
         println!(
             "{}",
             serde_json::json!({
                 "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
-                "gemm_autotune": dev.gemm_tuning().0, "gemm_tuning": dev.gemm_tuning().1, "model": model.info.preset,
-                "precision": dev.precision().0, "precision_note": dev.precision().1,
+                "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
+                "precision": precision, "precision_note": precision_note,
                 "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
             })
         );

@@ -36,6 +36,21 @@ pub struct Env {
     pub hub: Option<String>,
 }
 
+/// tokenmix's cache folder when `TOKENMIX_CACHE_DIR` does not name one:
+/// `$XDG_CACHE_HOME/tokenmix`, else `~/.cache/tokenmix`, else the temp dir's `tokenmix`. The
+/// desktop app keeps downloads in its `hub/`, the GEMM autotuner its `gemm-tuning.json`.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cache_home() -> std::path::PathBuf {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache"))).unwrap_or_else(std::env::temp_dir).join("tokenmix")
+}
+
+/// `TOKENMIX_CACHE_DIR`, read where it is used (see the module documentation).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cache_dir_override() -> Option<std::path::PathBuf> {
+    std::env::var_os("TOKENMIX_CACHE_DIR").filter(|v| !v.is_empty()).map(Into::into)
+}
+
 /// The overrides, read on first use.
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();

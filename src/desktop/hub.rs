@@ -16,14 +16,7 @@ const MAX_BYTES: u64 = 4 << 30;
 /// Where downloads live: `$TOKENMIX_CACHE_DIR`, else `$XDG_CACHE_HOME/tokenmix/hub`, else
 /// `~/.cache/tokenmix/hub`.
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TOKENMIX_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("tokenmix").join("hub")
+    crate::env::cache_dir_override().unwrap_or_else(|| crate::env::cache_home().join("hub"))
 }
 
 /// A repository name as the hub spells it: `owner/name`, letters, digits, `-_.`.

@@ -162,6 +162,13 @@ impl Precision {
             Precision::F16 => "f16",
         }
     }
+    /// Bytes of one stored value.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            Precision::F16 => 2,
+        }
+    }
 }
 
 static PRECISION: Mutex<Option<Precision>> = Mutex::new(None);
@@ -292,12 +299,17 @@ impl Gpu {
     /// Stores GEMM weights uploaded from now on in `p`; an error where the device cannot (f16
     /// without `SHADER_F16`). For tests and tools; models take the precision of their device.
     pub fn set_precision(&mut self, p: Precision) -> Result<()> {
-        if p == Precision::F16 && !self.device.features().contains(wgpu::Features::SHADER_F16) {
+        if p == Precision::F16 && !self.has_f16() {
             return Err(Error::Input(format!("f16 weights need shader-f16, which {} lacks", self.info.name)));
         }
         self.precision = p;
         self.precision_note = None;
         Ok(())
+    }
+
+    /// Whether the device can store and read f16 (`SHADER_F16`).
+    pub fn has_f16(&self) -> bool {
+        self.device.features().contains(wgpu::Features::SHADER_F16)
     }
 
     /// Fixes the GEMM kernel to `v` for every shape (no autotuning): tests and benchmarks that

@@ -5,8 +5,8 @@
 //!
 //! A shape class is the operand layout (linear, token mixing, transposed, convolution) and M
 //! (times the batch), N and K each rounded up to a power of two. The cache file is
-//! `gemm-tuning.json` in `TOKENMIX_CACHE_DIR` (else `$XDG_CACHE_HOME/tokenmix`, else
-//! `~/.cache/tokenmix`): `{ adapter key: { class: kernel } }`, the key naming the adapter, its
+//! `gemm-tuning.json` in `TOKENMIX_CACHE_DIR` (else `crate::env::cache_home`:
+//! `$XDG_CACHE_HOME/tokenmix`, else `~/.cache/tokenmix`): `{ adapter key: { class: kernel } }`, the key naming the adapter, its
 //! driver and a hash of the GEMM kernels' sources (a changed kernel invalidates the entry).
 //!
 //! On by default on real GPUs natively. Off on CPU rasterisers (lavapipe, SwiftShader: their
@@ -53,7 +53,7 @@ impl Tuning {
         let enabled = match crate::env::env().autotune.as_deref() {
             Some("0") | Some("false") | Some("off") => false,
             Some(_) => auto,
-            None => auto && info.device_type != wgpu::DeviceType::Cpu && cfg!(not(target_arch = "wasm32")),
+            None => auto && !crate::exec::is_software(info) && cfg!(not(target_arch = "wasm32")),
         };
         if !enabled {
             return Self::off();
@@ -71,11 +71,6 @@ impl Tuning {
 
     pub fn enabled(&self) -> bool {
         self.enabled
-    }
-
-    /// The file the choices persist in, when there is one.
-    pub fn file(&self) -> Option<&std::path::Path> {
-        self.file.as_deref()
     }
 
     /// Shape class → kernel name, as chosen (or read from the cache) so far.
@@ -121,14 +116,7 @@ pub fn class(layout: &str, m: usize, n: usize, k: usize) -> String {
 
 #[cfg(not(target_arch = "wasm32"))]
 fn cache_file() -> Option<PathBuf> {
-    let dir = match std::env::var_os("TOKENMIX_CACHE_DIR").filter(|v| !v.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        None => match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-            Some(d) => PathBuf::from(d).join("tokenmix"),
-            None => PathBuf::from(std::env::var_os("HOME")?).join(".cache").join("tokenmix"),
-        },
-    };
-    Some(dir.join("gemm-tuning.json"))
+    Some(crate::env::cache_dir_override().unwrap_or_else(crate::env::cache_home).join("gemm-tuning.json"))
 }
 
 #[cfg(target_arch = "wasm32")]

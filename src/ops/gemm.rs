@@ -87,10 +87,10 @@ impl Matrix {
 
     /// [`Self::upload_with`] in a given precision (f16 needs the device's `SHADER_F16`).
     pub fn upload_as(gpu: &Gpu, label: &str, data: &[f32], rows: usize, cols: usize, textures: bool, precision: Precision) -> Result<Matrix> {
-        if precision == Precision::F16 && !gpu.device.features().contains(wgpu::Features::SHADER_F16) {
+        if precision == Precision::F16 && !gpu.has_f16() {
             return Err(Error::Gpu(format!("weight `{label}`: f16 storage needs shader-f16, which {} lacks", gpu.describe())));
         }
-        let elem = if precision == Precision::F16 { 2 } else { 4 };
+        let elem = precision.bytes();
         if rows == 0 || cols == 0 || data.len() != rows * cols {
             return Err(Error::Input(format!("weight `{label}`: {} values do not make a {rows}x{cols} matrix", data.len())));
         }
@@ -350,8 +350,8 @@ impl<'a> Gemm<'a> {
             .flag("SCALE_M", matches!(self.scale, Some((_, Axis::M))))
             .flag("GELU", self.gelu)
             .flag("RESIDUAL", self.residual)
-            .flag("A_F16", self.a_f16())
-            .flag("B_F16", self.b_f16());
+            .flag("A_F16", self.a_precision() == Precision::F16)
+            .flag("B_F16", self.b_precision() == Precision::F16);
         if variant == GemmVariant::Register {
             let (rows, cols) = register_tile(self.conv.is_some());
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
@@ -376,13 +376,20 @@ impl<'a> Gemm<'a> {
         kernel
     }
 
-    /// A is an f16 weight (token mixing with the weight as A).
-    fn a_f16(&self) -> bool {
-        matches!(self.weight, Weight::A(w) if w.precision == Precision::F16)
+    /// How A is stored: a weight's precision when A is the weight (token mixing), else f32.
+    fn a_precision(&self) -> Precision {
+        match self.weight {
+            Weight::A(w) => w.precision,
+            _ => Precision::F32,
+        }
     }
-    /// B is an f16 weight (a linear layer, a convolution, transposed token mixing).
-    fn b_f16(&self) -> bool {
-        matches!(self.weight, Weight::B(w) if w.precision == Precision::F16)
+    /// How B is stored: a weight's precision when B is the weight (a linear layer, a
+    /// convolution, transposed token mixing), else f32.
+    fn b_precision(&self) -> Precision {
+        match self.weight {
+            Weight::B(w) => w.precision,
+            _ => Precision::F32,
+        }
     }
 
     /// The A texture covers exactly A: dense, unit-offset rows stacked over the batch.
@@ -411,10 +418,10 @@ impl<'a> Gemm<'a> {
                 let images = m / (oh * ow) as u64;
                 check_extent("gemm A (conv input)", self.a.buf, 0, images * (g.cin * g.ih * g.iw) as u64)?
             }
-            None => check_extent_of("gemm A", self.a.buf, last(&self.a, a_rows, a_cols), if self.a_f16() { 2 } else { 4 })?,
+            None => check_extent_of("gemm A", self.a.buf, last(&self.a, a_rows, a_cols), self.a_precision().bytes())?,
         }
         let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
-        check_extent_of("gemm B", self.b.buf, b_end, if self.b_f16() { 2 } else { 4 })?;
+        check_extent_of("gemm B", self.b.buf, b_end, self.b_precision().bytes())?;
         check_extent("gemm C", self.c.buf, 0, last(&self.c, c_rows, c_cols))?;
         if let Some(g) = &self.gate {
             if self.scale.is_some() {
@@ -602,9 +609,10 @@ const REGISTER_LANES: u32 = 8;
 /// overrides it natively for tuning. Convolutions (implicit im2col) get 4 x 4: with 8 rows
 /// SwiftShader took 15-16 s to compile each of them (4 rows: 0.4 s; measured by creating the
 /// pipelines of poolformer_fmnist in Chromium), and they are a small share of the work.
-/// One run of `op` on its real operands, timed on the wall clock: the best of three batches of
-/// enough back-to-back runs (one submission each) to take ~10 ms, so that submission overhead
-/// does not decide between kernels on small GEMMs. None when a run fails.
+/// One run of `op` on its real operands, timed on the wall clock after a warm-up run: the best
+/// of a single run and, when that is short, three batches of enough back-to-back runs (one
+/// submission each) to take ~10 ms, so that submission overhead does not decide between
+/// kernels on small GEMMs. None when a run fails.
 #[cfg(not(target_arch = "wasm32"))]
 fn time_op(gpu: &Gpu, op: &Op) -> Option<f64> {
     let run = |reps: usize| -> Option<f64> {
@@ -617,13 +625,13 @@ fn time_op(gpu: &Gpu, op: &Op) -> Option<f64> {
         gpu.wait().ok()?;
         Some(t.elapsed().as_secs_f64() / reps as f64)
     };
-    let first = run(1)?; // also the pipeline's first use
+    run(1)?; // warm-up: the pipeline's first use
     let once = run(1)?;
     if once > 0.05 {
         return Some(once);
     }
     let reps = ((0.01 / once.max(1e-6)) as usize).clamp(1, 64);
-    (0..3).map(|_| run(reps)).collect::<Option<Vec<f64>>>().map(|v| v.into_iter().fold(first.max(once), f64::min))
+    (0..3).try_fold(once, |best, _| Some(best.min(run(reps)?)))
 }
 
 /// The browser cannot wait for the GPU inside a synchronous plan build: no timing there.
