@@ -48,11 +48,11 @@ lint: setup
 	$(CARGO) clippy --release --lib --target wasm32-unknown-unknown -- -D warnings
 
 # With the desktop app, whose tests (tests/desktop.rs, egui_kittest) render on the adapter.
-# Then the subgroup kernels again at another subgroup width: lavapipe with 128-bit vectors has
-# 4-lane subgroups (the test checks it got them).
+# Then the subgroup kernels (and coop's lane-by-lane double) again at another subgroup width:
+# lavapipe with 128-bit vectors has 4-lane subgroups (the test checks it got them).
 test-native:
 	$(CARGO) test --release --features desktop -- --nocapture
-	LP_NATIVE_VECTOR_WIDTH=128 TOKENMIX_TEST_SUBGROUP_LANES=4 TOKENMIX_TEST_GEMM=texture,subgroup \
+	LP_NATIVE_VECTOR_WIDTH=128 TOKENMIX_TEST_SUBGROUP_LANES=4 TOKENMIX_TEST_GEMM=texture,subgroup,coop-emulated \
 	  $(CARGO) test --release --features desktop --test kernels -- --nocapture
 
 # The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).

@@ -588,8 +588,10 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let x: Vec<f32> = (0..k * n).map(|i| ((i % 11) as f32 - 5.0) / 11.0).collect();
     let flops = 2.0 * (m * n * k) as f64;
     let mut rows = Vec::new();
-    // The CPU executor's GEMM, both layouts, always.
+    // The CPU executor's GEMM, both layouts, always; its results are what each GPU kernel's
+    // error is measured against.
     let mut c = vec![0f32; m * n];
+    let mut cpu_results = Vec::new();
     for (layout, linear) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)] {
         let mut run = || -> Result<Duration> {
             let t = Instant::now();
@@ -605,7 +607,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
         let med = median(times).as_secs_f64();
         if !json {
             println!(
-                "{:>8} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s   [{}]",
+                "{:>13} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s   [{}]",
                 "cpu",
                 med * 1e3,
                 flops / med / 1e9,
@@ -613,6 +615,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             );
         }
         rows.push(serde_json::json!({"variant": "cpu", "layout": layout, "median_ms": med * 1e3, "gflops": flops / med / 1e9}));
+        cpu_results.push(c.clone());
     }
     let choice = BACKEND.get().copied().unwrap_or_default();
     let gpu = match choice {
@@ -648,7 +651,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
         println!("adapter: {}   default gemm: {}   weights: {}", gpu.describe(), gpu.gemm.name(), gpu.precision.name());
     }
     for variant in gpu.gemm_variants() {
-        for (layout, b_trans) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)] {
+        for ((layout, b_trans), want) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)].into_iter().zip(&cpu_results) {
             let mut ops = Vec::new();
             let tex = |t: &Option<ActTexture>, buf: &wgpu::Buffer, ops: &mut Vec<Op>| -> Result<()> {
                 if let (GemmVariant::Texture, Some(t)) = (variant, t) {
@@ -685,10 +688,19 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             }
             bar.finish_and_clear();
             let med = median(times).as_secs_f64();
+            // max |GPU - CPU| over max(1, max |CPU|): ~1e-6 for f32 kernels, ~1e-3 for f16.
+            let got = pollster::block_on(gpu.read_buffer(&cbuf, m * n))?;
+            let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+            let err = got.iter().zip(want).fold(0f32, |e, (g, w)| if (g - w).abs() > e || g.is_nan() { (g - w).abs() } else { e }) / scale;
             if !json {
-                println!("{:>8} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s", variant.name(), med * 1e3, flops / med / 1e9);
+                println!(
+                    "{:>13} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s   rel. error {err:.1e}",
+                    variant.name(),
+                    med * 1e3,
+                    flops / med / 1e9
+                );
             }
-            rows.push(serde_json::json!({"variant": variant.name(), "layout": layout, "median_ms": med * 1e3, "gflops": flops / med / 1e9}));
+            rows.push(serde_json::json!({"variant": variant.name(), "layout": layout, "median_ms": med * 1e3, "gflops": flops / med / 1e9, "rel_error": err}));
         }
     }
     if json {

@@ -128,6 +128,11 @@ fn bench_reports_json() {
     for v in ["tiled", "tiled128", "tiled32", "register"] {
         assert!(variants.contains(&v), "{v} missing from {variants:?}");
     }
+    // Each WGSL kernel's result against the CPU GEMM's (f32: rounding only).
+    for r in v["runs"].as_array().unwrap().iter().filter(|r| r["variant"] != "cpu") {
+        let err = r["rel_error"].as_f64().unwrap_or(f64::NAN);
+        assert!(err < 1e-5, "{} {}: rel. error {err}", r["variant"], r["layout"]);
+    }
 }
 
 /// With the autotuner on (`TOKENMIX_AUTOTUNE=1`: by default it tunes real GPUs only), `bench

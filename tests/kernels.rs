@@ -170,6 +170,16 @@ fn as_stored(gpu: &Gpu, w: &[f32]) -> Vec<f32> {
     }
 }
 
+/// Activations as the kernel computes with them: rounded to f16 by the kernels that compute in
+/// f16 (coop), as they are.
+fn as_computed(gpu: &Gpu, x: &[f32]) -> Vec<f32> {
+    if gpu.gemm.computes_in_f16() {
+        x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+    } else {
+        x.to_vec()
+    }
+}
+
 /// f16 weights in a linear layer with every epilogue, whole and split into row blocks under a
 /// 2 KiB binding limit (blocks of 20 whole rows of 50 values, 2 bytes each), on every kernel.
 #[test]
@@ -178,10 +188,9 @@ fn f16_linear_weights_match_cpu_reference() {
         let (m, k, n) = (4, 50, 70);
         let (a, w, bias, scale, c0) = (random(m * k, 950), random(n * k, 951), random(n, 952), random(n, 953), random(m * n, 954));
         let case = Case::linear(m, n, k);
-        let want = cpu_gemm(&case, &a, &as_stored(&gpu, &w), &bias, &scale, &c0);
-        let mut split = pollster::block_on(Gpu::new()).unwrap();
+        let want = cpu_gemm(&case, &as_computed(&gpu, &a), &as_stored(&gpu, &w), &bias, &scale, &c0);
+        let mut split = pollster::block_on(Gpu::new_at(Precision::F16)).unwrap();
         split.fix_gemm(gpu.gemm);
-        split.set_precision(Precision::F16).unwrap();
         split.limits.max_storage_buffer_binding_size = 2048;
         for (dev, blocks) in [(&*gpu, 1), (&split, 4)] {
             let wm = Matrix::upload(dev, "w", &w, n, k).unwrap();
@@ -244,7 +253,7 @@ fn across_tokens_matches_cpu_reference() {
             oplist.push(g.bias(&bb, axis).gelu().residual().build(&gpu).unwrap());
             gpu.run_ops(&oplist).unwrap();
             let got = pollster::block_on(gpu.read_buffer(&cb, batch * tout * d)).unwrap();
-            let want = cpu_across_tokens(&as_stored(&gpu, &w), &x, &bias, None, &c0, (batch, tout, tin, d));
+            let want = cpu_across_tokens(&as_stored(&gpu, &w), &as_computed(&gpu, &x), &bias, None, &c0, (batch, tout, tin, d));
             let diff = max_abs_diff(&got, &want);
             assert!(
                 diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),
@@ -281,7 +290,7 @@ fn convolution_matches_cpu_reference() {
                 let conv = if nhwc { Gemm::conv_nhwc(images, g, &xb, &wm, &out) } else { Gemm::conv(images, g, &xb, &wm, &out) };
                 gpu.run_ops(&[conv.unwrap().bias(&bb, Axis::N).build(&gpu).unwrap()]).unwrap();
                 let got = pollster::block_on(gpu.read_buffer(&out, images * oh * ow * cout)).unwrap();
-                let want = cpu_conv(&x, &as_stored(&gpu, &w), &bias, images, &g, cout, nhwc);
+                let want = cpu_conv(&as_computed(&gpu, &x), &as_stored(&gpu, &w), &bias, images, &g, cout, nhwc);
                 let diff = max_abs_diff(&got, &want);
                 assert!(
                     diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0),

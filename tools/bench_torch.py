@@ -96,7 +96,8 @@ def gemm(args, sync, autocast) -> None:
     mode = "autocast f16" if args.precision == "f16" else "fp32"
     print(f"GEMM {args.gemm}: torch.matmul {mode} {torch_gflops:,.0f} GFLOP/s; tokenmix ({tm.get('precision', 'f32')} weights) on {tm['adapter']}:")
     for run in tm["runs"]:
-        print(f"  {run['variant']:>9} {run['layout']:<20} {run['gflops']:>10,.0f} GFLOP/s  {100 * run['gflops'] / torch_gflops:>5.1f} % of torch")
+        err = f"  rel. error {run['rel_error']:.1e}" if "rel_error" in run else ""
+        print(f"  {run['variant']:>9} {run['layout']:<20} {run['gflops']:>10,.0f} GFLOP/s  {100 * run['gflops'] / torch_gflops:>5.1f} % of torch{err}")
 
 
 if __name__ == "__main__":

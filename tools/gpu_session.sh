@@ -28,6 +28,10 @@ if ! $TM info >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 $TM info | grep -E "runs on|kernels|precision"
+# Cooperative matrices (tensor cores): under f16 the `coop` kernel joins `bench --gemm` below,
+# with its error against the CPU GEMM; the autotuner admits it per shape class only once it
+# matched the tiled kernel ("rejected: …" in `gemm` otherwise).
+TOKENMIX_GEMM=coop $TM info --precision f16 2>&1 | grep -E "error|kernels|precision"
 # The autotuner's cache lives with the results, so the note can quote its choices.
 export TOKENMIX_CACHE_DIR="$OUT/tuning"
 

@@ -98,11 +98,27 @@ pub enum GemmVariant {
     /// The same kernel with 32x32 tiles and 4x4 per invocation (64 invocations): small GEMMs
     /// (batch 1's 196 tokens) that must still spread over many compute units.
     Tiled32,
+    /// Tensor cores: f16 x f16 -> f32 cooperative matrices, 64x64 tiles of four subgroups
+    /// (`gemm_coop.wgsl`). Native Vulkan with `EXPERIMENTAL_COOPERATIVE_MATRIX` and a 16x16x16
+    /// f16 configuration, under `--precision f16` only (it rounds activations to f16 too).
+    Coop,
+    /// `Coop`'s kernel with the matrix operations done lane by lane: the test double that lets
+    /// CI's lavapipe (no cooperative matrices) run everything else of it. Never chosen by the
+    /// autotuner; `TOKENMIX_GEMM=coop-emulated` or tests only.
+    CoopEmulated,
 }
 
 impl GemmVariant {
-    pub const ALL: [GemmVariant; 6] =
-        [GemmVariant::Texture, GemmVariant::Subgroup, GemmVariant::Register, GemmVariant::Tiled, GemmVariant::Tiled128, GemmVariant::Tiled32];
+    pub const ALL: [GemmVariant; 8] = [
+        GemmVariant::Texture,
+        GemmVariant::Subgroup,
+        GemmVariant::Register,
+        GemmVariant::Tiled,
+        GemmVariant::Tiled128,
+        GemmVariant::Tiled32,
+        GemmVariant::Coop,
+        GemmVariant::CoopEmulated,
+    ];
 
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|v| v.name() == s)
@@ -115,6 +131,8 @@ impl GemmVariant {
             GemmVariant::Tiled32 => "tiled32",
             GemmVariant::Subgroup => "subgroup",
             GemmVariant::Texture => "texture",
+            GemmVariant::Coop => "coop",
+            GemmVariant::CoopEmulated => "coop-emulated",
         }
     }
     /// "texture, subgroup, register, tiled, tiled128 or tiled32", for messages.
@@ -133,7 +151,11 @@ impl GemmVariant {
     }
     /// Needs `Features::SUBGROUP`.
     pub fn uses_subgroups(self) -> bool {
-        matches!(self, GemmVariant::Subgroup | GemmVariant::Texture)
+        matches!(self, GemmVariant::Subgroup | GemmVariant::Texture | GemmVariant::Coop | GemmVariant::CoopEmulated)
+    }
+    /// Rounds both operands to f16 (so runs only under `--precision f16`).
+    pub fn computes_in_f16(self) -> bool {
+        matches!(self, GemmVariant::Coop | GemmVariant::CoopEmulated)
     }
 }
 
@@ -236,14 +258,38 @@ impl Gpu {
         Ok((instance, adapter))
     }
 
+    /// A device of the environment's adapter (as [`Self::new`]) for GEMM weights in `precision`
+    /// rather than the requested one (tests and tools that compare precisions).
+    pub async fn new_at(precision: Precision) -> Result<Self> {
+        let (instance, adapter) = Self::adapter().await?;
+        Self::from_adapter_at(instance, adapter, precision).await
+    }
+
     pub async fn from_adapter(instance: wgpu::Instance, adapter: wgpu::Adapter) -> Result<Self> {
+        Self::from_adapter_at(instance, adapter, requested_precision()?).await
+    }
+
+    /// A device on `adapter` for `asked` precision: f16 where the adapter has `SHADER_F16`
+    /// (else f32, with a note saying why), and then also its cooperative matrices, if any.
+    pub async fn from_adapter_at(instance: wgpu::Instance, adapter: wgpu::Adapter, asked: Precision) -> Result<Self> {
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let mut required_features = adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16);
+        // Tensor cores only for f16 (the only precision the coop kernel computes in), so that an
+        // f32 device never turns on an experimental feature.
+        let coop = asked == Precision::F16 && coop_lanes(&info, adapter.features(), &adapter.cooperative_matrix_properties()).is_some();
+        if coop {
+            required_features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let device_desc = wgpu::DeviceDescriptor {
             label: Some("tokenmix"),
-            required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
+            required_features,
             required_limits: limits.clone(),
             memory_hints: wgpu::MemoryHints::Performance,
+            // SAFETY: the one experimental feature ever requested is cooperative matrices, used
+            // by gemm_coop.wgsl alone, whose results the autotuner checks against the tiled
+            // kernel's before it ever picks it (`ops::gemm`).
+            experimental_features: if coop { unsafe { wgpu::ExperimentalFeatures::enabled() } } else { wgpu::ExperimentalFeatures::disabled() },
             ..Default::default()
         };
         let (device, queue) =
@@ -274,18 +320,7 @@ impl Gpu {
         };
         let features = device.features();
         let lanes = subgroup_lanes(&info, features);
-        if let Some(v) = fixed.filter(|v| v.uses_subgroups() && lanes.is_none()) {
-            return Err(Error::Input(format!(
-                "TOKENMIX_GEMM={}: {} has no subgroups of 4 to 64 lanes (min {}, max {})",
-                v.name(),
-                info.name,
-                info.subgroup_min_size,
-                info.subgroup_max_size
-            )));
-        }
         let gemm = fixed.unwrap_or_else(|| default_gemm(&info, lanes));
-        let tuning = tune::Tuning::new(&info, fixed.is_none());
-        let asked = requested_precision()?;
         let (precision, precision_note) = match asked {
             Precision::F16 if !features.contains(wgpu::Features::SHADER_F16) => {
                 let name = if info.name.is_empty() { "this adapter" } else { info.name.as_str() };
@@ -293,7 +328,53 @@ impl Gpu {
             }
             p => (p, None),
         };
-        Ok(Gpu { instance, adapter, device, queue, info, limits, gemm, precision, precision_note, tuning, pipelines: Mutex::default(), errors, lost })
+        let tuning = tune::Tuning::new(&info, precision, fixed.is_none());
+        let gpu = Gpu {
+            instance,
+            adapter,
+            device,
+            queue,
+            info,
+            limits,
+            gemm,
+            precision,
+            precision_note,
+            tuning,
+            pipelines: Mutex::default(),
+            errors,
+            lost,
+        };
+        if let Some(v) = fixed {
+            gpu.supports(v).map_err(|why| Error::Input(format!("TOKENMIX_GEMM={}: {why}", v.name())))?;
+        }
+        Ok(gpu)
+    }
+
+    /// Whether this device, at its precision, can run GEMM kernel `v`; if not, why.
+    pub fn supports(&self, v: GemmVariant) -> std::result::Result<(), String> {
+        let (min, max) = (self.info.subgroup_min_size, self.info.subgroup_max_size);
+        if v.uses_subgroups() && self.subgroup_lanes().is_none() {
+            return Err(format!("{} has no subgroups of 4 to 64 lanes (min {min}, max {max})", self.describe()));
+        }
+        if v.computes_in_f16() && self.precision != Precision::F16 {
+            return Err(format!("the {} GEMM computes in f16: it runs under --precision f16 only", v.name()));
+        }
+        match v {
+            GemmVariant::Coop if self.coop_lanes().is_none() => Err(format!(
+                "{} has no cooperative matrices of 16x16x16 f16 -> f32 (native Vulkan with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, subgroups of at most 64 lanes)",
+                self.describe()
+            )),
+            GemmVariant::CoopEmulated if min != max || max > 64 => {
+                Err(format!("the coop-emulated GEMM needs one fixed subgroup size of at most 64 lanes; {} has {min} to {max}", self.describe()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The coop kernel's subgroup width on this device (its largest subgroup size), when the
+    /// device has the cooperative matrices it needs.
+    pub fn coop_lanes(&self) -> Option<u32> {
+        coop_lanes(&self.info, self.device.features(), &self.adapter.cooperative_matrix_properties())
     }
 
     /// Stores GEMM weights uploaded from now on in `p`; an error where the device cannot (f16
@@ -304,6 +385,7 @@ impl Gpu {
         }
         self.precision = p;
         self.precision_note = None;
+        self.tuning = self.tuning.at_precision(&self.info, p);
         Ok(())
     }
 
@@ -321,7 +403,7 @@ impl Gpu {
 
     /// Turns GEMM autotuning on (whatever the adapter), persisting choices in `file`.
     pub fn force_autotune(&mut self, file: Option<std::path::PathBuf>) {
-        self.tuning = tune::Tuning::forced(&self.info, file);
+        self.tuning = tune::Tuning::forced(&self.info, self.precision, file);
     }
 
     /// Lanes of the subgroup kernels on this device: its smallest subgroup size, when it has
@@ -331,21 +413,26 @@ impl Gpu {
         subgroup_lanes(&self.info, self.device.features())
     }
 
-    /// The GEMM kernels this device can run.
+    /// The GEMM kernels this device can run at its precision, which the autotuner chooses
+    /// among (all but the coop test double).
     pub fn gemm_variants(&self) -> Vec<GemmVariant> {
-        let sub = self.subgroup_lanes().is_some();
-        GemmVariant::ALL.into_iter().filter(|v| sub || !v.uses_subgroups()).collect()
+        GemmVariant::ALL.into_iter().filter(|&v| v != GemmVariant::CoopEmulated && self.supports(v).is_ok()).collect()
     }
 
     /// The GEMM kernel choice in words: "tiled" when fixed, or the default and what the
     /// autotuner chose per shape class ("tiled; tuned: linear m2048 n512 k512 → tiled128, …").
     pub fn gemm_summary(&self) -> String {
         let choices = self.tuning.choices();
-        if choices.is_empty() {
-            return self.gemm.name().to_string();
+        let mut out = self.gemm.name().to_string();
+        if !choices.is_empty() {
+            let list: Vec<String> = choices.iter().map(|(k, v)| format!("{k} → {v}")).collect();
+            out += &format!("; tuned: {}", list.join(", "));
         }
-        let list: Vec<String> = choices.iter().map(|(k, v)| format!("{k} → {v}")).collect();
-        format!("{}; tuned: {}", self.gemm.name(), list.join(", "))
+        let rejected = self.tuning.rejected();
+        if !rejected.is_empty() {
+            out += &format!("; rejected: {}", rejected.join(", "));
+        }
+        out
     }
 
     /// "llvmpipe (LLVM 15.0.6, 256 bits) [Vulkan, Cpu]"
@@ -699,6 +786,21 @@ fn default_gemm(info: &wgpu::AdapterInfo, lanes: Option<u32>) -> GemmVariant {
     } else {
         GemmVariant::Register
     }
+}
+
+/// The subgroup width of the coop kernel: the adapter's largest subgroup size, where it has
+/// subgroup-scoped 16x16x16 f16 x f16 -> f32 cooperative matrices, shader-f16 and subgroups of
+/// 4 to 64 lanes whose sizes vary at most twofold (which bounds the kernel's spare slots).
+fn coop_lanes(info: &wgpu::AdapterInfo, features: wgpu::Features, configs: &[wgpu::CooperativeMatrixProperties]) -> Option<u32> {
+    let needs = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
+    let f16 = configs.iter().any(|c| {
+        (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+            && c.ab_type == wgpu::CooperativeScalarType::F16
+            && c.cr_type == wgpu::CooperativeScalarType::F32
+    });
+    let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
+    let sizes = min.is_power_of_two() && max.is_power_of_two() && min >= 4 && max <= 64 && max <= 2 * min;
+    (features.contains(needs) && f16 && sizes).then_some(max)
 }
 
 fn subgroup_lanes(info: &wgpu::AdapterInfo, features: wgpu::Features) -> Option<u32> {

@@ -30,10 +30,14 @@ pub struct Tuning {
     choices: Mutex<BTreeMap<String, String>>,
     /// Shape classes timed by this process (a cached class is not timed again).
     timed: AtomicUsize,
+    /// Kernels left out of a class because their results were wrong on this device: "coop on
+    /// linear m256 n512 k512: differs from the tiled kernel by …".
+    rejected: Mutex<Vec<String>>,
 }
 
 /// The sources whose change invalidates cached choices.
-const KERNELS: [&str; 5] = [
+const KERNELS: [&str; 6] = [
+    include_str!("../../shaders/gemm_coop.wgsl"),
     include_str!("../../shaders/gemm_common.wgsl"),
     include_str!("../../shaders/gemm_tiled.wgsl"),
     include_str!("../../shaders/gemm_subgroup.wgsl"),
@@ -49,7 +53,7 @@ impl Tuning {
 
     /// The tuning state of a new device: enabled as the module documentation says (`auto` is
     /// false when `TOKENMIX_GEMM` fixed the kernel), with the cached choices for this adapter.
-    pub fn new(info: &wgpu::AdapterInfo, auto: bool) -> Self {
+    pub fn new(info: &wgpu::AdapterInfo, precision: super::Precision, auto: bool) -> Self {
         let enabled = match crate::env::env().autotune.as_deref() {
             Some("0") | Some("false") | Some("off") => false,
             Some(_) => auto,
@@ -58,15 +62,24 @@ impl Tuning {
         if !enabled {
             return Self::off();
         }
-        Self::forced(info, cache_file())
+        Self::forced(info, precision, cache_file())
     }
 
     /// Tuning on, whatever the adapter, with choices persisted in `file` (read now when it
     /// holds this adapter's entry): for tests and tools.
-    pub fn forced(info: &wgpu::AdapterInfo, file: Option<PathBuf>) -> Self {
-        let key = adapter_key(info);
+    pub fn forced(info: &wgpu::AdapterInfo, precision: super::Precision, file: Option<PathBuf>) -> Self {
+        let key = adapter_key(info, precision);
         let choices = file.as_ref().map(|f| read_cache(f, &key)).unwrap_or_default();
-        Tuning { enabled: true, key, file, choices: Mutex::new(choices), timed: AtomicUsize::new(0) }
+        Tuning { enabled: true, key, file, choices: Mutex::new(choices), ..Tuning::default() }
+    }
+
+    /// The same tuning (on or off, same cache file) for the device at another precision.
+    pub(crate) fn at_precision(&self, info: &wgpu::AdapterInfo, precision: super::Precision) -> Self {
+        if self.enabled {
+            Self::forced(info, precision, self.file.clone())
+        } else {
+            Self::off()
+        }
     }
 
     pub fn enabled(&self) -> bool {
@@ -81,6 +94,17 @@ impl Tuning {
     /// Shape classes this process timed (cached ones are not).
     pub fn timed(&self) -> usize {
         self.timed.load(Ordering::SeqCst)
+    }
+
+    /// The kernels left out because their results were wrong on this device, and why.
+    pub fn rejected(&self) -> Vec<String> {
+        self.rejected.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    pub(crate) fn reject(&self, class: &str, v: super::GemmVariant, why: &str) {
+        if let Ok(mut r) = self.rejected.lock() {
+            r.push(format!("{} on {class}: {why}", v.name()));
+        }
     }
 
     pub(crate) fn get(&self, class: &str) -> Option<super::GemmVariant> {
@@ -99,13 +123,14 @@ impl Tuning {
     }
 }
 
-/// The cache file's key for an adapter: its name, backend, driver and a hash of the kernels.
-fn adapter_key(info: &wgpu::AdapterInfo) -> String {
+/// The cache file's key for an adapter: its name, backend, driver, the precision (f16 has
+/// kernels of its own) and a hash of the kernels.
+fn adapter_key(info: &wgpu::AdapterInfo, precision: super::Precision) -> String {
     let mut hash: u64 = 0xcbf29ce484222325; // FNV-1a over the kernel sources
     for b in KERNELS.iter().flat_map(|s| s.bytes()) {
         hash = (hash ^ b as u64).wrapping_mul(0x100000001b3);
     }
-    format!("{} [{:?}] {} {} / kernels {hash:016x}", info.name, info.backend, info.driver, info.driver_info)
+    format!("{} [{:?}] {} {} / {} / kernels {hash:016x}", info.name, info.backend, info.driver, info.driver_info, precision.name())
 }
 
 /// A GEMM's shape class: layout and power-of-two-rounded M (with the batch), N, K.

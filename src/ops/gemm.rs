@@ -22,6 +22,7 @@ const TEXTURE_BINDINGS: &[Binding] =
 const TEXTURE_A_BINDINGS: &[Binding] =
     &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Texture, Binding::Texture];
 const TILED: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_tiled.wgsl"));
+const COOP: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_coop.wgsl"));
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 
 /// Which axis of C a per-channel vector (bias, layer scale) runs along.
@@ -320,12 +321,16 @@ impl<'a> Gemm<'a> {
         self
     }
 
-    fn kernel(&self, variant: GemmVariant, lanes: u32) -> Kernel {
+    /// The kernel for this GEMM: `lanes` is the subgroup width the variant works at (the
+    /// adapter's smallest for the subgroup kernels, its largest for coop), `min_lanes` the
+    /// adapter's smallest.
+    fn kernel(&self, variant: GemmVariant, lanes: u32, min_lanes: u32) -> Kernel {
         let (name, source) = match variant {
             GemmVariant::Register => ("gemm_register", REGISTER),
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
             GemmVariant::Texture => ("gemm_texture", TEXTURE),
             GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 => ("gemm_tiled", TILED),
+            GemmVariant::Coop | GemmVariant::CoopEmulated => ("gemm_coop", COOP),
         };
         // Trusted: `check` validates every extent, and the kernels clamp or guard all indices.
         let a_tex = variant == GemmVariant::Texture && self.a_tex_usable();
@@ -356,7 +361,15 @@ impl<'a> Gemm<'a> {
             let (rows, cols) = register_tile(self.conv.is_some());
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
-        if variant.uses_subgroups() {
+        if variant.computes_in_f16() {
+            // Four subgroups of the largest size; room for as many more as the smallest allows.
+            let (min, max) = (min_lanes.clamp(1, lanes), lanes);
+            kernel = kernel
+                .flag("EMULATE", variant == GemmVariant::CoopEmulated)
+                .define("LANES", max)
+                .define("NT", 4 * max)
+                .define("TC", 4 * max / min * 256);
+        } else if variant.uses_subgroups() {
             let (rows, cols) = subgroup_tile(variant, self.a_trans, lanes);
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", lanes);
         }
@@ -455,16 +468,17 @@ impl<'a> Gemm<'a> {
             (GemmVariant::Texture, _) => GemmVariant::Subgroup,
             (v, _) => v,
         };
-        let lanes = match (variant.uses_subgroups(), gpu.subgroup_lanes()) {
-            (false, _) => 0,
-            (true, Some(l)) => l,
-            (true, None) => return Err(Error::Gpu(format!("the {} GEMM needs subgroups, which {} lacks", variant.name(), gpu.describe()))),
+        gpu.supports(variant).map_err(|why| Error::Gpu(format!("the {} GEMM: {why}", variant.name())))?;
+        let min_lanes = gpu.subgroup_lanes().unwrap_or(0);
+        let lanes = match variant {
+            GemmVariant::Coop => gpu.coop_lanes().unwrap_or(0),
+            _ => min_lanes,
         };
         let parts = self.parts()?;
         for part in &parts {
             part.check()?;
         }
-        let pipeline = gpu.pipeline(&self.kernel(variant, lanes))?;
+        let pipeline = gpu.pipeline(&self.kernel(variant, lanes, min_lanes))?;
         let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant, lanes)).collect::<Result<_>>()?;
         Op::dispatches(gpu, pipeline, &runs)
     }
@@ -485,7 +499,7 @@ impl<'a> Gemm<'a> {
     /// plan-building time: the GEMM writes only its output, which the forward pass overwrites.
     fn tuned(&self, gpu: &Gpu) -> Result<GemmVariant> {
         let class = self.shape_class();
-        if let Some(v) = gpu.tuning.get(&class) {
+        if let Some(v) = gpu.tuning.get(&class).filter(|&v| gpu.supports(v).is_ok()) {
             return Ok(v);
         }
         let mut best: Option<(f64, GemmVariant)> = None;
@@ -496,6 +510,14 @@ impl<'a> Gemm<'a> {
             }
             // A kernel this driver cannot compile or run is simply not a candidate.
             let Ok(op) = self.build_with(gpu, v) else { continue };
+            // Nor is the tensor-core kernel when its results are not the tiled kernel's (CI has
+            // no cooperative matrices to test it on, so each device proves it here).
+            if v == GemmVariant::Coop {
+                if let Err(why) = self.agrees_with_tiled(gpu, &op) {
+                    gpu.tuning.reject(&class, v, &why);
+                    continue;
+                }
+            }
             let Some(t) = time_op(gpu, &op) else { continue };
             if best.is_none_or(|(b, _)| t < b) {
                 best = Some((t, v));
@@ -504,6 +526,52 @@ impl<'a> Gemm<'a> {
         let v = best.map_or(gpu.gemm, |(_, v)| v);
         gpu.tuning.record(&class, v);
         Ok(v)
+    }
+
+    /// Whether `op` (this GEMM by a kernel that computes in f16) gives the tiled kernel's
+    /// results, within f16's rounding of the operands: both run from the same contents of C
+    /// (restored in between, as a residual GEMM adds to them), and C is compared whole.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn agrees_with_tiled(&self, gpu: &Gpu, op: &Op) -> std::result::Result<(), String> {
+        let c = self.c.buf;
+        let (size, floats) = (c.size(), (c.size() / 4) as usize);
+        if size > 256 << 20 {
+            return Err(format!("output of {size} bytes too large to check"));
+        }
+        let reference = self.build_with(gpu, GemmVariant::Tiled).map_err(|e| e.to_string())?;
+        let saved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("autotune check"),
+            size,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let copy = |from: &wgpu::Buffer, to: &wgpu::Buffer| {
+            let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("autotune check") });
+            encoder.copy_buffer_to_buffer(from, 0, to, 0, size);
+            gpu.queue.submit([encoder.finish()]);
+        };
+        let run = |op: &Op| -> Result<Vec<f32>> {
+            copy(&saved, c);
+            gpu.run_ops(std::slice::from_ref(op))?;
+            pollster::block_on(gpu.read_buffer(c, floats))
+        };
+        copy(c, &saved);
+        let want = run(&reference).map_err(|e| e.to_string())?;
+        let got = run(op).map_err(|e| e.to_string())?;
+        copy(&saved, c);
+        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let diff = want.iter().zip(&got).fold(0f32, |m, (a, b)| if (a - b).abs() > m || (a - b).is_nan() { (a - b).abs() } else { m });
+        // f16 keeps 11 significant bits: ~5e-4 relative per operand, which the sums average.
+        let bound = 1e-2 * scale;
+        if diff.is_nan() || diff > bound {
+            return Err(format!("differs from the tiled kernel by {diff:.3e} (bound {bound:.3e})"));
+        }
+        Ok(())
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn agrees_with_tiled(&self, _gpu: &Gpu, _op: &Op) -> std::result::Result<(), String> {
+        Err("not checked in the browser".into())
     }
 
     /// This GEMM as one GEMM per row block of its weight (itself when the weight is one block):
@@ -588,6 +656,7 @@ impl<'a> Gemm<'a> {
                 let [tm, tn, ..] = variant.tile().unwrap_or([64, 64, 4, 4, 16]);
                 [groups(self.n as u32, tn), groups(self.m as u32, tm), self.batch as u32]
             }
+            GemmVariant::Coop | GemmVariant::CoopEmulated => [groups(self.n as u32, 64), groups(self.m as u32, 64), self.batch as u32],
         };
         let mut resources = vec![self.a.buf, self.b.buf, bias, scale, self.c.buf].into_iter().map(Resource::Buffer).collect::<Vec<_>>();
         if let (GemmVariant::Texture, Some(tex)) = (variant, self.b_tex) {
@@ -673,4 +742,112 @@ fn subgroup_tile(variant: GemmVariant, a_trans: bool, lanes: u32) -> (u32, u32) 
 fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
     let (r, c) = value?.split_once('x')?;
     Some((r.parse().ok()?, c.parse().ok()?))
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use wgpu::naga;
+
+    use crate::gpu::shader::{preprocess, Defines};
+
+    /// The coop kernel as a model's GEMMs specialise it (the epilogues and operand views of
+    /// linear layers, token mixing, convolutions, gMLP's gate) at every subgroup width, for
+    /// tensor cores or emulated: naga's SPIR-V, validated with just the capabilities a coop
+    /// device grants.
+    fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, emulate: bool) -> Vec<u32> {
+        let mut defines: Defines = flags.iter().map(|f| (f.to_string(), "1".to_string())).collect();
+        defines.insert("EMULATE".into(), if emulate { "1" } else { "0" }.into());
+        defines.insert("LANES".into(), lanes.to_string());
+        defines.insert("NT".into(), (4 * lanes).to_string());
+        defines.insert("TC".into(), (4 * lanes / min_lanes * 256).to_string());
+        let what = format!("{flags:?} at {lanes} lanes (emulated: {emulate})");
+        let source = preprocess("gemm_coop", super::COOP, &defines).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+        use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
+        let caps = Capabilities::SUBGROUP | Capabilities::SHADER_FLOAT16 | Capabilities::COOPERATIVE_MATRIX;
+        let info = Validator::new(ValidationFlags::all(), caps)
+            .subgroup_stages(ShaderStages::COMPUTE)
+            .subgroup_operations(SubgroupOperationSet::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+        let options = naga::back::spv::Options { lang_version: (1, 6), ..Default::default() };
+        naga::back::spv::write_vec(&module, &info, &options, None).unwrap_or_else(|e| panic!("{what}: SPIR-V: {e}"))
+    }
+
+    /// How many instructions of each opcode a SPIR-V module holds (after its 5-word header).
+    fn opcodes(words: &[u32]) -> std::collections::HashMap<u32, usize> {
+        let mut count = std::collections::HashMap::new();
+        let mut i = 5;
+        while i < words.len() {
+            let (len, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+            *count.entry(op).or_insert(0) += 1;
+            assert!(len > 0, "a zero-length instruction at word {i}");
+            i += len;
+        }
+        count
+    }
+
+    /// The autotuner's check of the coop kernel, on its lane-by-lane double (lavapipe): it
+    /// passes a correct kernel from C's contents as they were (a residual GEMM adds to them),
+    /// leaves C as it found it, and fails a kernel whose results differ (the same GEMM with a
+    /// GELU it should not have).
+    #[test]
+    fn autotune_check_passes_the_coop_kernel_and_catches_a_wrong_one() {
+        use super::{Axis, Gemm, GemmVariant, Operand};
+        use crate::gpu::{Gpu, Precision};
+        let gpu = pollster::block_on(Gpu::new_at(Precision::F16)).expect("a wgpu adapter (lavapipe on CI)");
+        assert!(
+            gpu.supports(GemmVariant::CoopEmulated).is_ok(),
+            "the test adapter runs coop-emulated: {:?}",
+            gpu.supports(GemmVariant::CoopEmulated)
+        );
+        let (m, n, k) = (70, 40, 50);
+        let vals =
+            |len: usize, seed: usize| -> Vec<f32> { (0..len).map(|i| (((i * 7919 + seed * 104729) % 2001) as f32 - 1000.0) / 1000.0).collect() };
+        let (a, b, bias, c0) = (vals(m * k, 1), vals(k * n, 2), vals(n, 3), vals(m * n, 4));
+        let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
+        let (ab, bb, biasb, cb) = (up(&a), up(&b), up(&bias), up(&c0));
+        let gemm = Gemm::new(1, m, n, k, Operand::new(&ab, k, 0), Operand::new(&bb, n, 0), Operand::new(&cb, n, 0)).bias(&biasb, Axis::N).residual();
+        let good = gemm.build_with(&gpu, GemmVariant::CoopEmulated).unwrap();
+        assert_eq!(gemm.agrees_with_tiled(&gpu, &good), Ok(()));
+        let after = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
+        assert_eq!(after, c0, "the check restores C");
+        let wrong = gemm.gelu().build_with(&gpu, GemmVariant::CoopEmulated).unwrap();
+        let err = gemm.agrees_with_tiled(&gpu, &wrong).expect_err("a GEMM with a stray GELU differs");
+        assert!(err.starts_with("differs from the tiled kernel by"), "{err}");
+    }
+
+    /// lavapipe has no cooperative matrices, so CI cannot run the tensor-core kernel: this
+    /// compiles each of its specialisations to SPIR-V as wgpu would, and checks that the
+    /// instructions are there (the four multiply-adds per k step, their loads and the
+    /// fragment stores) and that the emulated variant, which CI does run, has none of them.
+    #[test]
+    fn coop_kernel_compiles_to_cooperative_matrix_spirv() {
+        // Opcodes of SPV_KHR_cooperative_matrix (SPIR-V spec, unified 1.6).
+        const LOAD: u32 = 4457;
+        const STORE: u32 = 4458;
+        const MUL_ADD: u32 = 4459;
+        let cases: &[&[&str]] = &[
+            &["B_TRANS", "BIAS_N", "GELU"],
+            &["B_TRANS", "B_F16", "BIAS_N", "SCALE_N", "RESIDUAL"],
+            &["A_F16", "BIAS_M", "GELU"],
+            &["A_F16", "BIAS_M", "SCALE_N", "RESIDUAL"],
+            &["A_F16", "BIAS_M", "GATE"],
+            &["A_TRANS", "B_TRANS", "B_F16", "C_TRANS", "BIAS_N", "GELU", "RESIDUAL"],
+            &["A_CONV", "B_TRANS", "BIAS_N"],
+            &["A_CONV", "A_NHWC", "B_TRANS", "B_F16", "BIAS_N"],
+        ];
+        let mut compiled = 0;
+        for flags in cases {
+            for (lanes, min) in [(32, 32), (64, 32), (16, 8), (8, 8)] {
+                let ops = opcodes(&coop_spirv(flags, lanes, min, false));
+                let n = |op| ops.get(&op).copied().unwrap_or(0);
+                assert_eq!((n(LOAD), n(MUL_ADD), n(STORE)), (4, 4, 4), "{flags:?} at {lanes} lanes");
+                let emulated = opcodes(&coop_spirv(flags, lanes, min, true));
+                assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{flags:?} emulated");
+                compiled += 2;
+            }
+        }
+        assert_eq!(compiled, cases.len() * 8);
+    }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use tokenmix::gpu::GemmVariant;
+use tokenmix::gpu::{GemmVariant, Precision};
 use tokenmix::{Device, Gpu};
 
 /// Named tolerances (Burn-style presets) instead of magic numbers in each test.
@@ -65,23 +65,31 @@ pub fn all_variants() -> Vec<Arc<Gpu>> {
     v
 }
 
-/// Every GEMM variant (as [`all_variants`]) with f16 weights. The test adapter must have
-/// shader-f16 (lavapipe does): its absence fails loudly rather than checking nothing.
+/// Every GEMM variant the adapter supports at f16 (as [`all_variants`], plus the kernels that
+/// compute in f16: coop where the adapter has cooperative matrices, its lane-by-lane double
+/// where subgroups have one size, as lavapipe's), each on a device made for `--precision f16`.
+/// The test adapter must have shader-f16 (lavapipe does): its absence fails loudly rather than
+/// checking nothing.
 pub fn all_variants_f16() -> Vec<Arc<Gpu>> {
-    let v: Vec<_> = gpu()
-        .gemm_variants()
+    let base = Arc::new(pollster::block_on(Gpu::new_at(Precision::F16)).expect("a wgpu adapter (lavapipe on CI)"));
+    assert_eq!(base.precision, Precision::F16, "the test adapter has shader-f16");
+    let v: Vec<_> = GemmVariant::ALL
         .into_iter()
-        .filter(|v| wanted(v.name()))
+        .filter(|&v| wanted(v.name()) && base.supports(v).is_ok())
         .map(|v| {
-            let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
+            let mut gpu = pollster::block_on(Gpu::new_at(Precision::F16)).expect("a wgpu adapter (lavapipe on CI)");
             gpu.fix_gemm(v);
-            gpu.set_precision(tokenmix::gpu::Precision::F16).expect("the test adapter has shader-f16");
             Arc::new(gpu)
         })
         .collect();
     if v.is_empty() && !wanted("cpu") {
         panic!("TOKENMIX_TEST_GEMM={:?} names no GEMM variant of this adapter", std::env::var("TOKENMIX_TEST_GEMM"));
     }
+    eprintln!(
+        "f16 GEMM kernels: {}; not on this adapter: {}",
+        v.iter().map(|g| g.gemm.name()).collect::<Vec<_>>().join(", "),
+        GemmVariant::ALL.into_iter().filter_map(|v| base.supports(v).err().map(|why| format!("{} ({why})", v.name()))).collect::<Vec<_>>().join("; ")
+    );
     v
 }
 

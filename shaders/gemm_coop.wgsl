@@ -1,0 +1,194 @@
+// GEMM on tensor cores: f16 x f16 -> f32 cooperative matrices (wgpu's
+// `wgpu_cooperative_matrix`, Vulkan's VK_KHR_cooperative_matrix), 16x16x16 fragments.
+//
+// A workgroup computes a 64x64 tile of C with four subgroups, one per 32x32 quarter, each
+// holding 2x2 fragments of C in f32. Per step of BK = 32 values of k, all invocations stage
+// the 64x32 tile of A and the 32x64 tile of B into workgroup memory, rounded to f16 (the
+// operand views of gemm_common.wgsl, so token mixing, implicit im2col and f16 weights all
+// work); each subgroup then loads its fragments from there and multiplies. The epilogue goes
+// through workgroup memory: each subgroup stores one fragment at a time to its own slot, and
+// every invocation applies store_c (bias, GELU, scale, gate, residual) to a share of them.
+//
+// Rounding A (activations) to f16 is what `--precision f16` allows; accumulation stays f32.
+// Values beyond f16's range (65504) become infinite, as they would in any f16 GEMM.
+//
+// The workgroup is 4 x the adapter's largest subgroup size (LANES). Where the driver runs it
+// as smaller subgroups (it may choose any size from the adapter's minimum to its maximum),
+// subgroup s computes quarter s % 4, those past the first four redundantly and into slots of
+// their own (SLOTS = 4 x largest / smallest), which nobody reads: correct at any size.
+//
+// EMULATE replaces the five matrix operations by the same arithmetic done lane by lane on the
+// same staged tiles (each lane owning elements lane, lane + LANES, … of each fragment), for
+// adapters without cooperative matrices whose subgroups have one fixed size: CI's lavapipe runs
+// this kernel's staging, fragment addressing, slots and epilogue that way.
+
+#if EMULATE
+#else
+enable wgpu_cooperative_matrix;
+#endif
+enable f16;
+
+const TM: u32 = 64u;
+const TN: u32 = 64u;
+const BK: u32 = 32u;
+const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
+const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
+const LB: u32 = TN * BK / NT;
+
+var<workgroup> ta: array<f16, 2048>;            // [TM][BK]
+var<workgroup> tb: array<f16, 2048>;            // [BK][TN]
+var<workgroup> tc: array<f32, {{TC}}>;          // [SLOTS][16][16]
+
+// Where staging step e of this invocation lands in the A tile: (kk, mm). Consecutive
+// invocations read consecutive addresses: along k for row-major A, along m for A_TRANS.
+fn a_slot(e: u32) -> vec2<u32> {
+#if A_TRANS
+    return vec2<u32>(e / TM, e % TM);
+#else
+    return vec2<u32>(e % BK, e / BK);
+#endif
+}
+
+// Step e of the B tile: (kk, nn); along k for B_TRANS ([N, K]), along n otherwise.
+fn b_slot(e: u32) -> vec2<u32> {
+#if B_TRANS
+    return vec2<u32>(e % BK, e / BK);
+#else
+    return vec2<u32>(e / TN, e % TN);
+#endif
+}
+
+// The tiles at k0, zero outside A and B, rounded to f16.
+fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
+    for (var i = 0u; i < LA; i++) {
+        let s = a_slot(tid + i * NT);
+        let m = m0 + s.y;
+        let k = k0 + s.x;
+        let v = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
+        ta[s.y * BK + s.x] = f16(v);
+    }
+    for (var i = 0u; i < LB; i++) {
+        let s = b_slot(tid + i * NT);
+        let n = n0 + s.y;
+        let k = k0 + s.x;
+        let v = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
+        tb[s.x * TN + s.y] = f16(v);
+    }
+}
+
+// Fragment (fi, fj) of every quarter, as stored in slots 0-3, through the epilogue into C.
+fn write_fragment(bt: u32, m0: u32, n0: u32, fi: u32, fj: u32, tid: u32) {
+    for (var e = tid; e < 1024u; e += NT) {
+        let q = e / 256u;
+        let r = (e / 16u) % 16u;
+        let col = e % 16u;
+        let m = m0 + (q / 2u) * 32u + fi * 16u + r;
+        let n = n0 + (q % 2u) * 32u + fj * 16u + col;
+        if (m < p.m && n < p.n) {
+            store_c(bt, m, n, tc[e]);
+        }
+    }
+}
+
+#if EMULATE
+const EPL: u32 = 256u / {{LANES}}u;  // elements of a fragment each lane owns
+
+// acc[f * EPL + i] += row (arow + r) of the A tile . column (bcol + c) of the B tile over 16
+// values of k from kk, for the elements (r, c) this lane owns of fragment f.
+fn mma_emulated(acc: ptr<function, array<f32, 4u * EPL>>, f: u32, arow: u32, bcol: u32, kk: u32, lane: u32) {
+    for (var i = 0u; i < EPL; i++) {
+        let e = lane + i * {{LANES}}u;
+        let r = e / 16u;
+        let col = e % 16u;
+        var s = 0.0;
+        for (var j = 0u; j < 16u; j++) {
+            s = fma(f32(ta[(arow + r) * BK + kk + j]), f32(tb[(kk + j) * TN + bcol + col]), s);
+        }
+        (*acc)[f * EPL + i] += s;
+    }
+}
+#endif
+
+@compute @workgroup_size({{NT}})
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_index) tid: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let bt = wg.z;
+    let m0 = wg.y * TM;
+    let n0 = wg.x * TN;
+    let quarter = sg % 4u;
+    let qm = (quarter / 2u) * 32u;  // the quarter's first row and column in the tile
+    let qn = (quarter % 2u) * 32u;
+    let slot = sg * 256u;
+#if EMULATE
+    var acc: array<f32, 4u * EPL>;
+#else
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    let a_ld = BK;
+    let b_ld = TN;
+#endif
+
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        stage_tiles(bt, m0, n0, k0, tid);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk += 16u) {
+#if EMULATE
+            mma_emulated(&acc, 0u, qm, qn, kk, lane);
+            mma_emulated(&acc, 1u, qm, qn + 16u, kk, lane);
+            mma_emulated(&acc, 2u, qm + 16u, qn, kk, lane);
+            mma_emulated(&acc, 3u, qm + 16u, qn + 16u, kk, lane);
+#else
+            // (Every address a `let` of its own: the SPIR-V the matrix operations need.)
+            let ia0 = qm * BK + kk;
+            let ia1 = (qm + 16u) * BK + kk;
+            let ib0 = kk * TN + qn;
+            let ib1 = kk * TN + qn + 16u;
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&ta[ia0], a_ld);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&ta[ia1], a_ld);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&tb[ib0], b_ld);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&tb[ib1], b_ld);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+#endif
+        }
+        workgroupBarrier();
+    }
+
+    // Fragment by fragment: each subgroup stores its fragment to its slot, then all
+    // invocations write the four quarters' fragments out.
+#if EMULATE
+    for (var f = 0u; f < 4u; f++) {
+        for (var i = 0u; i < EPL; i++) {
+            tc[slot + lane + i * {{LANES}}u] = acc[f * EPL + i];
+        }
+        workgroupBarrier();
+        write_fragment(bt, m0, n0, f / 2u, f % 2u, tid);
+        workgroupBarrier();
+    }
+#else
+    let c_ld = 16u;
+    coopStoreT(c00, &tc[slot], c_ld);
+    workgroupBarrier();
+    write_fragment(bt, m0, n0, 0u, 0u, tid);
+    workgroupBarrier();
+    coopStoreT(c01, &tc[slot], c_ld);
+    workgroupBarrier();
+    write_fragment(bt, m0, n0, 0u, 1u, tid);
+    workgroupBarrier();
+    coopStoreT(c10, &tc[slot], c_ld);
+    workgroupBarrier();
+    write_fragment(bt, m0, n0, 1u, 0u, tid);
+    workgroupBarrier();
+    coopStoreT(c11, &tc[slot], c_ld);
+    workgroupBarrier();
+    write_fragment(bt, m0, n0, 1u, 1u, tid);
+#endif
+}
