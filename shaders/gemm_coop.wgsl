@@ -39,24 +39,7 @@ var<workgroup> ta: array<f16, 2048>;            // [TM][BK]
 var<workgroup> tb: array<f16, 2048>;            // [BK][TN]
 var<workgroup> tc: array<f32, {{TC}}>;          // [SLOTS][16][16]
 
-// Where staging step e of this invocation lands in the A tile: (kk, mm). Consecutive
-// invocations read consecutive addresses: along k for row-major A, along m for A_TRANS.
-fn a_slot(e: u32) -> vec2<u32> {
-#if A_TRANS
-    return vec2<u32>(e / TM, e % TM);
-#else
-    return vec2<u32>(e % BK, e / BK);
-#endif
-}
-
-// Step e of the B tile: (kk, nn); along k for B_TRANS ([N, K]), along n otherwise.
-fn b_slot(e: u32) -> vec2<u32> {
-#if B_TRANS
-    return vec2<u32>(e % BK, e / BK);
-#else
-    return vec2<u32>(e / TN, e % TN);
-#endif
-}
+// (a_slot, b_slot: gemm_tile_slots.wgsl.)
 
 // The tiles at k0, zero outside A and B, rounded to f16.
 fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {

@@ -39,24 +39,7 @@ const GN: u32 = RN / 4u;            // vec4 columns per invocation
 var<workgroup> ta: array<vec4<f32>, {{TA_VEC4}}>;
 var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 
-// Where fetch e of this invocation lands in the A tile: (kk, mm). Consecutive invocations take
-// consecutive addresses: along k for row-major A, along m for A_TRANS ([K, M]).
-fn a_slot(e: u32) -> vec2<u32> {
-#if A_TRANS
-    return vec2<u32>(e / TM, e % TM);
-#else
-    return vec2<u32>(e % BK, e / BK);
-#endif
-}
-
-// Fetch e of the B tile: (kk, nn); along k for B_TRANS ([N, K]), along n otherwise.
-fn b_slot(e: u32) -> vec2<u32> {
-#if B_TRANS
-    return vec2<u32>(e % BK, e / BK);
-#else
-    return vec2<u32>(e / TN, e % TN);
-#endif
-}
+// (a_slot, b_slot: gemm_tile_slots.wgsl.)
 
 // The tiles at k0 this invocation fetches from global memory (zero outside A and B), held in
 // registers until they are staged.

@@ -36,8 +36,9 @@ pub struct Tuning {
 }
 
 /// The sources whose change invalidates cached choices.
-const KERNELS: [&str; 6] = [
+const KERNELS: [&str; 7] = [
     include_str!("../../shaders/gemm_coop.wgsl"),
+    include_str!("../../shaders/gemm_tile_slots.wgsl"),
     include_str!("../../shaders/gemm_common.wgsl"),
     include_str!("../../shaders/gemm_tiled.wgsl"),
     include_str!("../../shaders/gemm_subgroup.wgsl"),

@@ -1,12 +1,13 @@
 //! GEMM with fused epilogue: `C[b] (+)= act(A[b] · B[b] + bias) * scale`. Linear layers,
 //! token mixing (weight · activations, no transpose pass) and convolutions (implicit im2col of
-//! an NCHW image) are all this one op. Four kernels, chosen per adapter and (on real GPUs)
+//! an NCHW image) are all this one op. Five kernels, chosen per adapter and (on real GPUs)
 //! autotuned per shape class (see [`GemmVariant`], `gpu::tune`): `gemm_tiled.wgsl`
-//! (double-buffered shared-memory tiles in three sizes) on GPUs; on CPU rasterisers
-//! `gemm_texture.wgsl` (weights, and activations where mirrored, from textures, subgroups:
-//! lavapipe), `gemm_subgroup.wgsl` (the same from buffers) and `gemm_register.wgsl` (no
-//! subgroups: SwiftShader). The subgroup kernels work at any subgroup size from 4 to 64
-//! lanes. All share `gemm_common.wgsl`.
+//! (double-buffered shared-memory tiles in three sizes) on GPUs, and under f16 on adapters with
+//! cooperative matrices `gemm_coop.wgsl` (tensor cores; both stage tiles in the order of
+//! `gemm_tile_slots.wgsl`); on CPU rasterisers `gemm_texture.wgsl` (weights, and activations
+//! where mirrored, from textures, subgroups: lavapipe), `gemm_subgroup.wgsl` (the same from
+//! buffers) and `gemm_register.wgsl` (no subgroups: SwiftShader). The subgroup kernels work at
+//! any subgroup size from 4 to 64 lanes. All share `gemm_common.wgsl`.
 
 use crate::error::{Error, Result};
 use crate::gpu::{Binding, GemmVariant, Gpu, Kernel, Resource};
@@ -21,8 +22,16 @@ const TEXTURE_BINDINGS: &[Binding] =
     &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Texture];
 const TEXTURE_A_BINDINGS: &[Binding] =
     &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Texture, Binding::Texture];
-const TILED: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_tiled.wgsl"));
-const COOP: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_coop.wgsl"));
+const TILED: &str = concat!(
+    include_str!("../../shaders/gemm_common.wgsl"),
+    include_str!("../../shaders/gemm_tile_slots.wgsl"),
+    include_str!("../../shaders/gemm_tiled.wgsl")
+);
+const COOP: &str = concat!(
+    include_str!("../../shaders/gemm_common.wgsl"),
+    include_str!("../../shaders/gemm_tile_slots.wgsl"),
+    include_str!("../../shaders/gemm_coop.wgsl")
+);
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 
 /// Which axis of C a per-channel vector (bias, layer scale) runs along.
