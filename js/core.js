@@ -18,9 +18,10 @@ export async function createCore(moduleUrl = new URL('./pkg/tokenmix.js', import
   const tm = await import(moduleUrl.href);
   await tm.default();
   return {
-    async init({ backend = 'auto', precision = 'f32' } = {}) {
+    async init({ backend = 'auto', precision = 'f32', autotune } = {}) {
       tm.setBackend(backend);
       tm.setPrecision(precision);
+      tm.setAutotune(autotune);
       return tm.adapterInfo();
     },
     adapterInfo: () => tm.adapterInfo(),

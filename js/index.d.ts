@@ -13,6 +13,10 @@ export interface ClassifierOptions {
   /** GEMM weights on the GPU: 'f32' (default) or 'f16' where the adapter has shader-f16 (else
    * f32, said in `adapterInfo().precisionNote`). Arithmetic is f32 either way. */
   precision?: 'f32' | 'f16';
+  /** Time the GPU's GEMM kernels per shape class at model load and keep the fastest (stored
+   * per adapter in the Cache API, so a later load times nothing). Default: on for hardware
+   * GPUs, off for software adapters. */
+  autotune?: boolean;
 }
 
 /** What {@link Classifier.classify} accepts. */
@@ -34,6 +38,8 @@ export interface LoadOptions {
    * the adapter has shader-f16; else f32, said in `adapterInfo().precisionNote`). For this and
    * later calls. */
   precision?: 'f32' | 'f16';
+  /** Turn GEMM autotuning on or off for this and later loads (see {@link ClassifierOptions.autotune}). */
+  autotune?: boolean;
 }
 
 export interface Prediction {
@@ -93,8 +99,12 @@ export interface AdapterInfo {
   name: string;
   apiBackend: string;
   deviceType: string;
-  /** The GEMM kernel (and, natively on real GPUs, the autotuned choice per shape class). */
+  /** The GEMM kernel (and, where the GPU autotunes, the choice per shape class). */
   gemm: string;
+  /** Whether the GPU autotunes its GEMM kernels, and how many shape classes it timed so far
+   * (classes whose choice came from the Cache API are not timed). */
+  autotune: boolean;
+  gemmTimed: number;
   /** How GEMM weights are stored: 'f32' or 'f16'. */
   precision: 'f32' | 'f16';
   /** Why the precision is not the one asked for, when it is not. */

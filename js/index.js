@@ -5,13 +5,17 @@ import { createCore, toImageData } from './core.js';
 
 const BACKENDS = ['auto', 'gpu', 'cpu'];
 const PRECISIONS = ['f32', 'f16'];
+const checkAutotune = (a) => {
+  if (a !== undefined && typeof a !== 'boolean') throw new Error(`autotune ${a}: expected true or false`);
+};
 
 /** @param {import('./index.js').ClassifierOptions} [options] */
-export async function createClassifier({ worker = true, backend = 'auto', precision = 'f32' } = {}) {
+export async function createClassifier({ worker = true, backend = 'auto', precision = 'f32', autotune } = {}) {
   if (!BACKENDS.includes(backend)) throw new Error(`backend ${backend}: expected auto, gpu or cpu`);
   if (!PRECISIONS.includes(precision)) throw new Error(`precision ${precision}: expected f32 or f16`);
+  checkAutotune(autotune);
   const call = worker && typeof Worker !== 'undefined' ? workerCalls() : await inlineCalls();
-  await call('init', [{ backend, precision }]);
+  await call('init', [{ backend, precision, autotune }]);
 
   // In a worker an image travels as an ImageBitmap (transferred) or an ImageData (copied).
   const image = async (img) => {
@@ -29,11 +33,12 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
 
   return {
     worker: call.worker,
-    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p } = {}) {
+    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p, autotune } = {}) {
       if (b !== undefined && !BACKENDS.includes(b)) throw new Error(`backend ${b}: expected auto, gpu or cpu`);
       if (p !== undefined && !PRECISIONS.includes(p)) throw new Error(`precision ${p}: expected f32 or f16`);
+      checkAutotune(autotune);
       const src = source instanceof ArrayBuffer ? new Uint8Array(source) : source;
-      const options = { name, cache, backend: b, precision: p };
+      const options = { name, cache, backend: b, precision: p, autotune };
       if (call.worker) return call('loadModel', [src, { ...options, progress: Boolean(onProgress) }], [], onProgress);
       return call('loadModel', [src, { ...options, onProgress }]);
     },

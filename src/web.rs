@@ -92,6 +92,22 @@ export async function cache_has(url) {
   const c = await open_cache();
   return Boolean(c && await c.match(url));
 }
+// The GEMM autotuner's choices, per adapter (the native cache file's JSON), in the Cache API
+// under a fixed URL, so that window and worker share them.
+const TUNING = 'https://tokenmix.invalid/gemm-tuning.json';
+export async function tuning_get() {
+  try {
+    const c = typeof caches !== 'undefined' ? await caches.open('tokenmix-tuning') : null;
+    const r = c && await c.match(TUNING);
+    return r ? await r.text() : '';
+  } catch { return ''; }
+}
+export async function tuning_put(text) {
+  try {
+    const c = typeof caches !== 'undefined' ? await caches.open('tokenmix-tuning') : null;
+    if (c) await c.put(TUNING, new Response(text, { headers: { 'Content-Type': 'application/json' } }));
+  } catch { /* storage disabled or full: the next load tunes again */ }
+}
 export async function cache_clear(url) {
   if (typeof caches === 'undefined') return false;
   if (url === undefined || url === null) return caches.delete(CACHE);
@@ -108,6 +124,30 @@ extern "C" {
     async fn cache_put(url: &str, bytes: &Uint8Array) -> JsValue;
     async fn cache_has(url: &str) -> JsValue;
     async fn cache_clear(url: JsValue) -> JsValue;
+    async fn tuning_get() -> JsValue;
+    async fn tuning_put(text: &str);
+}
+
+/// Loads a model on `device` with the GEMM autotuner's stored choices for it, then times the
+/// shape classes it has none for yet (batch 1, as the page classifies) and stores the result.
+/// Only where the device tunes: hardware GPUs, or any with the `autotune` option.
+async fn load_tuned(device: &Device, bytes: &[u8]) -> crate::error::Result<Model> {
+    let gpu = device.gpu().filter(|g| g.tuning.enabled()).cloned();
+    let stored = match &gpu {
+        Some(g) => {
+            let text = tuning_get().await.as_string().unwrap_or_default();
+            g.tuning.import(&text);
+            Some(text)
+        }
+        None => None,
+    };
+    let model = Model::load_scoped(device.clone(), bytes, None).await?;
+    if let (Some(g), Some(text)) = (gpu, stored) {
+        if model.autotune(1).await? > 0 {
+            tuning_put(&g.tuning.export(&text)).await;
+        }
+    }
+    Ok(model)
 }
 
 struct State {
@@ -136,7 +176,7 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
         return Ok(s);
     }
     let sel = select(CHOICE.with(|c| *c.borrow())).await?;
-    let model = Model::load_scoped(sel.device.clone(), crate::DEFAULT_MODEL, None).await.map_err(js_err)?;
+    let model = load_tuned(&sel.device, crate::DEFAULT_MODEL).await.map_err(js_err)?;
     let fresh =
         Rc::new(RefCell::new(State { sel, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new(), last_input: None }));
     // Two first calls may race through the awaits above; keep whichever finished first.
@@ -163,6 +203,14 @@ pub fn set_backend(choice: &str) -> Result<(), JsError> {
 
 /// The GEMM weight precision ('f32' or 'f16') of devices made from now on (`createClassifier`'s
 /// `precision`); `loadModel(source, {precision})` switches it later.
+/// Whether devices made from now on autotune their GEMM kernels (`createClassifier`'s
+/// `autotune`): true or false, or undefined for the default (hardware GPUs only);
+/// `loadModel(source, {autotune})` switches it later.
+#[wasm_bindgen(js_name = setAutotune)]
+pub fn set_autotune(on: Option<bool>) {
+    crate::gpu::tune::request_autotune(on);
+}
+
 #[wasm_bindgen(js_name = setPrecision)]
 pub fn set_precision(precision: &str) -> Result<(), JsError> {
     crate::gpu::request_precision(crate::gpu::Precision::parse(precision).map_err(js_err)?);
@@ -216,6 +264,8 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
         "apiBackend": api,
         "deviceType": device_type,
         "gemm": d.kernels(),
+        "autotune": d.gpu().is_some_and(|g| g.tuning.enabled()),
+        "gemmTimed": d.gpu().map_or(0, |g| g.tuning.timed()),
         "precision": d.precision().0,
         "precisionNote": d.precision().1,
     }))
@@ -303,7 +353,16 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         _ if lost || (repick && old.device.gpu().is_some()) => select(old.choice).await?,
         _ => old,
     };
-    let model = Model::load_scoped(sel.device.clone(), &bytes, None).await.map_err(|e| js_err(format!("{name}: {e}")))?;
+    // An autotune option (true/false) applies to this device and to the devices made later.
+    let autotune = option("autotune");
+    if !autotune.is_undefined() && !autotune.is_null() {
+        let on = autotune.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))?;
+        crate::gpu::tune::request_autotune(Some(on));
+        if let Some(g) = sel.device.gpu() {
+            g.tuning.set_enabled(on);
+        }
+    }
+    let model = load_tuned(&sel.device, &bytes).await.map_err(|e| js_err(format!("{name}: {e}")))?;
     let desc = describe(&model, &name)?;
     set(desc.unchecked_ref(), "fromCache", from_cache);
     if let Some((url, data)) = cache_after {

@@ -198,6 +198,88 @@ impl GpuExec {
         out
     }
 
+    /// The GEMM a step records, on this batch's slot buffers (and A's texture mirror).
+    fn gemm<'a>(&'a self, batch: usize, g: &crate::net::Gemm, slots: &'a [wgpu::Buffer], mirror: Option<&'a ActTexture>) -> Result<ops::Gemm<'a>> {
+        let buf = |s: Slot| &slots[s.index()];
+        let w = self.matrix(g.w)?;
+        // Linear GEMMs fold the batch into rows (bs = 0); the others keep the view's stride.
+        let operand = |v: &View, fold: bool| -> Result<Operand<'a>> {
+            let word = |n: usize| u32::try_from(n).map_err(|_| Error::Input(format!("activation offset {n} is too large for 32-bit indexing")));
+            Ok(Operand { buf: buf(v.slot), off: word(v.off)?, ld: word(v.ld)?, bs: if fold { 0 } else { word(v.bs)? } })
+        };
+        let mut gemm = match g.kind {
+            GemmKind::Linear { rows, a } => {
+                let mut k = ops::Gemm::linear(batch * rows, operand(&a, true)?, w, operand(&g.c, true)?).a_texture(mirror);
+                if let Some(b) = g.bias {
+                    k = k.bias(self.vector(b), Axis::N);
+                }
+                if let Some(s) = g.scale {
+                    k = k.scale(self.vector(s), Axis::N);
+                }
+                if let Some(gate) = &g.gate {
+                    k = k.gate(operand(gate, true)?);
+                }
+                k
+            }
+            GemmKind::Tokens { x, channels } => {
+                let mut k = ops::Gemm::across_tokens(batch, w, operand(&x, false)?, channels, operand(&g.c, false)?).a_texture(mirror);
+                if let Some(b) = g.bias {
+                    k = k.token_bias(self.vector(b));
+                }
+                k = k.channel_scale(g.scale.map(|s| self.vector(s)));
+                if let Some(gate) = &g.gate {
+                    k = k.gate(operand(gate, false)?);
+                }
+                k
+            }
+            GemmKind::Conv { input, geometry, nhwc } => {
+                if g.c.off != 0 || g.c.ld != w.rows || g.gate.is_some() || g.scale.is_some() {
+                    return Err(Error::Config("a convolution writes dense channels-last rows, with a bias only".into()));
+                }
+                let k = if nhwc {
+                    ops::Gemm::conv_nhwc(batch, geometry, buf(input), w, buf(g.c.slot))?
+                } else {
+                    ops::Gemm::conv(batch, geometry, buf(input), w, buf(g.c.slot))?
+                };
+                match g.bias {
+                    Some(b) => k.bias(self.vector(b), Axis::N),
+                    None => k,
+                }
+            }
+        };
+        if g.gelu {
+            gemm = gemm.gelu();
+        }
+        if g.residual {
+            gemm = gemm.residual();
+        }
+        Ok(gemm)
+    }
+
+    /// Times the GEMM kernels for each shape class of this batch size's GEMMs that the device
+    /// has no choice for yet, and drops the plans built before, so the next forward pass uses
+    /// the choices: the browser's autotuning (a plan is built synchronously there, and timing
+    /// must wait for the GPU); natively the first plan build has tuned already. Returns the
+    /// number of classes timed.
+    pub async fn autotune(&self, batch: usize) -> Result<usize> {
+        let gpu = &self.gpu;
+        if !gpu.tuning.enabled() {
+            return Ok(0);
+        }
+        let floats = &self.slot_floats[0];
+        let slots = Slot::ALL.iter().map(|s| gpu.storage(s.name(), batch * floats[s.index()].max(1))).collect::<Result<Vec<_>>>()?;
+        let mut timed = 0;
+        for step in &self.steps {
+            if let Step::Gemm(g) = step {
+                timed += self.gemm(batch, g, &slots, None)?.tune_async(gpu).await? as usize;
+            }
+        }
+        if timed > 0 {
+            self.plans.lock().map_err(|_| Error::Gpu("plan cache poisoned".into()))?.clear();
+        }
+        Ok(timed)
+    }
+
     /// Records one step as ops on this batch's slot buffers.
     fn record(
         &self,
@@ -209,67 +291,15 @@ impl GpuExec {
     ) -> Result<()> {
         let gpu = &self.gpu;
         let buf = |s: Slot| &slots[s.index()];
-        // Linear GEMMs fold the batch into rows (bs = 0); the others keep the view's stride.
-        let operand = |v: &View, fold: bool| -> Result<Operand> {
-            let word = |n: usize| u32::try_from(n).map_err(|_| Error::Input(format!("activation offset {n} is too large for 32-bit indexing")));
-            Ok(Operand { buf: buf(v.slot), off: word(v.off)?, ld: word(v.ld)?, bs: if fold { 0 } else { word(v.bs)? } })
-        };
         match step {
             Step::Gemm(g) => {
-                let w = self.matrix(g.w)?;
                 let input = self.gemm_input(batch, g);
                 let mirror = input.and_then(|key| mirrors.get(&key));
                 if let (Some((slot, _, _)), Some(t)) = (input, mirror) {
                     // The texture must hold what the previous steps just wrote.
                     ops.push(Op::copy_to_texture(buf(slot), t)?);
                 }
-                let mut gemm = match g.kind {
-                    GemmKind::Linear { rows, a } => {
-                        let mut k = ops::Gemm::linear(batch * rows, operand(&a, true)?, w, operand(&g.c, true)?).a_texture(mirror);
-                        if let Some(b) = g.bias {
-                            k = k.bias(self.vector(b), Axis::N);
-                        }
-                        if let Some(s) = g.scale {
-                            k = k.scale(self.vector(s), Axis::N);
-                        }
-                        if let Some(gate) = &g.gate {
-                            k = k.gate(operand(gate, true)?);
-                        }
-                        k
-                    }
-                    GemmKind::Tokens { x, channels } => {
-                        let mut k = ops::Gemm::across_tokens(batch, w, operand(&x, false)?, channels, operand(&g.c, false)?).a_texture(mirror);
-                        if let Some(b) = g.bias {
-                            k = k.token_bias(self.vector(b));
-                        }
-                        k = k.channel_scale(g.scale.map(|s| self.vector(s)));
-                        if let Some(gate) = &g.gate {
-                            k = k.gate(operand(gate, false)?);
-                        }
-                        k
-                    }
-                    GemmKind::Conv { input, geometry, nhwc } => {
-                        if g.c.off != 0 || g.c.ld != w.rows || g.gate.is_some() || g.scale.is_some() {
-                            return Err(Error::Config("a convolution writes dense channels-last rows, with a bias only".into()));
-                        }
-                        let k = if nhwc {
-                            ops::Gemm::conv_nhwc(batch, geometry, buf(input), w, buf(g.c.slot))?
-                        } else {
-                            ops::Gemm::conv(batch, geometry, buf(input), w, buf(g.c.slot))?
-                        };
-                        match g.bias {
-                            Some(b) => k.bias(self.vector(b), Axis::N),
-                            None => k,
-                        }
-                    }
-                };
-                if g.gelu {
-                    gemm = gemm.gelu();
-                }
-                if g.residual {
-                    gemm = gemm.residual();
-                }
-                ops.push(gemm.build(gpu)?);
+                ops.push(self.gemm(batch, g, slots, mirror)?.build(gpu)?);
             }
             Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
                 let x = Rows { buf: buf(x.slot), off: x.off, ld: x.ld };

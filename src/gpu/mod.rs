@@ -768,11 +768,46 @@ impl Gpu {
         self.wait()
     }
 
+    /// Waits, without blocking, until the work submitted so far is done (the browser's queue
+    /// callback; natively a blocking poll): for timing in the browser.
+    pub async fn idle(&self) -> Result<()> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            let (tx, rx) = futures_channel::oneshot::channel();
+            self.queue.on_submitted_work_done(move || {
+                let _ = tx.send(());
+            });
+            rx.await.map_err(|_| Error::Gpu("waiting for the GPU: cancelled".into()))?;
+            self.check()
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        self.wait()
+    }
+
     /// Waits until the queue is idle (native); used by benchmarks.
     pub fn wait(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
         self.check()
+    }
+}
+
+/// Milliseconds on a monotonic clock: `performance.now()` in the browser (window or worker).
+pub fn clock_ms() -> f64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        use wasm_bindgen::JsCast;
+        let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok();
+        let now = perf.as_ref().and_then(|p| js_sys::Reflect::get(p, &"now".into()).ok()).and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+        match (perf, now) {
+            (Some(p), Some(f)) => f.call0(&p).ok().and_then(|v| v.as_f64()).unwrap_or_else(js_sys::Date::now),
+            _ => js_sys::Date::now(),
+        }
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
     }
 }
 

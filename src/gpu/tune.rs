@@ -7,24 +7,26 @@
 //! (times the batch), N and K each rounded up to a power of two. The cache file is
 //! `gemm-tuning.json` in `TOKENMIX_CACHE_DIR` (else `crate::env::cache_home`:
 //! `$XDG_CACHE_HOME/tokenmix`, else `~/.cache/tokenmix`): `{ adapter key: { class: kernel } }`, the key naming the adapter, its
-//! driver and a hash of the GEMM kernels' sources (a changed kernel invalidates the entry).
+//! driver, the precision and a hash of the GEMM kernels' sources (a changed kernel invalidates
+//! the entry). In the browser the same JSON lives in the Cache API (`web.rs`), and the timing
+//! waits for the GPU after the plan is built (`Tuning::times_at_build`, `GpuExec::autotune`).
 //!
-//! On by default on real GPUs natively. Off on CPU rasterisers (lavapipe, SwiftShader: their
-//! kernels were chosen by measurement, see `ops::gemm`, and timing the barrier-bound tiled
-//! kernels there would cost seconds), in the browser (a plan is built synchronously there,
-//! and timing needs to wait for the GPU) and when `TOKENMIX_GEMM` fixes the kernel.
-//! `TOKENMIX_AUTOTUNE=0|1` turns it off or on whatever the adapter.
+//! On by default on real GPUs. Off on CPU rasterisers (lavapipe, SwiftShader: their kernels
+//! were chosen by measurement, see `ops::gemm`, and timing the barrier-bound tiled kernels
+//! there would cost seconds) and when `TOKENMIX_GEMM` fixes the kernel. `TOKENMIX_AUTOTUNE=0|1`
+//! (the page: the `autotune` option, [`request_autotune`]) turns it off or on whatever the
+//! adapter.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The choices of one device, and where they persist.
 #[derive(Debug, Default)]
 pub struct Tuning {
-    enabled: bool,
-    /// Adapter + driver + kernel-source hash: the cache file's key for this device.
+    enabled: AtomicBool,
+    /// Adapter + driver + precision + kernel-source hash: the cache's key for this device.
     key: String,
     file: Option<PathBuf>,
     choices: Mutex<BTreeMap<String, String>>,
@@ -46,6 +48,16 @@ const KERNELS: [&str; 7] = [
     include_str!("../../shaders/gemm_register.wgsl"),
 ];
 
+static REQUESTED: Mutex<Option<bool>> = Mutex::new(None);
+
+/// Whether devices made from now on autotune (the page's `autotune` option): wins over
+/// `TOKENMIX_AUTOTUNE`; None goes back to the default (hardware GPUs only).
+pub fn request_autotune(on: Option<bool>) {
+    if let Ok(mut r) = REQUESTED.lock() {
+        *r = on;
+    }
+}
+
 impl Tuning {
     /// No autotuning: every GEMM uses the device's default kernel.
     pub fn off() -> Self {
@@ -55,36 +67,71 @@ impl Tuning {
     /// The tuning state of a new device: enabled as the module documentation says (`auto` is
     /// false when `TOKENMIX_GEMM` fixed the kernel), with the cached choices for this adapter.
     pub fn new(info: &wgpu::AdapterInfo, precision: super::Precision, auto: bool) -> Self {
-        let enabled = match crate::env::env().autotune.as_deref() {
-            Some("0") | Some("false") | Some("off") => false,
-            Some(_) => auto,
-            None => auto && !crate::exec::is_software(info) && cfg!(not(target_arch = "wasm32")),
+        let requested = REQUESTED.lock().ok().and_then(|r| *r);
+        let enabled = match (requested, crate::env::env().autotune.as_deref()) {
+            (Some(on), _) => on && auto,
+            (None, Some("0") | Some("false") | Some("off")) => false,
+            (None, Some(_)) => auto,
+            (None, None) => auto && !crate::exec::is_software(info),
         };
-        if !enabled {
+        if !auto {
             return Self::off();
         }
-        Self::forced(info, precision, cache_file())
+        let tuning = Self::forced(info, precision, cache_file());
+        tuning.set_enabled(enabled);
+        tuning
     }
 
     /// Tuning on, whatever the adapter, with choices persisted in `file` (read now when it
     /// holds this adapter's entry): for tests and tools.
     pub fn forced(info: &wgpu::AdapterInfo, precision: super::Precision, file: Option<PathBuf>) -> Self {
         let key = adapter_key(info, precision);
-        let choices = file.as_ref().map(|f| read_cache(f, &key)).unwrap_or_default();
-        Tuning { enabled: true, key, file, choices: Mutex::new(choices), ..Tuning::default() }
+        let choices = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).map(|t| entry(&t, &key)).unwrap_or_default();
+        Tuning { enabled: AtomicBool::new(true), key, file, choices: Mutex::new(choices), ..Tuning::default() }
     }
 
     /// The same tuning (on or off, same cache file) for the device at another precision.
     pub(crate) fn at_precision(&self, info: &wgpu::AdapterInfo, precision: super::Precision) -> Self {
-        if self.enabled {
-            Self::forced(info, precision, self.file.clone())
-        } else {
-            Self::off()
+        if self.key.is_empty() {
+            return Self::off();
         }
+        let t = Self::forced(info, precision, self.file.clone());
+        t.set_enabled(self.enabled());
+        t
     }
 
     pub fn enabled(&self) -> bool {
-        self.enabled
+        self.enabled.load(Ordering::SeqCst)
+    }
+
+    /// Turns tuning on or off for GEMMs built from now on (the page's `autotune` option on a
+    /// loaded device); never on for a device whose kernel is fixed (`TOKENMIX_GEMM`, tests).
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on && !self.key.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Whether a GEMM's first build times the kernels on the spot (natively), or leaves its
+    /// class to [`crate::exec::GpuExec::autotune`], which can wait for the GPU (the browser,
+    /// where a plan is built synchronously).
+    pub fn times_at_build(&self) -> bool {
+        cfg!(not(target_arch = "wasm32"))
+    }
+
+    /// Adds this device's entry of a cache text (the browser's Cache API copy of the file).
+    pub fn import(&self, text: &str) {
+        if let Ok(mut c) = self.choices.lock() {
+            for (class, v) in entry(text, &self.key) {
+                c.entry(class).or_insert(v);
+            }
+        }
+    }
+
+    /// `text` (a cache, possibly empty or malformed) with this device's entry replaced by its
+    /// choices: what the browser writes back.
+    pub fn export(&self, text: &str) -> String {
+        let mut all = serde_json::from_str::<serde_json::Value>(text).ok().filter(|v| v.is_object()).unwrap_or_else(|| serde_json::json!({}));
+        all[&self.key] = serde_json::json!(self.choices());
+        all.to_string()
     }
 
     /// Shape class → kernel name, as chosen (or read from the cache) so far.
@@ -150,11 +197,10 @@ fn cache_file() -> Option<PathBuf> {
     None
 }
 
-/// This adapter's entry of the cache file; a missing, unreadable or malformed file (or an entry
-/// naming unknown kernels) is no cache, never an error.
-fn read_cache(file: &std::path::Path, key: &str) -> BTreeMap<String, String> {
-    let Ok(text) = std::fs::read_to_string(file) else { return BTreeMap::new() };
-    let Ok(serde_json::Value::Object(all)) = serde_json::from_str::<serde_json::Value>(&text) else { return BTreeMap::new() };
+/// This adapter's entry of a cache text; a malformed text (or an entry naming unknown kernels)
+/// is no cache, never an error.
+fn entry(text: &str, key: &str) -> BTreeMap<String, String> {
+    let Ok(serde_json::Value::Object(all)) = serde_json::from_str::<serde_json::Value>(text) else { return BTreeMap::new() };
     let Some(serde_json::Value::Object(entry)) = all.get(key) else { return BTreeMap::new() };
     entry
         .iter()

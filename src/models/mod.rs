@@ -212,6 +212,16 @@ impl Model {
         Ok(())
     }
 
+    /// Times the GPU's GEMM kernels for the shape classes of a `batch`-image forward pass that
+    /// its device has not tuned yet (see [`GpuExec::autotune`]); 0 on the CPU executor, on a
+    /// device that does not tune, or natively, where building the plan tuned already.
+    pub async fn autotune(&self, batch: usize) -> Result<usize> {
+        match &self.exec {
+            Executor::Gpu(g) => g.autotune(batch).await,
+            Executor::Cpu(_) => Ok(0),
+        }
+    }
+
     /// Runs `input` ([batch, C, H, W], preprocessed) through the model; only logits and
     /// probabilities come back.
     pub async fn forward(&self, input: &[f32]) -> Result<Output> {

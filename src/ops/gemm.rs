@@ -511,22 +511,12 @@ impl<'a> Gemm<'a> {
         if let Some(v) = gpu.tuning.get(&class).filter(|&v| gpu.supports(v).is_ok()) {
             return Ok(v);
         }
+        if !gpu.tuning.times_at_build() {
+            // The browser: `GpuExec::autotune` times this class later, when it can wait.
+            return Ok(gpu.gemm);
+        }
         let mut best: Option<(f64, GemmVariant)> = None;
-        for v in gpu.gemm_variants() {
-            // Without a weight texture the texture kernel is the subgroup one: timed once.
-            if v == GemmVariant::Texture && self.b_tex.is_none() {
-                continue;
-            }
-            // A kernel this driver cannot compile or run is simply not a candidate.
-            let Ok(op) = self.build_with(gpu, v) else { continue };
-            // Nor is the tensor-core kernel when its results are not the tiled kernel's (CI has
-            // no cooperative matrices to test it on, so each device proves it here).
-            if v == GemmVariant::Coop {
-                if let Err(why) = self.agrees_with_tiled(gpu, &op) {
-                    gpu.tuning.reject(&class, v, &why);
-                    continue;
-                }
-            }
+        for (v, op) in self.candidates(gpu, &class) {
             let Some(t) = time_op(gpu, &op) else { continue };
             if best.is_none_or(|(b, _)| t < b) {
                 best = Some((t, v));
@@ -535,6 +525,49 @@ impl<'a> Gemm<'a> {
         let v = best.map_or(gpu.gemm, |(_, v)| v);
         gpu.tuning.record(&class, v);
         Ok(v)
+    }
+
+    /// The kernels the autotuner times for this GEMM, built: every one the device can run
+    /// (without a weight texture the texture kernel is the subgroup one, so it is left out),
+    /// and the tensor-core kernel only once its results matched the tiled kernel's (CI has no
+    /// cooperative matrices to test it on, so each device proves it here).
+    fn candidates(&self, gpu: &Gpu, class: &str) -> Vec<(GemmVariant, Op)> {
+        let mut out = Vec::new();
+        for v in gpu.gemm_variants() {
+            if v == GemmVariant::Texture && self.b_tex.is_none() {
+                continue;
+            }
+            // A kernel this driver cannot compile or run is simply not a candidate.
+            let Ok(op) = self.build_with(gpu, v) else { continue };
+            if v == GemmVariant::Coop {
+                if let Err(why) = self.agrees_with_tiled(gpu, &op) {
+                    gpu.tuning.reject(class, v, &why);
+                    continue;
+                }
+            }
+            out.push((v, op));
+        }
+        out
+    }
+
+    /// Times the kernels for this GEMM's shape class unless the device already has a choice
+    /// for it, waiting for the GPU without blocking (the browser's autotuning, after a plan was
+    /// built with the default kernel); true when it timed. Safe as [`Self::build`]'s timing is:
+    /// the GEMM writes only its output, which a forward pass overwrites.
+    pub async fn tune_async(&self, gpu: &Gpu) -> Result<bool> {
+        let class = self.shape_class();
+        if !gpu.tuning.enabled() || gpu.tuning.get(&class).is_some_and(|v| gpu.supports(v).is_ok()) {
+            return Ok(false);
+        }
+        let mut best: Option<(f64, GemmVariant)> = None;
+        for (v, op) in self.candidates(gpu, &class) {
+            let Some(t) = time_op_async(gpu, &op).await else { continue };
+            if best.is_none_or(|(b, _)| t < b) {
+                best = Some((t, v));
+            }
+        }
+        gpu.tuning.record(&class, best.map_or(gpu.gemm, |(_, v)| v));
+        Ok(true)
     }
 
     /// Whether `op` (this GEMM by a kernel that computes in f16) gives the tiled kernel's
@@ -716,6 +749,32 @@ fn time_op(gpu: &Gpu, op: &Op) -> Option<f64> {
 #[cfg(target_arch = "wasm32")]
 fn time_op(_gpu: &Gpu, _op: &Op) -> Option<f64> {
     None
+}
+
+/// [`time_op`] for a caller that can await the GPU (any target): the best of one run and
+/// three batches of runs that take ~10 ms, after a warm-up run, in seconds per run.
+async fn time_op_async(gpu: &Gpu, op: &Op) -> Option<f64> {
+    let run = |reps: usize| async move {
+        let t = crate::gpu::clock_ms();
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("autotune") });
+        for _ in 0..reps {
+            super::encode_all(&mut encoder, std::slice::from_ref(op));
+        }
+        gpu.queue.submit([encoder.finish()]);
+        gpu.idle().await.ok()?;
+        Some((crate::gpu::clock_ms() - t) / 1e3 / reps as f64)
+    };
+    run(1).await?;
+    let once = run(1).await?;
+    if once > 0.05 {
+        return Some(once);
+    }
+    let reps = ((0.01 / once.max(1e-6)) as usize).clamp(1, 64);
+    let mut best = once;
+    for _ in 0..3 {
+        best = best.min(run(reps).await?);
+    }
+    Some(best)
 }
 
 fn register_tile(conv: bool) -> (u32, u32) {

@@ -604,6 +604,35 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
   assert.match(p.refused, /precision f64: expected f32 or f16/);
   const again = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
   assert.equal(again.predictions[0].index, cli[0].index);
+  // Autotuning (off by default on a software adapter): asked for, the load times each GEMM
+  // shape class of the model and the page reports the choices; they go to the Cache API, so
+  // after a reload the same load times nothing and still has them.
+  const tune = () => page.evaluate(async () => {
+    const api = window.tokenmixApp.api;
+    const before = (await api.adapterInfo()).autotune;
+    const t = performance.now();
+    await api.loadModel(null, { autotune: true });
+    const info = await api.adapterInfo();
+    return { before, ms: Math.round(performance.now() - t), autotune: info.autotune, timed: info.gemmTimed, gemm: info.gemm };
+  });
+  const first = await tune();
+  console.log(`[i] autotune: ${JSON.stringify(first)}`);
+  assert.deepEqual([first.before, first.autotune], [false, true]);
+  assert.ok(first.timed > 0, 'shape classes were timed');
+  const classes = (first.gemm.match(/→/g) ?? []).length;
+  assert.equal(classes, first.timed, `one choice per timed class: ${first.gemm}`);
+  const tuned = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+  assert.equal(tuned.predictions[0].index, cli[0].index);
+  assert.ok(Math.abs(tuned.predictions[0].probability - cli[0].probability) <= 1e-3);
+  await page.reload();
+  await page.waitForFunction(() => window.tokenmixApp, null, { timeout: 30_000 });
+  assertStarted(await page.evaluate(() => window.tokenmixApp.ready), 'gpu');
+  const second = await tune();
+  console.log(`[i] autotune after a reload: ${JSON.stringify(second)}`);
+  assert.equal(second.timed, 0, 'the choices came from the Cache API');
+  assert.equal(second.gemm, first.gemm);
+  const refused = await page.evaluate(() => window.tokenmixApp.api.loadModel(null, { autotune: 'yes' }).then(() => null, (e) => e.message));
+  assert.match(refused, /autotune yes: expected true or false/);
   assert.deepEqual(pageErrors, []);
   await page.close();
 });
