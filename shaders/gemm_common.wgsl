@@ -13,6 +13,9 @@
 // * layer scale (SCALE_N / SCALE_M), or * a gate matrix laid out like C (GATE: gMLP's
 // u ⊙ v, the gate read from `scale` at g_off/g_ld/g_bs), + the previous C (RESIDUAL).
 // C_TRANS stores C as [N, M].
+// Split-K (the tiled kernel's SPLIT_K, then gemm_splitk.wgsl): `splits` parts of the k range
+// each write raw sums to a scratch [splits][batch][M][N]; the reduction adds them up and applies
+// the epilogue, so a GEMM with few output tiles still fills a large GPU.
 // A weight larger than one storage binding is uploaded in row blocks, one GEMM per block: m0/n0
 // are the block's first global row/column, so per-m / per-n vectors are indexed globally.
 
@@ -20,7 +23,7 @@ struct Params {
     m: u32, n: u32, k: u32, batch: u32,
     a_off: u32, a_ld: u32, a_bs: u32, m0: u32,
     b_off: u32, b_ld: u32, b_bs: u32, n0: u32,
-    c_off: u32, c_ld: u32, c_bs: u32, _p2: u32,
+    c_off: u32, c_ld: u32, c_bs: u32, splits: u32,
     // A_CONV: input image [batch, cin, ih, iw], kernel kh x kw, output grid oh x ow.
     cin: u32, ih: u32, iw: u32, kh: u32,
     kw: u32, stride: u32, pad: u32, ow: u32,

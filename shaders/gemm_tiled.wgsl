@@ -46,18 +46,18 @@ var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 var<private> ra: array<f32, LA>;
 var<private> rb: array<f32, LB>;
 
-fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
+fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
         let m = m0 + s.y;
         let k = k0 + s.x;
-        ra[i] = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
+        ra[i] = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < k_end);
     }
     for (var i = 0u; i < LB; i++) {
         let s = b_slot(tid + i * NT);
         let n = n0 + s.y;
         let k = k0 + s.x;
-        rb[i] = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
+        rb[i] = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < k_end);
     }
 }
 
@@ -77,23 +77,33 @@ fn stage_tiles(stage: u32, tid: u32) {
 
 @compute @workgroup_size({{WX}}, {{WY}})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let bt = wg.z;
     let m0 = wg.y * TM;
     let n0 = wg.x * TN;
     let tid = lid.y * WX + lid.x;
     var acc: array<vec4<f32>, {{ACC_VEC4}}>; // [RM][GN]
 
+#if SPLIT_K
+    // Workgroup z = image * splits + part; part covers a whole number of k steps.
+    let bt = wg.z / p.splits;
+    let part = wg.z % p.splits;
+    let span = ((p.k + p.splits - 1u) / p.splits + BK - 1u) / BK * BK;
+    var k0 = min(part * span, p.k);
+    let k_end = min(k0 + span, p.k);
+#else
+    let bt = wg.z;
     var k0 = 0u;
+    let k_end = p.k;
+#endif
     var stage = 0u;
-    fetch(bt, m0, n0, k0, tid);
+    fetch(bt, m0, n0, k0, k_end, tid);
     stage_tiles(stage, tid);
     workgroupBarrier();
 
     loop {
         let next = k0 + BK;
-        let more = next < p.k;
+        let more = next < k_end;
         if (more) {
-            fetch(bt, m0, n0, next, tid);
+            fetch(bt, m0, n0, next, k_end, tid);
         }
 
         for (var kk = 0u; kk < BK; kk++) {
@@ -132,7 +142,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
                 if (m < p.m) {
                     for (var j = 0u; j < 4u; j++) {
                         if (n + j < p.n) {
+#if SPLIT_K
+                            c[((part * p.batch + bt) * p.m + m) * p.n + n + j] = v[j];
+#else
                             store_c(bt, m, n + j, v[j]);
+#endif
                         }
                     }
                 }

@@ -98,6 +98,11 @@ pub enum GemmVariant {
     /// The same kernel with 32x32 tiles and 4x4 per invocation (64 invocations): small GEMMs
     /// (batch 1's 196 tokens) that must still spread over many compute units.
     Tiled32,
+    /// `Tiled` with the k range split among several workgroups per output tile, whose partial
+    /// sums a second pass adds up (and applies the epilogue to): GEMMs with few output tiles,
+    /// such as batch 1's, still fill a large GPU. The number of parts follows the shape (see
+    /// `ops::gemm`); with one part it is `Tiled`.
+    SplitK,
     /// Tensor cores: f16 x f16 -> f32 cooperative matrices, 64x64 tiles of four subgroups
     /// (`gemm_coop.wgsl`). Native Vulkan with `EXPERIMENTAL_COOPERATIVE_MATRIX` and a 16x16x16
     /// f16 configuration, under `--precision f16` only (it rounds activations to f16 too).
@@ -109,13 +114,14 @@ pub enum GemmVariant {
 }
 
 impl GemmVariant {
-    pub const ALL: [GemmVariant; 8] = [
+    pub const ALL: [GemmVariant; 9] = [
         GemmVariant::Texture,
         GemmVariant::Subgroup,
         GemmVariant::Register,
         GemmVariant::Tiled,
         GemmVariant::Tiled128,
         GemmVariant::Tiled32,
+        GemmVariant::SplitK,
         GemmVariant::Coop,
         GemmVariant::CoopEmulated,
     ];
@@ -129,13 +135,14 @@ impl GemmVariant {
             GemmVariant::Tiled => "tiled",
             GemmVariant::Tiled128 => "tiled128",
             GemmVariant::Tiled32 => "tiled32",
+            GemmVariant::SplitK => "splitk",
             GemmVariant::Subgroup => "subgroup",
             GemmVariant::Texture => "texture",
             GemmVariant::Coop => "coop",
             GemmVariant::CoopEmulated => "coop-emulated",
         }
     }
-    /// "texture, subgroup, register, tiled, tiled128 or tiled32", for messages.
+    /// "texture, subgroup, register, tiled, …, coop or coop-emulated", for messages.
     pub fn names() -> String {
         let n: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
         format!("{} or {}", n[..n.len() - 1].join(", "), n[n.len() - 1])
@@ -143,7 +150,7 @@ impl GemmVariant {
     /// The shared-memory tile (TM, TN, RM, RN, BK) of the tiled kernels.
     pub fn tile(self) -> Option<[u32; 5]> {
         match self {
-            GemmVariant::Tiled => Some([64, 64, 4, 4, 16]),
+            GemmVariant::Tiled | GemmVariant::SplitK => Some([64, 64, 4, 4, 16]),
             GemmVariant::Tiled128 => Some([128, 128, 8, 8, 8]),
             GemmVariant::Tiled32 => Some([32, 32, 4, 4, 16]),
             _ => None,

@@ -38,7 +38,8 @@ pub struct Tuning {
 }
 
 /// The sources whose change invalidates cached choices.
-const KERNELS: [&str; 7] = [
+const KERNELS: [&str; 8] = [
+    include_str!("../../shaders/gemm_splitk.wgsl"),
     include_str!("../../shaders/gemm_coop.wgsl"),
     include_str!("../../shaders/gemm_tile_slots.wgsl"),
     include_str!("../../shaders/gemm_common.wgsl"),

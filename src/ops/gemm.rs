@@ -2,7 +2,8 @@
 //! token mixing (weight · activations, no transpose pass) and convolutions (implicit im2col of
 //! an NCHW image) are all this one op. Five kernels, chosen per adapter and (on real GPUs)
 //! autotuned per shape class (see [`GemmVariant`], `gpu::tune`): `gemm_tiled.wgsl`
-//! (double-buffered shared-memory tiles in three sizes) on GPUs, and under f16 on adapters with
+//! (double-buffered shared-memory tiles in three sizes, and split-K with `gemm_splitk.wgsl`)
+//! on GPUs, and under f16 on adapters with
 //! cooperative matrices `gemm_coop.wgsl` (tensor cores; both stage tiles in the order of
 //! `gemm_tile_slots.wgsl`); on CPU rasterisers `gemm_texture.wgsl` (weights, and activations
 //! where mirrored, from textures, subgroups: lavapipe), `gemm_subgroup.wgsl` (the same from
@@ -27,6 +28,9 @@ const TILED: &str = concat!(
     include_str!("../../shaders/gemm_tile_slots.wgsl"),
     include_str!("../../shaders/gemm_tiled.wgsl")
 );
+const SPLITK: &str = concat!(include_str!("../../shaders/gemm_common.wgsl"), include_str!("../../shaders/gemm_splitk.wgsl"));
+const SPLITK_BINDINGS: &[Binding] =
+    &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite, Binding::Read];
 const COOP: &str = concat!(
     include_str!("../../shaders/gemm_common.wgsl"),
     include_str!("../../shaders/gemm_tile_slots.wgsl"),
@@ -338,9 +342,11 @@ impl<'a> Gemm<'a> {
             GemmVariant::Register => ("gemm_register", REGISTER),
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
             GemmVariant::Texture => ("gemm_texture", TEXTURE),
-            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 => ("gemm_tiled", TILED),
+            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 | GemmVariant::SplitK => ("gemm_tiled", TILED),
             GemmVariant::Coop | GemmVariant::CoopEmulated => ("gemm_coop", COOP),
         };
+        // Split-K's first pass writes raw partial sums: no epilogue (the second pass has it).
+        let epilogue = variant != GemmVariant::SplitK;
         // Trusted: `check` validates every extent, and the kernels clamp or guard all indices.
         let a_tex = variant == GemmVariant::Texture && self.a_tex_usable();
         let bindings = match (variant, a_tex) {
@@ -352,20 +358,16 @@ impl<'a> Gemm<'a> {
             .trusted()
             .flag("B_TRANS", self.b_trans)
             .flag("A_TRANS", self.a_trans)
-            .flag("C_TRANS", self.c_trans)
             .flag("A_TEX", a_tex)
             .flag("A_TRANS_TEX", a_tex && self.a_trans)
             .flag("A_CONV", self.conv.is_some())
             .flag("A_NHWC", self.conv_nhwc)
-            .flag("GATE", self.gate.is_some())
-            .flag("BIAS_N", matches!(self.bias, Some((_, Axis::N))))
-            .flag("BIAS_M", matches!(self.bias, Some((_, Axis::M))))
-            .flag("SCALE_N", matches!(self.scale, Some((_, Axis::N))))
-            .flag("SCALE_M", matches!(self.scale, Some((_, Axis::M))))
-            .flag("GELU", self.gelu)
-            .flag("RESIDUAL", self.residual)
             .flag("A_F16", self.a_precision() == Precision::F16)
-            .flag("B_F16", self.b_precision() == Precision::F16);
+            .flag("B_F16", self.b_precision() == Precision::F16)
+            .flag("SPLIT_K", variant == GemmVariant::SplitK);
+        if epilogue {
+            kernel = self.epilogue_flags(kernel);
+        }
         if variant == GemmVariant::Register {
             let (rows, cols) = register_tile(self.conv.is_some());
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
@@ -396,6 +398,36 @@ impl<'a> Gemm<'a> {
                 .define("ACC_VEC4", rm * rn / 4);
         }
         kernel
+    }
+
+    /// The flags of the epilogue and of C's layout.
+    fn epilogue_flags(&self, kernel: Kernel) -> Kernel {
+        kernel
+            .flag("C_TRANS", self.c_trans)
+            .flag("GATE", self.gate.is_some())
+            .flag("BIAS_N", matches!(self.bias, Some((_, Axis::N))))
+            .flag("BIAS_M", matches!(self.bias, Some((_, Axis::M))))
+            .flag("SCALE_N", matches!(self.scale, Some((_, Axis::N))))
+            .flag("SCALE_M", matches!(self.scale, Some((_, Axis::M))))
+            .flag("GELU", self.gelu)
+            .flag("RESIDUAL", self.residual)
+    }
+
+    /// How many parts split-K cuts this GEMM's k range into: enough workgroups for a large GPU
+    /// (~256, from the 64x64 output tiles over the batch), each part at least two k steps of
+    /// 16, at most 16 parts, the scratch of partial sums within one binding, and one row of
+    /// the reduction's grid per row of C. 1: not worth splitting (plain `tiled`).
+    fn split_count(&self, gpu: &Gpu) -> u32 {
+        let (m, n, k, batch) = (self.m as u64, self.n as u64, self.k as u64, self.batch as u64);
+        let tiles = m.div_ceil(64) * n.div_ceil(64) * batch;
+        let mut parts = (256 / tiles.max(1)).min(k / 32).clamp(1, 16);
+        while parts > 1 && parts * batch * m * n * 4 > gpu.binding_limit() {
+            parts -= 1;
+        }
+        if m > gpu.limits.max_compute_workgroups_per_dimension as u64 {
+            parts = 1;
+        }
+        parts as u32
     }
 
     /// How A is stored: a weight's precision when A is the weight (token mixing), else f32.
@@ -488,8 +520,40 @@ impl<'a> Gemm<'a> {
             part.check()?;
         }
         let pipeline = gpu.pipeline(&self.kernel(variant, lanes, min_lanes))?;
-        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant, lanes)).collect::<Result<_>>()?;
+        if variant == GemmVariant::SplitK {
+            return self.build_split_k(gpu, &parts, pipeline);
+        }
+        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant, lanes, 1)).collect::<Result<_>>()?;
         Op::dispatches(gpu, pipeline, &runs)
+    }
+
+    /// Split-K: per part of the GEMM, the tiled kernel's partial sums into a scratch buffer,
+    /// then the reduction into C with the epilogue (one part: the plain tiled kernel).
+    fn build_split_k(&self, gpu: &Gpu, parts: &[Gemm<'a>], partial: std::sync::Arc<crate::gpu::Pipeline>) -> Result<Op> {
+        let reduce = gpu.pipeline(&self.epilogue_flags(Kernel::new("gemm_splitk", SPLITK, SPLITK_BINDINGS).trusted()))?;
+        let mut op: Option<Op> = None;
+        for part in parts {
+            let splits = part.split_count(gpu);
+            let next = if splits <= 1 {
+                let whole = gpu.pipeline(&part.kernel(GemmVariant::Tiled, 0, 0))?;
+                Op::dispatches(gpu, whole, &[part.dispatch(GemmVariant::Tiled, 0, 1)?])?
+            } else {
+                let scratch = gpu.storage("split-K partial sums", splits as usize * part.batch * part.m * part.n)?;
+                let (params, mut resources, mut workgroups) = part.dispatch(GemmVariant::SplitK, 0, splits)?;
+                workgroups[2] *= splits;
+                let mut first = resources.clone();
+                first[4] = Resource::Buffer(&scratch);
+                let sums = Op::dispatches(gpu, partial.clone(), &[(params.clone(), first, workgroups)])?;
+                resources.push(Resource::Buffer(&scratch));
+                let rows = [groups(part.n as u32, 64), part.m as u32, part.batch as u32];
+                sums.then(Op::dispatches(gpu, reduce.clone(), &[(params, resources, rows)])?)?
+            };
+            op = Some(match op {
+                Some(o) => o.then(next)?,
+                None => next,
+            });
+        }
+        op.ok_or_else(|| Error::Gpu("internal: a GEMM with no parts".into()))
     }
 
     /// This GEMM's shape class for the autotuner: operand layout and sizes (see `gpu::tune`).
@@ -653,7 +717,7 @@ impl<'a> Gemm<'a> {
     }
 
     /// Parameters, bindings and workgroup counts of one (part of a) GEMM.
-    fn dispatch(&self, variant: GemmVariant, lanes: u32) -> Result<(Vec<u32>, Vec<Resource<'a>>, [u32; 3])> {
+    fn dispatch(&self, variant: GemmVariant, lanes: u32, splits: u32) -> Result<(Vec<u32>, Vec<Resource<'a>>, [u32; 3])> {
         // For a convolution the images are folded into M (the output is [images * oh * ow, cout]).
         let mut conv_words = [0u32; 12];
         if let Some(g) = self.conv {
@@ -679,7 +743,7 @@ impl<'a> Gemm<'a> {
             self.c.off,
             self.c.ld,
             self.c.bs,
-            0,
+            splits,
         ];
         params.extend_from_slice(&conv_words);
         // Unused bias/scale slots are bound to A (also read-only); that variant never reads them.
@@ -694,7 +758,7 @@ impl<'a> Gemm<'a> {
                 let (rows, cols) = subgroup_tile(variant, self.a_trans, lanes);
                 [groups(self.n as u32, lanes * cols), groups(self.m as u32, rows), self.batch as u32]
             }
-            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 => {
+            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 | GemmVariant::SplitK => {
                 let [tm, tn, ..] = variant.tile().unwrap_or([64, 64, 4, 4, 16]);
                 [groups(self.n as u32, tn), groups(self.m as u32, tm), self.batch as u32]
             }

@@ -24,10 +24,9 @@ pub struct Op {
 }
 
 enum Work {
-    /// One pipeline, one or more dispatches of it (a weight split into row blocks runs one
-    /// dispatch per block).
+    /// One or more dispatches, in order (a weight split into row blocks runs one dispatch per
+    /// block; a split-K GEMM its partial sums, then their reduction).
     Dispatch {
-        pipeline: Arc<Pipeline>,
         runs: Vec<Run>,
     },
     Copy {
@@ -44,8 +43,9 @@ enum Work {
     },
 }
 
-/// One dispatch: its bind group, workgroup counts and the uniform buffer it binds.
+/// One dispatch: its pipeline, bind group, workgroup counts and the uniform buffer it binds.
 struct Run {
+    pipeline: Arc<Pipeline>,
     bind_group: wgpu::BindGroup,
     workgroups: [u32; 3],
     _params: wgpu::Buffer,
@@ -59,16 +59,27 @@ impl Op {
 
     pub fn with_resources(gpu: &Gpu, pipeline: Arc<Pipeline>, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Op> {
         let run = Self::run(gpu, &pipeline, params, resources, workgroups)?;
-        Ok(Op { work: Work::Dispatch { pipeline, runs: vec![run] } })
+        Ok(Op { work: Work::Dispatch { runs: vec![run] } })
     }
 
     /// Several dispatches of one pipeline, in order, each with its own parameters and bindings.
     pub fn dispatches(gpu: &Gpu, pipeline: Arc<Pipeline>, each: &[(Vec<u32>, Vec<Resource>, [u32; 3])]) -> Result<Op> {
         let runs = each.iter().map(|(params, resources, wg)| Self::run(gpu, &pipeline, params, resources, *wg)).collect::<Result<_>>()?;
-        Ok(Op { work: Work::Dispatch { pipeline, runs } })
+        Ok(Op { work: Work::Dispatch { runs } })
     }
 
-    fn run(gpu: &Gpu, pipeline: &Pipeline, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Run> {
+    /// This op's dispatches, then `next`'s (both dispatches; anything else is an error).
+    pub fn then(self, next: Op) -> Result<Op> {
+        match (self.work, next.work) {
+            (Work::Dispatch { mut runs }, Work::Dispatch { runs: more }) => {
+                runs.extend(more);
+                Ok(Op { work: Work::Dispatch { runs } })
+            }
+            _ => Err(Error::Gpu("internal: only dispatches can be chained".into())),
+        }
+    }
+
+    fn run(gpu: &Gpu, pipeline: &Arc<Pipeline>, params: &[u32], resources: &[Resource], workgroups: [u32; 3]) -> Result<Run> {
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         if workgroups.iter().any(|&w| w > max) {
             return Err(Error::Gpu(format!("{}: dispatch {workgroups:?} exceeds the adapter's {max} workgroups per dimension", pipeline.name)));
@@ -77,7 +88,7 @@ impl Op {
         let mut all = vec![Resource::Buffer(&uniform)];
         all.extend_from_slice(resources);
         let bind_group = gpu.bind_group(pipeline, &all);
-        Ok(Run { bind_group, workgroups, _params: uniform })
+        Ok(Run { pipeline: pipeline.clone(), bind_group, workgroups, _params: uniform })
     }
 
     /// Copies the first `t.rows x t.cols` floats of `buffer` (row-major) into `t`.
@@ -124,9 +135,13 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
     while i < ops.len() {
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
-            while let Some(Work::Dispatch { pipeline, runs }) = ops.get(i).map(|o| &o.work) {
-                pass.set_pipeline(&pipeline.pipeline);
-                for Run { bind_group, workgroups: [x, y, z], .. } in runs {
+            let mut current: Option<&Arc<Pipeline>> = None;
+            while let Some(Work::Dispatch { runs }) = ops.get(i).map(|o| &o.work) {
+                for Run { pipeline, bind_group, workgroups: [x, y, z], .. } in runs {
+                    if !current.is_some_and(|c| Arc::ptr_eq(c, pipeline)) {
+                        pass.set_pipeline(&pipeline.pipeline);
+                        current = Some(pipeline);
+                    }
                     pass.set_bind_group(0, bind_group, &[]);
                     if *x > 0 && *y > 0 && *z > 0 {
                         pass.dispatch_workgroups(*x, *y, *z);
