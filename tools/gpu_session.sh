@@ -44,6 +44,7 @@ if [ "${SESSION:-kernels}" = kernels ]; then
   for m in mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48; do
     (cd tools && python3 timm_checkpoint.py "$m" "/tmp/$m.safetensors") >/dev/null || continue
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
+    python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --precision f16   # coop, splitk at f16
     for p in f32 f16; do
       python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device cuda --batch 1,8,64 --iters 20 --precision "$p"
     done
