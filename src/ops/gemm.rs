@@ -604,7 +604,7 @@ impl<'a> Gemm<'a> {
             // A kernel this driver cannot compile or run is simply not a candidate.
             let Ok(op) = self.build_with(gpu, v) else { continue };
             if v == GemmVariant::Coop {
-                if let Err(why) = self.agrees_with_tiled(gpu, &op) {
+                if let Err(why) = self.agrees_with_tiled(gpu, |g| g.build_with(gpu, v)) {
                     gpu.tuning.reject(class, v, &why);
                     continue;
                 }
@@ -634,37 +634,50 @@ impl<'a> Gemm<'a> {
         Ok(true)
     }
 
-    /// Whether `op` (this GEMM by a kernel that computes in f16) gives the tiled kernel's
-    /// results, within f16's rounding of the operands: both run from the same contents of C
-    /// (restored in between, as a residual GEMM adds to them), and C is compared whole.
+    /// Whether `build` (this GEMM by a kernel that computes in f16) gives the tiled kernel's
+    /// results, within f16's rounding, on this GEMM's weights, shapes and layout but made-up
+    /// activations: at plan-building time the real activation buffers hold zeros, on which any
+    /// two kernels agree. The activations, the gate and C (which a residual GEMM adds to) are
+    /// fresh buffers of the same sizes, filled with values in [-1, 1), so nothing of the
+    /// model's is read or written; C is compared whole.
     #[cfg(not(target_arch = "wasm32"))]
-    fn agrees_with_tiled(&self, gpu: &Gpu, op: &Op) -> std::result::Result<(), String> {
-        let c = self.c.buf;
-        let (size, floats) = (c.size(), (c.size() / 4) as usize);
-        if size > 256 << 20 {
-            return Err(format!("output of {size} bytes too large to check"));
-        }
-        let reference = self.build_with(gpu, GemmVariant::Tiled).map_err(|e| e.to_string())?;
-        let saved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("autotune check"),
-            size,
-            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let copy = |from: &wgpu::Buffer, to: &wgpu::Buffer| {
-            let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("autotune check") });
-            encoder.copy_buffer_to_buffer(from, 0, to, 0, size);
-            gpu.queue.submit([encoder.finish()]);
+    fn agrees_with_tiled(&self, gpu: &Gpu, build: impl Fn(&Gemm) -> Result<Op>) -> std::result::Result<(), String> {
+        let made_up = |like: &wgpu::Buffer, seed: u32| -> std::result::Result<wgpu::Buffer, String> {
+            if like.size() > 256 << 20 {
+                return Err(format!("a {}-byte operand is too large to check", like.size()));
+            }
+            let v: Vec<f32> =
+                (0..like.size() as u32 / 4).map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 8) as f32 / (1u32 << 23) as f32 - 1.0).collect();
+            gpu.storage_init("autotune check", &v).map_err(|e| e.to_string())
         };
-        let run = |op: &Op| -> Result<Vec<f32>> {
-            copy(&saved, c);
-            gpu.run_ops(std::slice::from_ref(op))?;
-            pollster::block_on(gpu.read_buffer(c, floats))
+        let (new_a, new_b) = match self.weight {
+            Weight::B(_) => (true, false),
+            Weight::A(_) => (false, true),
+            Weight::None => (true, true),
         };
-        copy(c, &saved);
-        let want = run(&reference).map_err(|e| e.to_string())?;
-        let got = run(op).map_err(|e| e.to_string())?;
-        copy(&saved, c);
+        let a = if new_a { Some(made_up(self.a.buf, 1)?) } else { None };
+        let b = if new_b { Some(made_up(self.b.buf, 2)?) } else { None };
+        let gate = self.gate.map(|g| made_up(g.buf, 3)).transpose()?;
+        let (c1, c2) = (made_up(self.c.buf, 4)?, made_up(self.c.buf, 4)?);
+        // This GEMM on the made-up operands and output `c`, by the tiled kernel or by `build`.
+        let run = |c: &wgpu::Buffer, tiled: bool| -> std::result::Result<Vec<f32>, String> {
+            let mut g: Gemm = *self;
+            g.a_tex = None;
+            if let Some(a) = &a {
+                g.a.buf = a;
+            }
+            if let Some(b) = &b {
+                g.b.buf = b;
+            }
+            if let (Some(gb), Some(op)) = (&gate, &mut g.gate) {
+                op.buf = gb;
+            }
+            g.c.buf = c;
+            let op = if tiled { g.build_with(gpu, GemmVariant::Tiled) } else { build(&g) };
+            gpu.run_ops(&[op.map_err(|e| e.to_string())?]).map_err(|e| e.to_string())?;
+            pollster::block_on(gpu.read_buffer(c, (c.size() / 4) as usize)).map_err(|e| e.to_string())
+        };
+        let (want, got) = (run(&c1, true)?, run(&c2, false)?);
         let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
         let diff = want.iter().zip(&got).fold(0f32, |m, (a, b)| if (a - b).abs() > m || (a - b).is_nan() { (a - b).abs() } else { m });
         // f16 keeps 11 significant bits: ~5e-4 relative per operand, which the sums average.
@@ -676,7 +689,7 @@ impl<'a> Gemm<'a> {
     }
 
     #[cfg(target_arch = "wasm32")]
-    fn agrees_with_tiled(&self, _gpu: &Gpu, _op: &Op) -> std::result::Result<(), String> {
+    fn agrees_with_tiled(&self, _gpu: &Gpu, _build: impl Fn(&Gemm) -> Result<Op>) -> std::result::Result<(), String> {
         Err("not checked in the browser".into())
     }
 
@@ -919,12 +932,12 @@ mod tests {
         count
     }
 
-    /// The autotuner's check of the coop kernel, on its lane-by-lane double (lavapipe): it
-    /// passes a correct kernel from C's contents as they were (a residual GEMM adds to them),
-    /// leaves C as it found it, and fails a kernel whose results differ (the same GEMM with a
-    /// GELU it should not have).
+    /// The autotuner's check of the coop kernel, on its lane-by-lane double (lavapipe), as at
+    /// plan-building time: A (the activations) all zeros. It passes the correct kernel, fails
+    /// one that reads B transposed (which zeros in A would hide: the check makes up its own
+    /// activations) and one with a stray GELU, and touches none of the GEMM's buffers.
     #[test]
-    fn autotune_check_passes_the_coop_kernel_and_catches_a_wrong_one() {
+    fn autotune_check_passes_the_coop_kernel_and_catches_wrong_ones() {
         use super::{Axis, Gemm, GemmVariant, Operand};
         use crate::gpu::{Gpu, Precision};
         let gpu = pollster::block_on(Gpu::new_at(Precision::F16)).expect("a wgpu adapter (lavapipe on CI)");
@@ -933,20 +946,21 @@ mod tests {
             "the test adapter runs coop-emulated: {:?}",
             gpu.supports(GemmVariant::CoopEmulated)
         );
-        let (m, n, k) = (70, 40, 50);
+        let (m, n, k) = (70, 48, 48);
         let vals =
             |len: usize, seed: usize| -> Vec<f32> { (0..len).map(|i| (((i * 7919 + seed * 104729) % 2001) as f32 - 1000.0) / 1000.0).collect() };
-        let (a, b, bias, c0) = (vals(m * k, 1), vals(k * n, 2), vals(n, 3), vals(m * n, 4));
+        let (a, b, bias, c0) = (vec![0f32; m * k], vals(k * n, 2), vals(n, 3), vals(m * n, 4));
         let up = |v: &[f32]| gpu.storage_init("v", v).unwrap();
         let (ab, bb, biasb, cb) = (up(&a), up(&b), up(&bias), up(&c0));
         let gemm = Gemm::new(1, m, n, k, Operand::new(&ab, k, 0), Operand::new(&bb, n, 0), Operand::new(&cb, n, 0)).bias(&biasb, Axis::N).residual();
-        let good = gemm.build_with(&gpu, GemmVariant::CoopEmulated).unwrap();
-        assert_eq!(gemm.agrees_with_tiled(&gpu, &good), Ok(()));
-        let after = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
-        assert_eq!(after, c0, "the check restores C");
-        let wrong = gemm.gelu().build_with(&gpu, GemmVariant::CoopEmulated).unwrap();
-        let err = gemm.agrees_with_tiled(&gpu, &wrong).expect_err("a GEMM with a stray GELU differs");
+        let coop = |g: &Gemm| g.build_with(&gpu, GemmVariant::CoopEmulated);
+        assert_eq!(gemm.agrees_with_tiled(&gpu, coop), Ok(()));
+        let transposed = |g: &Gemm| Gemm { b_trans: !g.b_trans, ..*g }.build_with(&gpu, GemmVariant::CoopEmulated);
+        let err = gemm.agrees_with_tiled(&gpu, transposed).expect_err("B read transposed differs");
         assert!(err.starts_with("differs from the tiled kernel by"), "{err}");
+        assert!(gemm.agrees_with_tiled(&gpu, |g| g.gelu().build_with(&gpu, GemmVariant::CoopEmulated)).is_err(), "a stray GELU differs");
+        let read = |buf: &wgpu::Buffer, len: usize| pollster::block_on(gpu.read_buffer(buf, len)).unwrap();
+        assert_eq!((read(&ab, m * k), read(&cb, m * n)), (a, c0), "the check leaves the GEMM's buffers alone");
     }
 
     /// lavapipe has no cooperative matrices, so CI cannot run the tensor-core kernel: this
