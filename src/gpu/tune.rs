@@ -75,12 +75,13 @@ impl Tuning {
             (None, Some(_)) => auto,
             (None, None) => auto && !crate::exec::is_software(info),
         };
-        if !auto {
-            return Self::off();
+        match (auto, enabled) {
+            (false, _) => Self::off(),
+            (true, true) => Self::forced(info, precision, cache_file()),
+            // Off for now, with no choices (so none are reported), but able to be turned on
+            // (the page's `autotune` option), when the browser imports the stored ones.
+            (true, false) => Tuning { key: adapter_key(info, precision), file: cache_file(), ..Tuning::default() },
         }
-        let tuning = Self::forced(info, precision, cache_file());
-        tuning.set_enabled(enabled);
-        tuning
     }
 
     /// Tuning on, whatever the adapter, with choices persisted in `file` (read now when it
@@ -93,12 +94,11 @@ impl Tuning {
 
     /// The same tuning (on or off, same cache file) for the device at another precision.
     pub(crate) fn at_precision(&self, info: &wgpu::AdapterInfo, precision: super::Precision) -> Self {
-        if self.key.is_empty() {
-            return Self::off();
+        match (self.key.is_empty(), self.enabled()) {
+            (true, _) => Self::off(),
+            (false, true) => Self::forced(info, precision, self.file.clone()),
+            (false, false) => Tuning { key: adapter_key(info, precision), file: self.file.clone(), ..Tuning::default() },
         }
-        let t = Self::forced(info, precision, self.file.clone());
-        t.set_enabled(self.enabled());
-        t
     }
 
     pub fn enabled(&self) -> bool {
