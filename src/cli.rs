@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokenmix::exec::{self, BackendChoice, Selected};
 use tokenmix::gpu::{GemmVariant, Precision};
-use tokenmix::ops::{ActTexture, Gemm, Matrix, Op, Operand};
+use tokenmix::ops::{rel_diff, ActTexture, Gemm, Matrix, Op, Operand};
 use tokenmix::{labels, preprocess, Device, Error, Gpu, Model, Result};
 
 #[derive(Parser)]
@@ -690,8 +690,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             let med = median(times).as_secs_f64();
             // max |GPU - CPU| over max(1, max |CPU|): ~1e-6 for f32 kernels, ~1e-3 for f16.
             let got = pollster::block_on(gpu.read_buffer(&cbuf, m * n))?;
-            let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
-            let err = got.iter().zip(want).fold(0f32, |e, (g, w)| if (g - w).abs() > e || g.is_nan() { (g - w).abs() } else { e }) / scale;
+            let err = rel_diff(want, &got);
             if !json {
                 println!(
                     "{:>13} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s   rel. error {err:.1e}",

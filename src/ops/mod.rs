@@ -182,6 +182,14 @@ pub(crate) fn check_extent_of(what: &str, buffer: &wgpu::Buffer, elems: u64, byt
     Ok(())
 }
 
+/// max |got - want| over max(1, max |want|), NaN when any difference is: how far a kernel's
+/// result is from a reference (the autotuner's coop check, `bench --gemm`'s error column).
+pub fn rel_diff(want: &[f32], got: &[f32]) -> f32 {
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    let diff = want.iter().zip(got).fold(0f32, |m, (a, b)| if (a - b).abs() > m || (a - b).is_nan() { (a - b).abs() } else { m });
+    diff / scale
+}
+
 pub(crate) fn groups(n: u32, per: u32) -> u32 {
     n.div_ceil(per)
 }
