@@ -31,8 +31,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-// A_F16 / B_F16: that operand is a weight stored as f16 (`--precision f16`); it is widened to
-// f32 as it is read, and everything else (accumulation, epilogue, C) stays f32.
+// A_F16 / B_F16 / C_F16 / G_F16 (`--precision f16`): that operand (a weight, or an activation
+// slot the executor keeps in f16) is stored as f16. Reads widen to f32; accumulation and the
+// epilogue stay f32, and C_F16 rounds the final value once, as it is stored. G_F16 types the
+// `scale` binding as f16 for a gate (which excludes a layer scale).
 #if A_F16
 enable f16;
 @group(0) @binding(1) var<storage, read> a: array<f16>;
@@ -46,8 +48,18 @@ enable f16;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 #endif
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
+#if G_F16
+enable f16;
+@group(0) @binding(4) var<storage, read> scale: array<f16>;
+#else
 @group(0) @binding(4) var<storage, read> scale: array<f32>;
+#endif
+#if C_F16
+enable f16;
+@group(0) @binding(5) var<storage, read_write> c: array<f16>;
+#else
 @group(0) @binding(5) var<storage, read_write> c: array<f32>;
+#endif
 
 #if A_CONV
 // The output pixel GEMM row m stands for: (image, top input row, left input column) before the
@@ -128,24 +140,29 @@ fn store_c(bt: u32, m: u32, n: u32, acc: f32) {
     v = gelu(v);
 #endif
 #if SCALE_N
-    v *= scale[p.n0 + n];
+    v *= f32(scale[p.n0 + n]);
 #endif
 #if SCALE_M
-    v *= scale[p.m0 + m];
+    v *= f32(scale[p.m0 + m]);
 #endif
 #if C_TRANS
     let idx = p.c_off + bt * p.c_bs + n * p.c_ld + m;
 #if GATE
-    v *= scale[p.g_off + bt * p.g_bs + n * p.g_ld + m];
+    v *= f32(scale[p.g_off + bt * p.g_bs + n * p.g_ld + m]);
 #endif
 #else
     let idx = p.c_off + bt * p.c_bs + m * p.c_ld + n;
 #if GATE
-    v *= scale[p.g_off + bt * p.g_bs + m * p.g_ld + n];
+    v *= f32(scale[p.g_off + bt * p.g_bs + m * p.g_ld + n]);
 #endif
 #endif
 #if RESIDUAL
-    v += c[idx];
+    v += f32(c[idx]);
 #endif
+#if C_F16
+    // Saturated to f16's finite range: f32 values beyond it have no defined f16 conversion.
+    c[idx] = f16(clamp(v, -65504.0, 65504.0));
+#else
     c[idx] = v;
+#endif
 }

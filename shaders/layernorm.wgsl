@@ -17,7 +17,13 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
+// X_F16: x is an activation slot the executor keeps in f16 (`--precision f16`: gMLP's hidden).
+#if X_F16
+enable f16;
+@group(0) @binding(1) var<storage, read> x: array<f16>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 @group(0) @binding(2) var<storage, read> gamma: array<f32>;
 @group(0) @binding(3) var<storage, read> beta: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
@@ -31,17 +37,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let base = p.x_off + row * p.x_ld;
     var sum = 0.0;
     for (var i = 0u; i < p.d; i++) {
-        sum += x[base + i];
+        sum += f32(x[base + i]);
     }
     let mean = sum / f32(p.d);
     var sq = 0.0;
     for (var i = 0u; i < p.d; i++) {
-        let t = x[base + i] - mean;
+        let t = f32(x[base + i]) - mean;
         sq += t * t;
     }
     let rstd = inverseSqrt(sq / f32(p.d) + p.eps);
     let out = row * p.d;
     for (var i = 0u; i < p.d; i++) {
-        y[out + i] = (x[base + i] - mean) * rstd * gamma[i] + beta[i];
+        y[out + i] = (f32(x[base + i]) - mean) * rstd * gamma[i] + beta[i];
     }
 }

@@ -398,6 +398,7 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         let (precision, note) = sel.device.precision();
         v["precision"] = precision.into();
         v["precision_note"] = note.into();
+        v["f16_activations"] = model.f16_activations().into();
         let (autotune, choices) = sel.device.gemm_tuning();
         v["gemm_autotune"] = autotune.into();
         v["gemm_tuning"] = serde_json::json!(choices);
@@ -433,9 +434,12 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
     println!("runs on:     {adapter}");
     println!("kernels:     {}", sel.device.kernels());
+    let halves = model.f16_activations();
+    let stored =
+        if halves.is_empty() { String::new() } else { format!(": GEMM weights and the {} activations in f16, all sums in f32", halves.join(", ")) };
     match sel.device.precision() {
-        (p, None) => println!("precision:   {p}"),
-        (p, Some(note)) => println!("precision:   {p} ({note})"),
+        (p, None) => println!("precision:   {p}{stored}"),
+        (p, Some(note)) => println!("precision:   {p}{stored} ({note})"),
     }
     Ok(())
 }

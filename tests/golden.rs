@@ -71,9 +71,10 @@ fn logits_match_timm() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// f16 GEMM weights (`--precision f16`), on every GEMM kernel of the adapter: every fixture
-/// within a relative logit error of 1e-2 of timm's f32 logits, with timm's top-1 for each
-/// image. (f16 keeps 11 significant bits: ~5e-4 relative per weight, which the sums average.)
+/// `--precision f16` (f16 GEMM weights and MLP hidden activations), on every GEMM kernel of
+/// the adapter: every fixture within a relative logit error of 1e-2 of timm's f32 logits,
+/// with timm's top-1 for each image. (f16 keeps 11 significant bits: ~5e-4 relative per value,
+/// which the sums average.)
 #[test]
 fn f16_weights_match_timm_within_their_bound() {
     let mut failures = Vec::new();
@@ -81,7 +82,8 @@ fn f16_weights_match_timm_within_their_bound() {
     let gpus = common::all_variants_f16();
     let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |b, (i, x)| if *x > v[b] { i } else { b });
     for gpu in &gpus {
-        each_fixture(&Device::from(gpu.clone()), |name, _, ishape, expected, out| {
+        each_fixture(&Device::from(gpu.clone()), |name, model, ishape, expected, out| {
+            assert_eq!(model.f16_activations(), ["hidden"], "{name}: the MLP hidden activations are stored in f16");
             let diff = max_abs_diff(&out.logits, expected);
             let bound = tol::F16 * max_abs(expected).max(1.0);
             let row = |v: &[f32], i: usize| argmax(&v[i * out.classes..(i + 1) * out.classes]);
@@ -99,6 +101,20 @@ fn f16_weights_match_timm_within_their_bound() {
     }
     assert_eq!(checked, gpus.len() * FIXTURES.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Under `--precision f16` the GPU executor stores the MLP hidden activations in f16 (so the
+/// f16 golden test above runs every fixture with them), and nothing else; f32 devices and the
+/// CPU executor store none.
+#[test]
+fn f16_devices_store_the_hidden_activations_in_f16() {
+    let bytes = std::fs::read(fixtures().join("gmlp_p4_rgb.safetensors")).expect("fixture");
+    let f16 = Model::load(Device::from(common::all_variants_f16().remove(0)), &bytes, None).expect("loads");
+    assert_eq!(f16.f16_activations(), ["hidden"]);
+    for dev in [common::gpu().into(), common::cpu()] {
+        let model = Model::load(dev, &bytes, None).expect("loads");
+        assert!(model.f16_activations().is_empty(), "{}", model.backend());
+    }
 }
 
 #[test]

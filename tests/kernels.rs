@@ -208,6 +208,125 @@ fn f16_linear_weights_match_cpu_reference() {
     }
 }
 
+/// Values as an f16 activation slot holds them.
+fn rounded(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+}
+
+/// An output stored as f16 is the f32 result rounded once: within 2^-11 of each value, so
+/// 1e-3 of the output scale (f32 outputs keep the f32 bound).
+const F16_STORED: f32 = 1e-3;
+
+/// f16 activation slots (`--precision f16` keeps MLP hidden activations in f16) as every GEMM
+/// operand the models give them, on every kernel, against f64 references on the values as
+/// stored: a linear layer writing f16 (fc1), reading f16 (fc2, with scale and residual) and
+/// adding to an f16 output; token mixing writing f16 and reading f16; gMLP's gate read from
+/// f16 rows twice as long as C's. K = 96 so that split-K splits.
+#[test]
+fn f16_activations_match_cpu_reference() {
+    let mut ran = 0;
+    for gpu in all_variants_f16() {
+        let name = gpu.gemm.name();
+        let (m, k, n) = (37, 96, 70);
+        let (a, w, bias, scale, c0) = (random(m * k, 960), random(n * k, 961), random(n, 962), random(n, 963), random(m * n, 964));
+        let wm = Matrix::upload(&gpu, "w", &w, n, k).unwrap();
+        let (bb, sb) = (upload(&gpu, &bias), upload(&gpu, &scale));
+        let plain = Case { scale: None, residual: false, ..Case::linear(m, n, k) };
+        let half = |v: &[f32]| gpu.storage_f16("h", v).unwrap();
+        let run = |op: Gemm| gpu.run_ops(&[op.build(&gpu).unwrap()]).unwrap();
+        let check = |what: &str, got: &[f32], want: &[f32], bound: f32| {
+            let diff = max_abs_diff(got, want);
+            assert!(diff <= bound * max_abs(want).max(1.0), "{name} f16 activations, {what}: diff {diff}");
+        };
+        // fc1: f32 in, gelu(A · Wᵀ + b) out in f16.
+        let (ab, cb) = (upload(&gpu, &a), half(&vec![0.0; m * n]));
+        run(Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0).f16()).bias(&bb, Axis::N).gelu());
+        let got = pollster::block_on(gpu.read_buffer_f16(&cb, m * n)).unwrap();
+        let want = cpu_gemm(&plain, &as_computed(&gpu, &a), &as_stored(&gpu, &w), &bias, &scale, &vec![0.0; m * n]);
+        check("linear into f16", &got, &want, F16_STORED);
+        // fc2: f16 in, C (f32) += scale * (A · Wᵀ + b).
+        let fc2 = Case { gelu: false, ..Case::linear(m, n, k) };
+        let (ab, cb) = (half(&a), upload(&gpu, &c0));
+        run(Gemm::linear(m, Operand::new(&ab, k, 0).f16(), &wm, Operand::new(&cb, n, 0)).bias(&bb, Axis::N).scale(&sb, Axis::N).residual());
+        let want = cpu_gemm(&fc2, &rounded(&a), &as_stored(&gpu, &w), &bias, &scale, &c0);
+        check("linear from f16", &read(&gpu, &cb, m * n), &want, tol::GEMM * 10.0);
+        // A residual into an f16 output: the f16 value is read, added to, rounded again.
+        let (ab, cb) = (upload(&gpu, &a), half(&c0));
+        run(Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0).f16()).bias(&bb, Axis::N).gelu().residual());
+        let got = pollster::block_on(gpu.read_buffer_f16(&cb, m * n)).unwrap();
+        let want = cpu_gemm(&Case { residual: true, ..plain }, &as_computed(&gpu, &a), &as_stored(&gpu, &w), &bias, &scale, &rounded(&c0));
+        check("residual into f16", &got, &want, F16_STORED);
+
+        // Token mixing: C[b][t, d] = W[t, s] · X[b][s, d], the weight texture's transposed form
+        // on the texture kernel.
+        let (batch, tout, tin, d) = (2, 13, 96, 20);
+        let (tw, x, tb, cs, t0) =
+            (random(tout * tin, 970), random(batch * tin * d, 971), random(tout, 972), random(d, 973), random(batch * tout * d, 974));
+        let twm = Matrix::upload(&gpu, "tw", &tw, tout, tin).unwrap();
+        let (tbb, csb) = (upload(&gpu, &tb), upload(&gpu, &cs));
+        let zeros = vec![0.0; batch * tout * d];
+        // Token fc1: f32 in, f16 out.
+        let (xb, cb) = (upload(&gpu, &x), half(&zeros));
+        let g = Gemm::across_tokens(batch, &twm, Operand::new(&xb, d, tin * d), d, Operand::new(&cb, d, tout * d).f16());
+        let axis = g.token_axis();
+        run(g.bias(&tbb, axis).gelu());
+        let got = pollster::block_on(gpu.read_buffer_f16(&cb, batch * tout * d)).unwrap();
+        let want = cpu_across_tokens(&as_stored(&gpu, &tw), &as_computed(&gpu, &x), &tb, None, &zeros, (batch, tout, tin, d));
+        check("tokens into f16", &got, &want, F16_STORED);
+        // Token fc2: f16 in, C (f32) += gelu(W · X + b) * channel scale.
+        let (xb, cb) = (half(&x), upload(&gpu, &t0));
+        let g = Gemm::across_tokens(batch, &twm, Operand::new(&xb, d, tin * d).f16(), d, Operand::new(&cb, d, tout * d));
+        let axis = g.token_axis();
+        run(g.bias(&tbb, axis).gelu().channel_scale(Some(&csb)).residual());
+        let want = cpu_across_tokens(&as_stored(&gpu, &tw), &rounded(&x), &tb, Some(&cs), &t0, (batch, tout, tin, d));
+        check("tokens from f16", &read(&gpu, &cb, batch * tout * d), &want, tol::GEMM * 10.0);
+        // gMLP's gate: C = u ⊙ (W · X + b), u the first d columns of f16 rows of 2d values.
+        let (sq, gate) = (random(tout * tout, 980), random(batch * tout * 2 * d, 981));
+        let sqm = Matrix::upload(&gpu, "sq", &sq, tout, tout).unwrap();
+        let xs = random(batch * tout * d, 982);
+        let (xb, gb, cb) = (upload(&gpu, &xs), half(&gate), upload(&gpu, &zeros));
+        let g = Gemm::across_tokens(batch, &sqm, Operand::new(&xb, d, tout * d), d, Operand::new(&cb, d, tout * d));
+        run(g.token_bias(&tbb).gate(Operand::new(&gb, 2 * d, tout * 2 * d).f16()));
+        let (sq, xs, gate) = (as_stored(&gpu, &sq), as_computed(&gpu, &xs), rounded(&gate));
+        let mut want = vec![0f32; batch * tout * d];
+        for b in 0..batch {
+            for t in 0..tout {
+                for c in 0..d {
+                    let acc: f64 = (0..tout).map(|s| sq[t * tout + s] as f64 * xs[(b * tout + s) * d + c] as f64).sum::<f64>() + tb[t] as f64;
+                    want[(b * tout + t) * d + c] = (acc * gate[(b * tout + t) * 2 * d + c] as f64) as f32;
+                }
+            }
+        }
+        check("gate from f16", &read(&gpu, &cb, batch * tout * d), &want, tol::GEMM * 10.0);
+        ran += 1;
+    }
+    assert!(ran > 0, "no f16 device ran");
+}
+
+/// gMLP's gate LayerNorm reads the second half of f16 hidden rows: against the f64 reference
+/// on the values as stored.
+#[test]
+fn layer_norm_reads_f16_rows() {
+    let gpu = all_variants_f16().remove(0);
+    let (rows, d) = (29, 40);
+    let z = rounded(&random(rows * 2 * d, 990).iter().map(|v| v * 3.0 + 1.0).collect::<Vec<_>>());
+    let (gamma, beta) = (random(d, 991), random(d, 992));
+    let (zb, gb, bb, y) = (gpu.storage_f16("z", &z).unwrap(), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", rows * d).unwrap());
+    let x = ops::norm::Rows { buf: &zb, off: d, ld: 2 * d, half: true };
+    gpu.run_ops(&[ops::norm::layer_norm_rows(&gpu, rows, d, 1e-5, x, &gb, &bb, &y).unwrap()]).unwrap();
+    let mut want = vec![0f32; rows * d];
+    for r in 0..rows {
+        let row: Vec<f64> = z[r * 2 * d + d..(r + 1) * 2 * d].iter().map(|&v| v as f64).collect();
+        let mean = row.iter().sum::<f64>() / d as f64;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        for c in 0..d {
+            want[r * d + c] = ((row[c] - mean) / (var + 1e-5).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
+        }
+    }
+    let diff = max_abs_diff(&read(&gpu, &y, rows * d), &want);
+    assert!(diff <= tol::NORM * max_abs(&want).max(1.0), "layer norm of f16 rows: diff {diff}");
+}
+
 /// Reference token mixing: `C[b][t, d] = C0 + gelu(W[t, s] · X[b][s, d] + bias[t]) * scale[d]`.
 fn cpu_across_tokens(
     w: &[f32],
@@ -393,7 +512,8 @@ fn spatial_gating_matches_cpu_reference() {
         let w = Matrix::upload(&gpu, "proj", &wp, tokens, tokens).unwrap();
         let (aux, out) = (gpu.storage("aux", batch * tokens * half).unwrap(), gpu.storage("out", batch * tokens * half).unwrap());
         let norm =
-            ops::norm::layer_norm_rows(&gpu, batch * tokens, half, 1e-5, ops::norm::Rows { buf: &zb, off: half, ld: h }, &gb, &bb, &aux).unwrap();
+            ops::norm::layer_norm_rows(&gpu, batch * tokens, half, 1e-5, ops::norm::Rows { buf: &zb, off: half, ld: h, half: false }, &gb, &bb, &aux)
+                .unwrap();
         let proj = Gemm::across_tokens(batch, &w, Operand::new(&aux, half, tokens * half), half, Operand::new(&out, half, tokens * half))
             .token_bias(&pb)
             .gate(Operand::new(&zb, h, tokens * h))

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
-use crate::gpu::{GemmVariant, Gpu};
+use crate::gpu::{GemmVariant, Gpu, Precision};
 use crate::net::{GemmKind, Net, Slot, SlotSizes, Step, Tensor, View, W};
 use crate::ops::{self, norm::Rows, ActTexture, Axis, Matrix, Op, Operand};
 use crate::preprocess::Preprocess;
@@ -54,6 +54,19 @@ pub struct GpuExec {
     /// Floats of all stage snapshots of one image (nets with [`Step::Snapshot`]s).
     stage_floats: usize,
     plans: Mutex<HashMap<(usize, bool), Arc<Plan>>>,
+    /// Per slot, whether it is stored as f16 (see [`half_slots`]).
+    half: [bool; Slot::COUNT],
+}
+
+/// The slots an f16 device stores in f16: [`Slot::Hidden`], the wide MLP activations that only
+/// GEMMs write and GEMMs (and gMLP's gate LayerNorm) read — as PyTorch's f16 autocast keeps
+/// linear layers' outputs in f16. It carries most of a block's activation traffic (fc1 writes
+/// and fc2 reads 4x the channels). The residual stream, norm outputs, pooling and logits stay
+/// f32, as under autocast, so the f16 rounding does not accumulate over the blocks.
+fn half_slots(gpu: &Gpu) -> [bool; Slot::COUNT] {
+    let mut half = [false; Slot::COUNT];
+    half[Slot::Hidden.index()] = gpu.precision == Precision::F16;
+    half
 }
 
 impl GpuExec {
@@ -84,8 +97,10 @@ impl GpuExec {
         }
         let stage_floats = net.stages.iter().map(|((h, w), d)| h * w * d).sum();
         let explain_steps = net.explain.map(|e| e.steps).unwrap_or_default();
+        let half = half_slots(&gpu);
         let exec = GpuExec {
             gpu,
+            half,
             steps: net.steps,
             explain_steps,
             shapes,
@@ -118,6 +133,34 @@ impl GpuExec {
         ((self.gpu.binding_limit() / widest.max(1)) as usize).clamp(1, super::MAX_BATCH)
     }
 
+    /// The slots this device stores as f16 (empty at f32), by name.
+    pub fn half_slots(&self) -> Vec<&'static str> {
+        Slot::ALL.iter().filter(|s| self.half[s.index()]).map(|s| s.name()).collect()
+    }
+
+    fn precision_of(&self, s: Slot) -> Precision {
+        if self.half[s.index()] {
+            Precision::F16
+        } else {
+            Precision::F32
+        }
+    }
+
+    /// An error unless every one of `slots` is f32: for the steps whose kernels read and write
+    /// f32 only (the net description never puts [`half_slots`] there).
+    fn f32_slots(&self, what: &str, slots: &[Slot]) -> Result<()> {
+        match slots.iter().find(|s| self.half[s.index()]) {
+            Some(s) => Err(Error::Config(format!("internal: {what} on the f16 slot `{}`", s.name()))),
+            None => Ok(()),
+        }
+    }
+
+    /// This batch size's slot buffers, each in its slot's precision.
+    fn slot_buffers(&self, batch: usize, explain: bool) -> Result<Vec<wgpu::Buffer>> {
+        let floats = &self.slot_floats[explain as usize];
+        Slot::ALL.iter().map(|&s| self.gpu.storage_of(s.name(), batch * floats[s.index()].max(1), self.precision_of(s))).collect()
+    }
+
     fn matrix(&self, w: W) -> Result<&Matrix> {
         match &self.weights[w.0] {
             GpuWeight::Matrix(m) => Ok(m),
@@ -138,8 +181,7 @@ impl GpuExec {
             return Ok(p.clone());
         }
         let gpu = &self.gpu;
-        let floats = &self.slot_floats[explain as usize];
-        let slots = Slot::ALL.iter().map(|s| gpu.storage(s.name(), batch * floats[s.index()].max(1))).collect::<Result<Vec<_>>>()?;
+        let slots = self.slot_buffers(batch, explain)?;
         let probs = gpu.storage("probs", batch * self.classes)?;
         let stages = match self.stage_floats {
             n if n > 0 && batch == 1 => Some(gpu.storage("stages", n)?),
@@ -151,6 +193,7 @@ impl GpuExec {
         for step in &self.steps {
             self.record(batch, step, &slots, &mirrors, &mut ops)?;
             if let (Step::Snapshot { x, floats }, Some(st)) = (step, &stages) {
+                self.f32_slots("a stage snapshot", &[*x])?;
                 ops.push(Op::copy_buffer(&slots[x.index()], st, stage_offset, *floats)?);
                 stage_offset += floats;
             }
@@ -186,7 +229,7 @@ impl GpuExec {
         }
         for step in self.steps.iter().chain(&self.explain_steps) {
             if let Step::Gemm(g) = step {
-                if let Some(key @ (slot, rows, cols)) = self.gemm_input(batch, g) {
+                if let Some(key @ (slot, rows, cols)) = self.gemm_input(batch, g).filter(|(s, ..)| !self.half[s.index()]) {
                     if let std::collections::hash_map::Entry::Vacant(e) = out.entry(key) {
                         if let Some(t) = ActTexture::new(&self.gpu, slot.name(), rows, cols) {
                             e.insert(t);
@@ -205,7 +248,8 @@ impl GpuExec {
         // Linear GEMMs fold the batch into rows (bs = 0); the others keep the view's stride.
         let operand = |v: &View, fold: bool| -> Result<Operand<'a>> {
             let word = |n: usize| u32::try_from(n).map_err(|_| Error::Input(format!("activation offset {n} is too large for 32-bit indexing")));
-            Ok(Operand { buf: buf(v.slot), off: word(v.off)?, ld: word(v.ld)?, bs: if fold { 0 } else { word(v.bs)? } })
+            let half = self.half[v.slot.index()];
+            Ok(Operand { buf: buf(v.slot), off: word(v.off)?, ld: word(v.ld)?, bs: if fold { 0 } else { word(v.bs)? }, half })
         };
         let mut gemm = match g.kind {
             GemmKind::Linear { rows, a } => {
@@ -233,6 +277,7 @@ impl GpuExec {
                 k
             }
             GemmKind::Conv { input, geometry, nhwc } => {
+                self.f32_slots("a convolution", &[input, g.c.slot])?;
                 if g.c.off != 0 || g.c.ld != w.rows || g.gate.is_some() || g.scale.is_some() {
                     return Err(Error::Config("a convolution writes dense channels-last rows, with a bias only".into()));
                 }
@@ -266,8 +311,7 @@ impl GpuExec {
         if !gpu.tuning.enabled() {
             return Ok(0);
         }
-        let floats = &self.slot_floats[0];
-        let slots = Slot::ALL.iter().map(|s| gpu.storage(s.name(), batch * floats[s.index()].max(1))).collect::<Result<Vec<_>>>()?;
+        let slots = self.slot_buffers(batch, false)?;
         let mut timed = 0;
         for step in &self.steps {
             if let Step::Gemm(g) = step {
@@ -302,19 +346,24 @@ impl GpuExec {
                 ops.push(self.gemm(batch, g, slots, mirror)?.build(gpu)?);
             }
             Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
-                let x = Rows { buf: buf(x.slot), off: x.off, ld: x.ld };
+                self.f32_slots("a LayerNorm's output", &[*y])?;
+                let x = Rows { buf: buf(x.slot), off: x.off, ld: x.ld, half: self.half[x.slot.index()] };
                 ops.push(ops::norm::layer_norm_rows(gpu, batch * rows, *d, *eps, x, self.vector(*gamma), self.vector(*beta), buf(*y))?);
             }
             Step::Affine { rows, d, x, alpha, beta, y } => {
+                self.f32_slots("an Affine", &[*x, *y])?;
                 ops.push(ops::norm::affine(gpu, batch * rows, *d, buf(*x), self.vector(*alpha), self.vector(*beta), buf(*y))?);
             }
             Step::GroupNorm { tokens, d, eps, x, gamma, beta, y } => {
+                self.f32_slots("a GroupNorm", &[*x, *y])?;
                 ops.push(ops::norm::group_norm(gpu, batch, *tokens, *d, *eps, buf(*x), self.vector(*gamma), self.vector(*beta), buf(*y))?);
             }
             Step::PoolMix { h, w, d, xn, scale, x } => {
+                self.f32_slots("a pooling", &[*xn, *x])?;
                 ops.push(ops::pool::pool_mix(gpu, batch, *h, *w, *d, buf(*xn), self.vector(*scale), buf(*x))?);
             }
             Step::MeanTokens { tokens, d, x, y } => {
+                self.f32_slots("a mean over tokens", &[*x, *y])?;
                 ops.push(ops::reduce::mean_tokens(gpu, batch, *tokens, *d, buf(*x), buf(*y))?);
             }
             // Recorded by the caller when the plan keeps snapshots.
@@ -456,13 +505,24 @@ impl GpuExec {
     /// returns every slot afterwards, in [`Slot::ALL`] order (see `CpuExec::run_slots`).
     pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
         let plan = self.plan(batch, false)?;
+        // f16 slots take and give f32 values, rounded to f16 and widened.
         for (i, b) in plan.slots.iter().enumerate() {
             let given = inputs.iter().find(|(s, _)| s.index() == i).map(|(_, d)| d.clone());
             let mut data = given.unwrap_or_default();
-            data.resize((b.size() / 4) as usize, 0.0);
-            self.gpu.queue.write_buffer(b, 0, bytemuck::cast_slice(&data));
+            if self.half[i] {
+                data.resize((b.size() / 2) as usize, 0.0);
+                let halves: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+                self.gpu.queue.write_buffer(b, 0, bytemuck::cast_slice(&halves));
+            } else {
+                data.resize((b.size() / 4) as usize, 0.0);
+                self.gpu.queue.write_buffer(b, 0, bytemuck::cast_slice(&data));
+            }
         }
         self.gpu.run_ops(&plan.ops)?;
-        plan.slots.iter().map(|b| pollster::block_on(self.gpu.read_buffer(b, (b.size() / 4) as usize))).collect()
+        let read = |(i, b): (usize, &wgpu::Buffer)| match self.half[i] {
+            true => pollster::block_on(self.gpu.read_buffer_f16(b, (b.size() / 2) as usize)),
+            false => pollster::block_on(self.gpu.read_buffer(b, (b.size() / 4) as usize)),
+        };
+        plan.slots.iter().enumerate().map(read).collect()
     }
 }

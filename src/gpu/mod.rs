@@ -654,6 +654,14 @@ impl Gpu {
         Some(texture.create_view(&Default::default()))
     }
 
+    /// A zeroed storage buffer of `n` values in `precision`: f16 values two to a 4-byte word.
+    pub fn storage_of(&self, label: &str, n: usize, precision: Precision) -> Result<wgpu::Buffer> {
+        match precision {
+            Precision::F32 => self.storage(label, n),
+            Precision::F16 => self.storage(label, n.div_ceil(2).max(1)),
+        }
+    }
+
     /// `data` as f16 in a storage buffer (`array<f16>` in WGSL), padded to whole 4-byte words,
     /// checked against the binding limit.
     pub fn storage_f16(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
@@ -750,6 +758,17 @@ impl Gpu {
     pub async fn read_back_bytes(&self, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
         self.map_read(staging).await?;
         self.copy_mapped_bytes(staging)
+    }
+
+    /// [`Self::read_buffer`] of a buffer holding `n` f16 values ([`Self::storage_f16`]),
+    /// widened to f32.
+    pub async fn read_buffer_f16(&self, buffer: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
+        let words = self.read_buffer(buffer, n.div_ceil(2)).await?;
+        let halves = words.iter().flat_map(|w| {
+            let bits = w.to_bits();
+            [half::f16::from_bits(bits as u16).to_f32(), half::f16::from_bits((bits >> 16) as u16).to_f32()]
+        });
+        Ok(halves.take(n).collect())
     }
 
     /// Copies `floats` values from the start of a storage buffer back to the CPU (tests, tools).

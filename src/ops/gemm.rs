@@ -47,19 +47,35 @@ pub enum Axis {
     M,
 }
 
-/// A strided matrix inside a buffer: element (i, j) of batch b is at `off + b*bs + i*ld + j`.
+/// A strided matrix inside a buffer: element (i, j) of batch b is at `off + b*bs + i*ld + j`
+/// (in elements: f32, or f16 when `half`).
 #[derive(Clone, Copy)]
 pub struct Operand<'a> {
     pub buf: &'a wgpu::Buffer,
     pub off: u32,
     pub ld: u32,
     pub bs: u32,
+    /// Stored as f16 (`array<f16>`): an activation slot kept in f16 under `--precision f16`.
+    pub half: bool,
 }
 
 impl<'a> Operand<'a> {
-    /// A dense row-major matrix with `ld` columns, batch stride `bs` (0 = shared weights).
+    /// A dense row-major f32 matrix with `ld` columns, batch stride `bs` (0 = shared weights).
     pub fn new(buf: &'a wgpu::Buffer, ld: usize, bs: usize) -> Self {
-        Operand { buf, off: 0, ld: ld as u32, bs: bs as u32 }
+        Operand { buf, off: 0, ld: ld as u32, bs: bs as u32, half: false }
+    }
+
+    /// The same matrix stored as f16 (`buf` holds 2-byte values, see [`Gpu::storage_f16`]).
+    pub fn f16(self) -> Self {
+        Operand { half: true, ..self }
+    }
+
+    fn precision(&self) -> Precision {
+        if self.half {
+            Precision::F16
+        } else {
+            Precision::F32
+        }
     }
 }
 
@@ -411,6 +427,8 @@ impl<'a> Gemm<'a> {
             .flag("SCALE_M", matches!(self.scale, Some((_, Axis::M))))
             .flag("GELU", self.gelu)
             .flag("RESIDUAL", self.residual)
+            .flag("C_F16", self.c.half)
+            .flag("G_F16", self.gate.is_some_and(|g| g.half))
     }
 
     /// How many parts split-K cuts this GEMM's k range into: enough workgroups for a large GPU
@@ -430,25 +448,30 @@ impl<'a> Gemm<'a> {
         parts as u32
     }
 
-    /// How A is stored: a weight's precision when A is the weight (token mixing), else f32.
+    /// How A is stored: a weight's precision when A is the weight (token mixing), else the
+    /// activation operand's.
     fn a_precision(&self) -> Precision {
         match self.weight {
             Weight::A(w) => w.precision,
-            _ => Precision::F32,
+            _ => self.a.precision(),
         }
     }
     /// How B is stored: a weight's precision when B is the weight (a linear layer, a
-    /// convolution, transposed token mixing), else f32.
+    /// convolution, transposed token mixing), else the activation operand's.
     fn b_precision(&self) -> Precision {
         match self.weight {
             Weight::B(w) => w.precision,
-            _ => Precision::F32,
+            _ => self.b.precision(),
         }
     }
 
     /// The A texture covers exactly A: dense, unit-offset rows stacked over the batch.
     fn a_tex_usable(&self) -> bool {
         let Some(t) = self.a_tex else { return false };
+        // A mirror is an rgba32float copy of an f32 buffer.
+        if self.a.half {
+            return false;
+        }
         let (rows, cols) = if self.a_trans { (self.k, self.m) } else { (self.m, self.k) };
         self.conv.is_none()
             && self.a.off == 0
@@ -470,18 +493,18 @@ impl<'a> Gemm<'a> {
             Some(g) => {
                 let (oh, ow) = g.out_hw()?;
                 let images = m / (oh * ow) as u64;
-                check_extent("gemm A (conv input)", self.a.buf, 0, images * (g.cin * g.ih * g.iw) as u64)?
+                check_extent_of("gemm A (conv input)", self.a.buf, images * (g.cin * g.ih * g.iw) as u64, self.a_precision().bytes())?
             }
             None => check_extent_of("gemm A", self.a.buf, last(&self.a, a_rows, a_cols), self.a_precision().bytes())?,
         }
         let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
         check_extent_of("gemm B", self.b.buf, b_end, self.b_precision().bytes())?;
-        check_extent("gemm C", self.c.buf, 0, last(&self.c, c_rows, c_cols))?;
+        check_extent_of("gemm C", self.c.buf, last(&self.c, c_rows, c_cols), self.c.precision().bytes())?;
         if let Some(g) = &self.gate {
             if self.scale.is_some() {
                 return Err(Error::Input("GEMM with both a gate and a layer scale".into()));
             }
-            check_extent("gemm gate", g.buf, 0, last(g, c_rows, c_cols))?;
+            check_extent_of("gemm gate", g.buf, last(g, c_rows, c_cols), g.precision().bytes())?;
         }
         for (what, v) in [("bias", self.bias), ("scale", self.scale)] {
             if let Some((buf, axis)) = v {
@@ -642,23 +665,25 @@ impl<'a> Gemm<'a> {
     /// model's is read or written; C is compared whole.
     #[cfg(not(target_arch = "wasm32"))]
     fn agrees_with_tiled(&self, gpu: &Gpu, build: impl Fn(&Gemm) -> Result<Op>) -> std::result::Result<(), String> {
-        let made_up = |like: &wgpu::Buffer, seed: u32| -> std::result::Result<wgpu::Buffer, String> {
+        // A buffer the size of `like`, of values in [-1, 1) stored as f32 or (`half`) f16.
+        let made_up = |like: &wgpu::Buffer, seed: u32, half: bool| -> std::result::Result<wgpu::Buffer, String> {
             if like.size() > 256 << 20 {
                 return Err(format!("a {}-byte operand is too large to check", like.size()));
             }
-            let v: Vec<f32> =
-                (0..like.size() as u32 / 4).map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 8) as f32 / (1u32 << 23) as f32 - 1.0).collect();
-            gpu.storage_init("autotune check", &v).map_err(|e| e.to_string())
+            let n = like.size() as u32 / if half { 2 } else { 4 };
+            let v: Vec<f32> = (0..n).map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 8) as f32 / (1u32 << 23) as f32 - 1.0).collect();
+            let made = if half { gpu.storage_f16("autotune check", &v) } else { gpu.storage_init("autotune check", &v) };
+            made.map_err(|e| e.to_string())
         };
         let (new_a, new_b) = match self.weight {
             Weight::B(_) => (true, false),
             Weight::A(_) => (false, true),
             Weight::None => (true, true),
         };
-        let a = if new_a { Some(made_up(self.a.buf, 1)?) } else { None };
-        let b = if new_b { Some(made_up(self.b.buf, 2)?) } else { None };
-        let gate = self.gate.map(|g| made_up(g.buf, 3)).transpose()?;
-        let (c1, c2) = (made_up(self.c.buf, 4)?, made_up(self.c.buf, 4)?);
+        let a = if new_a { Some(made_up(self.a.buf, 1, self.a.half)?) } else { None };
+        let b = if new_b { Some(made_up(self.b.buf, 2, self.b.half)?) } else { None };
+        let gate = self.gate.map(|g| made_up(g.buf, 3, g.half)).transpose()?;
+        let (c1, c2) = (made_up(self.c.buf, 4, self.c.half)?, made_up(self.c.buf, 4, self.c.half)?);
         // This GEMM on the made-up operands and output `c`, by the tiled kernel or by `build`.
         let run = |c: &wgpu::Buffer, tiled: bool| -> std::result::Result<Vec<f32>, String> {
             let mut g: Gemm = *self;
@@ -675,7 +700,12 @@ impl<'a> Gemm<'a> {
             g.c.buf = c;
             let op = if tiled { g.build_with(gpu, GemmVariant::Tiled) } else { build(&g) };
             gpu.run_ops(&[op.map_err(|e| e.to_string())?]).map_err(|e| e.to_string())?;
-            pollster::block_on(gpu.read_buffer(c, (c.size() / 4) as usize)).map_err(|e| e.to_string())
+            let read = if self.c.half {
+                pollster::block_on(gpu.read_buffer_f16(c, (c.size() / 2) as usize))
+            } else {
+                pollster::block_on(gpu.read_buffer(c, (c.size() / 4) as usize))
+            };
+            read.map_err(|e| e.to_string())
         };
         let (want, got) = (run(&c1, true)?, run(&c2, false)?);
         // f16 keeps 11 significant bits: ~5e-4 relative per operand, which the sums average.

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::gpu::{Binding, Gpu, Kernel};
 
-use super::{check_extent, grid, Op};
+use super::{check_extent, check_extent_of, grid, Op};
 
 const LAYERNORM: &str = include_str!("../../shaders/layernorm.wgsl");
 const AFFINE: &str = include_str!("../../shaders/affine.wgsl");
@@ -12,12 +12,14 @@ const GROUPNORM: &str = include_str!("../../shaders/groupnorm.wgsl");
 /// params, x, weight, bias, y — the same for all three.
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 
-/// A strided view of rows: row r starts at float `off + r * ld`.
+/// A strided view of rows: row r starts at element `off + r * ld` (f32, or f16 when `half`).
 #[derive(Clone, Copy)]
 pub struct Rows<'a> {
     pub buf: &'a wgpu::Buffer,
     pub off: usize,
     pub ld: usize,
+    /// Stored as f16: an activation slot kept in f16 under `--precision f16` (gMLP's hidden).
+    pub half: bool,
 }
 
 fn check_params(what: &str, d: usize, gamma: &wgpu::Buffer, beta: &wgpu::Buffer) -> Result<()> {
@@ -36,7 +38,7 @@ pub fn layer_norm(
     beta: &wgpu::Buffer,
     y: &wgpu::Buffer,
 ) -> Result<Op> {
-    layer_norm_rows(gpu, rows, d, eps, Rows { buf: x, off: 0, ld: d }, gamma, beta, y)
+    layer_norm_rows(gpu, rows, d, eps, Rows { buf: x, off: 0, ld: d, half: false }, gamma, beta, y)
 }
 
 /// [`layer_norm`] of a strided view of x (gMLP: the second half of each hidden row); y dense.
@@ -50,10 +52,10 @@ pub fn layer_norm_rows(
     beta: &wgpu::Buffer,
     y: &wgpu::Buffer,
 ) -> Result<Op> {
-    check_extent("layer_norm x", x.buf, 0, (x.off + (rows.max(1) - 1) * x.ld + d) as u64)?;
+    check_extent_of("layer_norm x", x.buf, (x.off + (rows.max(1) - 1) * x.ld + d) as u64, if x.half { 2 } else { 4 })?;
     check_extent("layer_norm y", y, 0, (rows * d) as u64)?;
     check_params("layer_norm", d, gamma, beta)?;
-    let pipeline = gpu.pipeline(&Kernel::new("layernorm", LAYERNORM, BINDINGS))?;
+    let pipeline = gpu.pipeline(&Kernel::new("layernorm", LAYERNORM, BINDINGS).flag("X_F16", x.half))?;
     let params = [rows as u32, d as u32, eps.to_bits(), x.ld as u32, x.off as u32, 0, 0, 0];
     Op::new(gpu, pipeline, &params, &[x.buf, gamma, beta, y], grid(gpu, rows)?)
 }
