@@ -10,8 +10,9 @@ export interface ClassifierOptions {
   worker?: boolean;
   /** 'auto' (default): the GPU unless WebGPU is missing or a software adapter, then the CPU. */
   backend?: Backend;
-  /** GEMM weights on the GPU: 'f32' (default) or 'f16' where the adapter has shader-f16 (else
-   * f32, said in `adapterInfo().precisionNote`). Arithmetic is f32 either way. */
+  /** Storage on the GPU: 'f32' (default) or 'f16' for GEMM weights and MLP hidden activations,
+   * where the adapter has shader-f16 (else f32, said in `adapterInfo().precisionNote`). Sums
+   * are f32 either way. */
   precision?: 'f32' | 'f16';
   /** Time the GPU's GEMM kernels per shape class at model load and keep the fastest (stored
    * per adapter in the Cache API, so a later load times nothing). Default: on for hardware
@@ -34,9 +35,9 @@ export interface LoadOptions {
   cache?: boolean;
   /** Switch the executor for this and later calls. */
   backend?: Backend;
-  /** GEMM weights on the GPU: 'f32' (default) or 'f16' (half the memory and bandwidth, where
-   * the adapter has shader-f16; else f32, said in `adapterInfo().precisionNote`). For this and
-   * later calls. */
+  /** Storage on the GPU: 'f32' (default) or 'f16' for GEMM weights and MLP hidden activations
+   * (half their memory and bandwidth, where the adapter has shader-f16; else f32, said in
+   * `adapterInfo().precisionNote`). For this and later calls. */
   precision?: 'f32' | 'f16';
   /** Turn GEMM autotuning on or off for this and later loads (see {@link ClassifierOptions.autotune}). */
   autotune?: boolean;
@@ -84,6 +85,9 @@ export interface ModelDescription {
   arch: { class: 'mlp_mixer' | 'meta_former' } & Record<string, unknown>;
   mixingLayers: number;
   backend: 'gpu' | 'cpu';
+  /** Activations stored as f16: `['hidden']` (the MLP hidden layers) under precision 'f16' on
+   * the GPU, else empty. */
+  f16Activations: string[];
   /** Set by loadModel: whether the bytes came from the cache. */
   fromCache?: boolean;
 }

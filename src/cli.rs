@@ -19,8 +19,9 @@ struct Cli {
     /// gpu (WGSL on wgpu) or cpu (SIMD kernels). Default: TOKENMIX_BACKEND, else auto.
     #[arg(long, global = true)]
     backend: Option<String>,
-    /// GEMM weights on the GPU: f32, or f16 (half the memory and bandwidth; where the adapter
-    /// has shader-f16, else f32 with a note). Default: TOKENMIX_PRECISION, else f32.
+    /// Storage on the GPU: f32, or f16 for GEMM weights and MLP hidden activations (half their
+    /// memory and bandwidth; sums stay f32; where the adapter has shader-f16, else f32 with a
+    /// note). Default: TOKENMIX_PRECISION, else f32.
     #[arg(long, global = true)]
     precision: Option<String>,
     #[command(subcommand)]

@@ -16,7 +16,8 @@ pub struct Env {
     /// subgroup, register, tiled, tiled128, tiled32, splitk, coop, coop-emulated; checked when the device is made). Also
     /// turns the autotuner off.
     pub gemm: Option<String>,
-    /// `TOKENMIX_PRECISION`: f32 (default) or f16 GEMM weights on the GPU (`--precision` wins).
+    /// `TOKENMIX_PRECISION`: f32 (default) or f16 GEMM weights and hidden activations on the
+    /// GPU (`--precision` wins).
     pub precision: Option<String>,
     /// `TOKENMIX_AUTOTUNE`: 0 turns GEMM autotuning off, 1 on even on a CPU rasteriser
     /// (default: on for real GPUs natively; see `gpu::tune`).

@@ -3,14 +3,15 @@
 //!
 //! - `setBackend(choice)` → `'auto'` (default), `'gpu'` or `'cpu'`: the executor the state is
 //!   made with at the first call (the page passes its `?backend=`); a bad value rejects
-//! - `setPrecision('f32' | 'f16')`: GEMM weight storage of GPU devices made from then on
+//! - `setPrecision('f32' | 'f16')`: storage of GEMM weights and MLP hidden activations of GPU
+//!   devices made from then on
 //! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
 //!   gemm, precision, precisionNote}`: which executor runs and why. `auto` takes the CPU (WebAssembly SIMD) where
 //!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
 //!   adapter), else the GPU
 //! - `loadModel(source, {onProgress, name, backend, precision, cache})` → description (with `fromCache`); `source` is a URL,
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
-//!   for this and later calls; `precision` ('f32' | 'f16') the GPU's weight storage. On failure it rejects with an `Error` naming the problem and
+//!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage. On failure it rejects with an `Error` naming the problem and
 //!   the previous model stays loaded.
 //! - `isCached(url)`, `clearCache(url?)` → the model cache (`loadModel(url, {cache: true})`
 //!   reads and fills it; Cache API `tokenmix-models`)
@@ -201,8 +202,6 @@ pub fn set_backend(choice: &str) -> Result<(), JsError> {
     Ok(())
 }
 
-/// The GEMM weight precision ('f32' or 'f16') of devices made from now on (`createClassifier`'s
-/// `precision`); `loadModel(source, {precision})` switches it later.
 /// Whether devices made from now on autotune their GEMM kernels (`createClassifier`'s
 /// `autotune`): true or false, or undefined for the default (hardware GPUs only);
 /// `loadModel(source, {autotune})` switches it later.
@@ -211,6 +210,9 @@ pub fn set_autotune(on: Option<bool>) {
     crate::gpu::tune::request_autotune(on);
 }
 
+/// The storage precision ('f32', or 'f16' for GEMM weights and MLP hidden activations) of
+/// devices made from now on (`createClassifier`'s `precision`); `loadModel(source,
+/// {precision})` switches it later.
 #[wasm_bindgen(js_name = setPrecision)]
 pub fn set_precision(precision: &str) -> Result<(), JsError> {
     crate::gpu::request_precision(crate::gpu::Precision::parse(precision).map_err(js_err)?);
@@ -243,6 +245,7 @@ fn describe(model: &Model, name: &str) -> Result<JsValue, JsError> {
         "arch": i.arch,
         "mixingLayers": model.mixing_layers(),
         "backend": model.backend(),
+        "f16Activations": model.f16_activations(),
     }))
 }
 

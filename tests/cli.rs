@@ -294,8 +294,9 @@ fn explain_json_and_insight_json_and_png() {
     assert_clean_error(&tokenmix(&["explain", "/nonexistent.png"]));
 }
 
-/// `--precision` (and `TOKENMIX_PRECISION`): f16 GEMM weights on the GPU (lavapipe has
-/// shader-f16), reported by `info --json` and `bench --json`; the CPU executor stays f32 and
+/// `--precision` (and `TOKENMIX_PRECISION`): f16 GEMM weights and hidden activations on the
+/// GPU (lavapipe has shader-f16), reported by `info --json` (with `f16_activations`) and
+/// `bench --json`; the CPU executor stays f32 and
 /// says so; a bad value is a one-line error. The f16 logits stay within the f16 bound of f32's.
 #[test]
 fn precision_is_chosen_and_reported() {
@@ -308,7 +309,9 @@ fn precision_is_chosen_and_reported() {
     };
     let v = info(&["--backend", "gpu", "--precision", "f16"]);
     assert_eq!((&v["precision"], &v["precision_note"]), (&serde_json::json!("f16"), &serde_json::Value::Null), "{v}");
-    assert_eq!(info(&["--backend", "gpu"])["precision"], "f32");
+    assert_eq!(v["f16_activations"], serde_json::json!(["hidden"]), "{v}");
+    let v = info(&["--backend", "gpu"]);
+    assert_eq!((&v["precision"], &v["f16_activations"]), (&serde_json::json!("f32"), &serde_json::json!([])), "{v}");
     let v = info(&["--backend", "cpu", "--precision", "f16"]);
     assert_eq!(v["precision"], "f32");
     assert!(v["precision_note"].as_str().unwrap_or("").contains("CPU executor computes in f32"), "{v}");

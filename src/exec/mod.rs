@@ -116,7 +116,7 @@ impl Device {
         }
     }
 
-    /// How GEMM weights are stored ("f32"/"f16"), and why that is not what was asked for,
+    /// How GEMM weights and hidden activations are stored ("f32"/"f16"), and why that is not what was asked for,
     /// when it is not (f16 without shader-f16; the CPU executor, which computes in f32).
     pub fn precision(&self) -> (&'static str, Option<String>) {
         match self {

@@ -166,10 +166,11 @@ impl GemmVariant {
     }
 }
 
-/// How GEMM weights are stored on the GPU. Accumulation is always f32, and so are activations,
-/// norms and biases; `F16` halves the weights' memory and bandwidth (what bounds small batches
-/// on a GPU) where the adapter has `SHADER_F16`, at a cost in accuracy the goldens bound
-/// (relative logit error ≤ 1e-2, same top-1; see tests/golden.rs).
+/// How GEMM weights (and, in `exec::gpu`, the MLP hidden activations) are stored on the GPU.
+/// Accumulation is always f32, and so are the residual stream, norms and biases; `F16` halves
+/// the weights' memory and bandwidth (what bounds small batches on a GPU) and the hidden
+/// activations' (large batches) where the adapter has `SHADER_F16`, at a cost in accuracy the
+/// goldens bound (relative logit error ≤ 1e-2, same top-1; see tests/golden.rs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Precision {
     #[default]
@@ -232,7 +233,8 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub gemm: GemmVariant,
-    /// How GEMM weights are stored (f16 only where the device has `SHADER_F16`).
+    /// How GEMM weights and hidden activations are stored (f16 only where the device has
+    /// `SHADER_F16`).
     pub precision: Precision,
     /// Why the precision differs from the one asked for, when it does.
     pub precision_note: Option<String>,

@@ -587,7 +587,7 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
   const p = await page.evaluate(async () => {
     const api = window.tokenmixApp.api;
     const before = (await api.adapterInfo()).precision;
-    await api.loadModel(null, { precision: 'f16' });
+    const described = await api.loadModel(null, { precision: 'f16' });
     const info = await api.adapterInfo();
     let refused = null;
     try {
@@ -596,10 +596,11 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
       refused = e.message;
     }
     await api.loadModel(null, { precision: 'f32' });
-    return { before, after: info.precision, note: info.precisionNote, backend: info.backend, refused };
+    return { before, after: info.precision, note: info.precisionNote, backend: info.backend, refused, halves: described.f16Activations };
   });
   console.log(`[i] precision: ${JSON.stringify(p)}`);
   assert.deepEqual([p.before, p.after, p.backend], ['f32', 'f32', 'gpu']);
+  assert.deepEqual(p.halves, [], 'an f32 device stores no activations in f16');
   assert.match(p.note, /f16 was asked for.*shader-f16/);
   assert.match(p.refused, /precision f64: expected f32 or f16/);
   const again = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
