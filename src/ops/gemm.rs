@@ -963,7 +963,8 @@ mod tests {
     /// The autotuner's check of the coop kernel, on its lane-by-lane double (lavapipe), as at
     /// plan-building time: A (the activations) all zeros. It passes the correct kernel, fails
     /// one that reads B transposed (which zeros in A would hide: the check makes up its own
-    /// activations) and one with a stray GELU, and touches none of the GEMM's buffers.
+    /// activations) and one with a stray GELU, and touches none of the GEMM's buffers; and
+    /// again with f16 activations in and out.
     #[test]
     fn autotune_check_passes_the_coop_kernel_and_catches_wrong_ones() {
         use super::{Axis, Gemm, GemmVariant, Operand};
@@ -988,7 +989,13 @@ mod tests {
         assert!(err.starts_with("differs from the tiled kernel by"), "{err}");
         assert!(gemm.agrees_with_tiled(&gpu, |g| g.gelu().build_with(&gpu, GemmVariant::CoopEmulated)).is_err(), "a stray GELU differs");
         let read = |buf: &wgpu::Buffer, len: usize| pollster::block_on(gpu.read_buffer(buf, len)).unwrap();
-        assert_eq!((read(&ab, m * k), read(&cb, m * n)), (a, c0), "the check leaves the GEMM's buffers alone");
+        assert_eq!((read(&ab, m * k), read(&cb, m * n)), (a.clone(), c0.clone()), "the check leaves the GEMM's buffers alone");
+        // The same with f16 activations in and out (an f16 device's hidden slot): the made-up
+        // operands are f16 too, so a correct kernel passes and a wrong one still fails.
+        let (ah, ch) = (gpu.storage_f16("a", &a).unwrap(), gpu.storage_f16("c", &c0).unwrap());
+        let gemm = Gemm::new(1, m, n, k, Operand::new(&ah, k, 0).f16(), Operand::new(&bb, n, 0), Operand::new(&ch, n, 0).f16()).bias(&biasb, Axis::N);
+        assert_eq!(gemm.agrees_with_tiled(&gpu, coop), Ok(()));
+        assert!(gemm.agrees_with_tiled(&gpu, transposed).is_err(), "B read transposed differs, with f16 activations");
     }
 
     /// lavapipe has no cooperative matrices, so CI cannot run the tensor-core kernel: this
