@@ -3,7 +3,7 @@
 # SESSION=kernels (default; ~8 min on an H200):
 #   the GEMM kernels (`tokenmix bench --gemm`, every kernel, both layouts) beside torch.matmul
 #   fp32 and autocast f16 at 1568x512x2048, 12544x512x2048 and 4096^3; then the autotuned
-#   models at batch 1/8/64 beside PyTorch CUDA fp32, and with f16 weights beside autocast f16
+#   models at batch 1/8/64 beside PyTorch CUDA fp32, and with f16 weights and hidden activations beside autocast f16
 #   (mixer_s16/b16/l16, gmlp_s16, resmlp_12, poolformer_s12/m48); the tuner's choices.
 # SESSION=train:
 #   1. trains the four Fashion-MNIST default models in parallel (tools/train.py, CUDA),
@@ -40,7 +40,7 @@ if [ "${SESSION:-kernels}" = kernels ]; then
   for shape in 1568x512x2048 12544x512x2048 4096x4096x4096; do
     for p in f32 f16; do python3 tools/bench_torch.py --gemm "$shape" --device cuda --precision "$p" --tokenmix $TM --iters 20; done
   done 2>&1 | tee "$OUT/gemm.txt"
-  echo "== models beside PyTorch CUDA (fp32, then f16 weights vs autocast f16)"
+  echo "== models beside PyTorch CUDA (fp32, then f16 weights and hidden activations vs autocast f16)"
   for m in mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48; do
     (cd tools && python3 timm_checkpoint.py "$m" "/tmp/$m.safetensors") >/dev/null || continue
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
