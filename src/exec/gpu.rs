@@ -54,19 +54,6 @@ pub struct GpuExec {
     /// Floats of all stage snapshots of one image (nets with [`Step::Snapshot`]s).
     stage_floats: usize,
     plans: Mutex<HashMap<(usize, bool), Arc<Plan>>>,
-    /// Per slot, whether it is stored as f16 (see [`half_slots`]).
-    half: [bool; Slot::COUNT],
-}
-
-/// The slots an f16 device stores in f16: [`Slot::Hidden`], the wide MLP activations that only
-/// GEMMs write and GEMMs (and gMLP's gate LayerNorm) read — as PyTorch's f16 autocast keeps
-/// linear layers' outputs in f16. It carries most of a block's activation traffic (fc1 writes
-/// and fc2 reads 4x the channels). The residual stream, norm outputs, pooling and logits stay
-/// f32, as under autocast, so the f16 rounding does not accumulate over the blocks.
-fn half_slots(gpu: &Gpu) -> [bool; Slot::COUNT] {
-    let mut half = [false; Slot::COUNT];
-    half[Slot::Hidden.index()] = gpu.precision == Precision::F16;
-    half
 }
 
 impl GpuExec {
@@ -97,10 +84,8 @@ impl GpuExec {
         }
         let stage_floats = net.stages.iter().map(|((h, w), d)| h * w * d).sum();
         let explain_steps = net.explain.map(|e| e.steps).unwrap_or_default();
-        let half = half_slots(&gpu);
         let exec = GpuExec {
             gpu,
-            half,
             steps: net.steps,
             explain_steps,
             shapes,
@@ -133,13 +118,23 @@ impl GpuExec {
         ((self.gpu.binding_limit() / widest.max(1)) as usize).clamp(1, super::MAX_BATCH)
     }
 
+    /// Whether slot `s` is stored as f16: on an f16 device, [`Slot::Hidden`], the wide MLP
+    /// activations that only GEMMs write and GEMMs (and gMLP's gate LayerNorm) read — as
+    /// PyTorch's f16 autocast keeps linear layers' outputs in f16. It carries most of a block's
+    /// activation traffic (fc1 writes and fc2 reads 4x the channels). The residual stream, norm
+    /// outputs, pooling and logits stay f32, as under autocast, so the f16 rounding does not
+    /// accumulate over the blocks.
+    fn is_half(&self, s: Slot) -> bool {
+        s == Slot::Hidden && self.gpu.precision == Precision::F16
+    }
+
     /// The slots this device stores as f16 (empty at f32), by name.
     pub fn half_slots(&self) -> Vec<&'static str> {
-        Slot::ALL.iter().filter(|s| self.half[s.index()]).map(|s| s.name()).collect()
+        Slot::ALL.iter().filter(|&&s| self.is_half(s)).map(|s| s.name()).collect()
     }
 
     fn precision_of(&self, s: Slot) -> Precision {
-        if self.half[s.index()] {
+        if self.is_half(s) {
             Precision::F16
         } else {
             Precision::F32
@@ -147,9 +142,9 @@ impl GpuExec {
     }
 
     /// An error unless every one of `slots` is f32: for the steps whose kernels read and write
-    /// f32 only (the net description never puts [`half_slots`] there).
+    /// f32 only (the net description never puts [`Self::is_half`] slots there).
     fn f32_slots(&self, what: &str, slots: &[Slot]) -> Result<()> {
-        match slots.iter().find(|s| self.half[s.index()]) {
+        match slots.iter().find(|&&s| self.is_half(s)) {
             Some(s) => Err(Error::Config(format!("internal: {what} on the f16 slot `{}`", s.name()))),
             None => Ok(()),
         }
@@ -229,7 +224,7 @@ impl GpuExec {
         }
         for step in self.steps.iter().chain(&self.explain_steps) {
             if let Step::Gemm(g) = step {
-                if let Some(key @ (slot, rows, cols)) = self.gemm_input(batch, g).filter(|(s, ..)| !self.half[s.index()]) {
+                if let Some(key @ (slot, rows, cols)) = self.gemm_input(batch, g).filter(|&(s, ..)| !self.is_half(s)) {
                     if let std::collections::hash_map::Entry::Vacant(e) = out.entry(key) {
                         if let Some(t) = ActTexture::new(&self.gpu, slot.name(), rows, cols) {
                             e.insert(t);
@@ -248,8 +243,7 @@ impl GpuExec {
         // Linear GEMMs fold the batch into rows (bs = 0); the others keep the view's stride.
         let operand = |v: &View, fold: bool| -> Result<Operand<'a>> {
             let word = |n: usize| u32::try_from(n).map_err(|_| Error::Input(format!("activation offset {n} is too large for 32-bit indexing")));
-            let half = self.half[v.slot.index()];
-            Ok(Operand { buf: buf(v.slot), off: word(v.off)?, ld: word(v.ld)?, bs: if fold { 0 } else { word(v.bs)? }, half })
+            Ok(Operand { buf: buf(v.slot), off: word(v.off)?, ld: word(v.ld)?, bs: if fold { 0 } else { word(v.bs)? }, half: self.is_half(v.slot) })
         };
         let mut gemm = match g.kind {
             GemmKind::Linear { rows, a } => {
@@ -347,7 +341,7 @@ impl GpuExec {
             }
             Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
                 self.f32_slots("a LayerNorm's output", &[*y])?;
-                let x = Rows { buf: buf(x.slot), off: x.off, ld: x.ld, half: self.half[x.slot.index()] };
+                let x = Rows { buf: buf(x.slot), off: x.off, ld: x.ld, half: self.is_half(x.slot) };
                 ops.push(ops::norm::layer_norm_rows(gpu, batch * rows, *d, *eps, x, self.vector(*gamma), self.vector(*beta), buf(*y))?);
             }
             Step::Affine { rows, d, x, alpha, beta, y } => {
@@ -506,10 +500,10 @@ impl GpuExec {
     pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
         let plan = self.plan(batch, false)?;
         // f16 slots take and give f32 values, rounded to f16 and widened.
-        for (i, b) in plan.slots.iter().enumerate() {
-            let given = inputs.iter().find(|(s, _)| s.index() == i).map(|(_, d)| d.clone());
+        for (&slot, b) in Slot::ALL.iter().zip(&plan.slots) {
+            let given = inputs.iter().find(|(s, _)| *s == slot).map(|(_, d)| d.clone());
             let mut data = given.unwrap_or_default();
-            if self.half[i] {
+            if self.is_half(slot) {
                 data.resize((b.size() / 2) as usize, 0.0);
                 let halves: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
                 self.gpu.queue.write_buffer(b, 0, bytemuck::cast_slice(&halves));
@@ -519,10 +513,6 @@ impl GpuExec {
             }
         }
         self.gpu.run_ops(&plan.ops)?;
-        let read = |(i, b): (usize, &wgpu::Buffer)| match self.half[i] {
-            true => pollster::block_on(self.gpu.read_buffer_f16(b, (b.size() / 2) as usize)),
-            false => pollster::block_on(self.gpu.read_buffer(b, (b.size() / 4) as usize)),
-        };
-        plan.slots.iter().enumerate().map(read).collect()
+        Slot::ALL.iter().zip(&plan.slots).map(|(&s, b)| pollster::block_on(self.gpu.read_all(b, self.precision_of(s)))).collect()
     }
 }

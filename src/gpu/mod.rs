@@ -773,6 +773,15 @@ impl Gpu {
         Ok(halves.take(n).collect())
     }
 
+    /// Every value of a storage buffer that stores them in `precision`, widened to f32 (tests,
+    /// the autotuner's check).
+    pub async fn read_all(&self, buffer: &wgpu::Buffer, precision: Precision) -> Result<Vec<f32>> {
+        match precision {
+            Precision::F32 => self.read_buffer(buffer, (buffer.size() / 4) as usize).await,
+            Precision::F16 => self.read_buffer_f16(buffer, (buffer.size() / 2) as usize).await,
+        }
+    }
+
     /// Copies `floats` values from the start of a storage buffer back to the CPU (tests, tools).
     pub async fn read_buffer(&self, buffer: &wgpu::Buffer, floats: usize) -> Result<Vec<f32>> {
         let size = floats as u64 * 4;

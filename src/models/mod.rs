@@ -195,7 +195,6 @@ impl Model {
         }
     }
 
-    /// Bytes of the widest activation buffer for one image.
     /// The activation slots stored as f16 (`--precision f16` on a GPU: the MLP hidden
     /// activations); empty at f32 and on the CPU.
     pub fn f16_activations(&self) -> Vec<&'static str> {
@@ -205,6 +204,7 @@ impl Model {
         }
     }
 
+    /// Bytes of the widest activation buffer for one image.
     pub fn widest_activation_bytes(&self) -> u64 {
         match &self.exec {
             Executor::Gpu(g) => g.widest_activation_bytes(),

@@ -700,12 +700,7 @@ impl<'a> Gemm<'a> {
             g.c.buf = c;
             let op = if tiled { g.build_with(gpu, GemmVariant::Tiled) } else { build(&g) };
             gpu.run_ops(&[op.map_err(|e| e.to_string())?]).map_err(|e| e.to_string())?;
-            let read = if self.c.half {
-                pollster::block_on(gpu.read_buffer_f16(c, (c.size() / 2) as usize))
-            } else {
-                pollster::block_on(gpu.read_buffer(c, (c.size() / 4) as usize))
-            };
-            read.map_err(|e| e.to_string())
+            pollster::block_on(gpu.read_all(c, self.c.precision())).map_err(|e| e.to_string())
         };
         let (want, got) = (run(&c1, true)?, run(&c2, false)?);
         // f16 keeps 11 significant bits: ~5e-4 relative per operand, which the sums average.
