@@ -286,3 +286,46 @@ fn nets_with_bad_shapes_are_refused_before_running() {
     let err = run_slots(&common::cpu(), net, 1, &[]).expect_err("the CPU executor refuses an aliasing GEMM");
     assert!(err.to_string().contains("reads the slot it writes"), "{err}");
 }
+
+/// On a `--precision f16` device the hidden slot is stored in f16: `run_slots` rounds what it is
+/// given to f16 on the way in and widens it on the way out, and a step reading that slot (gMLP's
+/// gate LayerNorm on its strided half) sees the rounded values. Writing f32 bits into the f16
+/// buffer, or reading it back as f32, fails both checks. More values than a slot holds are an
+/// error on every executor, not a silent truncation.
+#[test]
+fn an_f16_device_stores_the_hidden_slot_in_f16() {
+    let gpu =
+        std::sync::Arc::new(pollster::block_on(tokenmix::gpu::Gpu::new_at(tokenmix::gpu::Precision::F16)).expect("a wgpu adapter (lavapipe on CI)"));
+    assert_eq!(gpu.precision, tokenmix::gpu::Precision::F16, "the test adapter has shader-f16");
+    let dev = tokenmix::exec::Device::from(gpu);
+    let (batch, rows, d) = (2, 7, 33);
+    let ld = 2 * d;
+    let z: Vec<f32> = random(batch * rows * ld, 41).iter().map(|v| v * 3.0 + 0.5).collect();
+    let rounded: Vec<f32> = z.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
+    assert!(max_abs_diff(&rounded, &z) > 1e-4, "the data is not already f16-exact");
+    let (gamma, beta) = (random(d, 7), random(d, 8));
+    let eps = 1e-5f32;
+    let step = Step::LayerNorm { rows, d, eps, x: View { slot: Slot::Hidden, off: d, ld, bs: rows * ld }, gamma: W(0), beta: W(1), y: Slot::Aux };
+    let weights = || vec![tensor("g", &[d], gamma.clone()), tensor("b", &[d], beta.clone())];
+    let mut want = vec![0f32; batch * rows * d];
+    for r in 0..batch * rows {
+        let row: Vec<f64> = rounded[r * ld + d..r * ld + 2 * d].iter().map(|&v| v as f64).collect();
+        let mean = row.iter().sum::<f64>() / d as f64;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        for c in 0..d {
+            want[r * d + c] = ((row[c] - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
+        }
+    }
+    let net = net::from_parts(weights(), vec![step.clone()], 1, 1).expect("valid");
+    let slots = run_slots(&dev, net, batch, &[(Slot::Hidden, z.clone())]).unwrap_or_else(|e| panic!("{}: {e}", dev.label()));
+    assert_eq!(&slots[Slot::Hidden.index()][..z.len()], &rounded[..], "the hidden slot reads back as the f16-rounded input");
+    let diff = max_abs_diff(&slots[Slot::Aux.index()][..want.len()], &want);
+    assert!(diff <= tol::NORM * max_abs(&want).max(1.0), "{}: layer norm of the f16 hidden slot: diff {diff}", dev.label());
+
+    for dev in [dev, common::cpu()] {
+        let net = net::from_parts(weights(), vec![step.clone()], 1, 1).expect("valid");
+        let too_long = vec![0.5f32; batch * rows * ld * 64];
+        let err = run_slots(&dev, net, batch, &[(Slot::Hidden, too_long)]).expect_err("more values than the slot holds");
+        eprintln!("{}: {err}", dev.label());
+    }
+}

@@ -501,16 +501,8 @@ impl GpuExec {
         let plan = self.plan(batch, false)?;
         // f16 slots take and give f32 values, rounded to f16 and widened.
         for (&slot, b) in Slot::ALL.iter().zip(&plan.slots) {
-            let given = inputs.iter().find(|(s, _)| *s == slot).map(|(_, d)| d.clone());
-            let mut data = given.unwrap_or_default();
-            if self.is_half(slot) {
-                data.resize((b.size() / 2) as usize, 0.0);
-                let halves: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
-                self.gpu.queue.write_buffer(b, 0, bytemuck::cast_slice(&halves));
-            } else {
-                data.resize((b.size() / 4) as usize, 0.0);
-                self.gpu.queue.write_buffer(b, 0, bytemuck::cast_slice(&data));
-            }
+            let given = inputs.iter().find(|(s, _)| *s == slot).map_or(&[][..], |(_, d)| &d[..]);
+            self.gpu.write_all(b, given, self.precision_of(slot))?;
         }
         self.gpu.run_ops(&plan.ops)?;
         Slot::ALL.iter().zip(&plan.slots).map(|(&s, b)| pollster::block_on(self.gpu.read_all(b, self.precision_of(s)))).collect()

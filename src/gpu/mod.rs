@@ -776,10 +776,31 @@ impl Gpu {
     /// Every value of a storage buffer that stores them in `precision`, widened to f32 (tests,
     /// the autotuner's check).
     pub async fn read_all(&self, buffer: &wgpu::Buffer, precision: Precision) -> Result<Vec<f32>> {
+        let values = (buffer.size() / precision.bytes()) as usize;
         match precision {
-            Precision::F32 => self.read_buffer(buffer, (buffer.size() / 4) as usize).await,
-            Precision::F16 => self.read_buffer_f16(buffer, (buffer.size() / 2) as usize).await,
+            Precision::F32 => self.read_buffer(buffer, values).await,
+            Precision::F16 => self.read_buffer_f16(buffer, values).await,
         }
+    }
+
+    /// Fills a storage buffer that stores its values in `precision` with `values` (rounded to
+    /// f16 there), zero after them; the mirror of [`Gpu::read_all`] (tests, tools). More values
+    /// than the buffer holds are an error.
+    pub fn write_all(&self, buffer: &wgpu::Buffer, values: &[f32], precision: Precision) -> Result<()> {
+        let capacity = (buffer.size() / precision.bytes()) as usize;
+        if values.len() > capacity {
+            return Err(Error::Input(format!("{} values for a buffer of {capacity}", values.len())));
+        }
+        let mut data = values.to_vec();
+        data.resize(capacity, 0.0);
+        match precision {
+            Precision::F32 => self.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&data)),
+            Precision::F16 => {
+                let halves: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+                self.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&halves));
+            }
+        }
+        Ok(())
     }
 
     /// Copies `floats` values from the start of a storage buffer back to the CPU (tests, tools).
