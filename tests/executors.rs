@@ -189,6 +189,22 @@ fn convolution_matches_reference() {
     }
 }
 
+/// f64 LayerNorm of the second half of each of `rows` rows of width `2 * d` (gMLP's gate half,
+/// read in place).
+fn gate_layer_norm_reference(z: &[f32], rows: usize, d: usize, gamma: &[f32], beta: &[f32], eps: f32) -> Vec<f32> {
+    let ld = 2 * d;
+    let mut want = vec![0f32; rows * d];
+    for r in 0..rows {
+        let row: Vec<f64> = z[r * ld + d..r * ld + 2 * d].iter().map(|&v| v as f64).collect();
+        let mean = row.iter().sum::<f64>() / d as f64;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        for c in 0..d {
+            want[r * d + c] = ((row[c] - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
+        }
+    }
+    want
+}
+
 #[test]
 fn layer_norm_on_a_strided_view_matches_reference() {
     // gMLP reads the second half of each hidden row in place: off = half, ld = 2 * half.
@@ -199,15 +215,7 @@ fn layer_norm_on_a_strided_view_matches_reference() {
         let eps = 1e-5f32;
         let step = Step::LayerNorm { rows, d, eps, x: View { slot: Slot::Hidden, off: d, ld, bs: rows * ld }, gamma: W(0), beta: W(1), y: Slot::Aux };
         let weights = || vec![tensor("g", &[d], gamma.clone()), tensor("b", &[d], beta.clone())];
-        let mut want = vec![0f32; batch * rows * d];
-        for r in 0..batch * rows {
-            let row: Vec<f64> = z[r * ld + d..r * ld + 2 * d].iter().map(|&v| v as f64).collect();
-            let mean = row.iter().sum::<f64>() / d as f64;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
-            for c in 0..d {
-                want[r * d + c] = ((row[c] - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
-            }
-        }
+        let want = gate_layer_norm_reference(&z, batch * rows, d, &gamma, &beta, eps);
         on_every_executor(weights, step, batch, &[(Slot::Hidden, z.clone())], |dev, slots| {
             let diff = max_abs_diff(&slots[Slot::Aux.index()][..want.len()], &want);
             // fp32 rounding of values near `offset`, as in the WGSL kernel test.
@@ -307,15 +315,7 @@ fn an_f16_device_stores_the_hidden_slot_in_f16() {
     let eps = 1e-5f32;
     let step = Step::LayerNorm { rows, d, eps, x: View { slot: Slot::Hidden, off: d, ld, bs: rows * ld }, gamma: W(0), beta: W(1), y: Slot::Aux };
     let weights = || vec![tensor("g", &[d], gamma.clone()), tensor("b", &[d], beta.clone())];
-    let mut want = vec![0f32; batch * rows * d];
-    for r in 0..batch * rows {
-        let row: Vec<f64> = rounded[r * ld + d..r * ld + 2 * d].iter().map(|&v| v as f64).collect();
-        let mean = row.iter().sum::<f64>() / d as f64;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
-        for c in 0..d {
-            want[r * d + c] = ((row[c] - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
-        }
-    }
+    let want = gate_layer_norm_reference(&rounded, batch * rows, d, &gamma, &beta, eps);
     let net = net::from_parts(weights(), vec![step.clone()], 1, 1).expect("valid");
     let slots = run_slots(&dev, net, batch, &[(Slot::Hidden, z.clone())]).unwrap_or_else(|e| panic!("{}: {e}", dev.label()));
     assert_eq!(&slots[Slot::Hidden.index()][..z.len()], &rounded[..], "the hidden slot reads back as the f16-rounded input");
