@@ -301,6 +301,24 @@ fn nets_with_bad_shapes_are_refused_before_running() {
 /// buffer, or reading it back as f32, fails both checks. More values than a slot holds are an
 /// error on every executor, not a silent truncation.
 #[test]
+fn every_upload_encodes_values_as_ieee_little_endian_bits() {
+    use tokenmix::gpu::Precision;
+    // binary16 / binary32 bit patterns as IEEE 754 defines them: 1, -2, the largest half, and 1/3
+    // rounded to nearest (0x3555 = 0.33325).
+    let v = [1.0f32, -2.0, 65504.0, 1.0 / 3.0];
+    assert_eq!(&*Precision::F16.encode(&v), &[0x00, 0x3C, 0x00, 0xC0, 0xFF, 0x7B, 0x55, 0x35]);
+    assert_eq!(&*Precision::F32.encode(&v[..2]), &[0, 0, 0x80, 0x3F, 0, 0, 0, 0xC0]);
+    // storage_f16 pads to whole 4-byte words (an odd count and the empty slice alike).
+    let gpu = pollster::block_on(tokenmix::gpu::Gpu::new_at(Precision::F16)).expect("a wgpu adapter (lavapipe on CI)");
+    assert_eq!(gpu.precision, Precision::F16, "the test adapter has shader-f16");
+    for (data, want) in [(&[1.0f32, -2.0, 0.5][..], &[1.0f32, -2.0, 0.5, 0.0][..]), (&[][..], &[0.0, 0.0][..])] {
+        let buffer = gpu.storage_f16("odd", data).expect("small buffer");
+        assert_eq!(buffer.size() % 4, 0, "{} values: {} bytes", data.len(), buffer.size());
+        assert_eq!(pollster::block_on(gpu.read_all(&buffer, Precision::F16)).expect("readback"), want);
+    }
+}
+
+#[test]
 fn an_f16_device_stores_the_hidden_slot_in_f16() {
     let gpu =
         std::sync::Arc::new(pollster::block_on(tokenmix::gpu::Gpu::new_at(tokenmix::gpu::Precision::F16)).expect("a wgpu adapter (lavapipe on CI)"));

@@ -5,6 +5,7 @@
 pub mod shader;
 pub mod tune;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -197,6 +198,14 @@ impl Precision {
         match self {
             Precision::F32 => 4,
             Precision::F16 => 2,
+        }
+    }
+    /// `values` as the little-endian bytes a buffer or texture stores in this precision: f32
+    /// as they are (borrowed), f16 rounded to nearest. The one encoder of every upload.
+    pub fn encode(self, values: &[f32]) -> Cow<'_, [u8]> {
+        match self {
+            Precision::F32 => Cow::Borrowed(bytemuck::cast_slice(values)),
+            Precision::F16 => Cow::Owned(values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()),
         }
     }
 }
@@ -639,17 +648,10 @@ impl Gpu {
         for r in 0..rows {
             padded[r * texels * 4..r * texels * 4 + cols].copy_from_slice(&data[r * cols..(r + 1) * cols]);
         }
-        let halves: Vec<half::f16>;
-        let (bytes, texel_bytes): (&[u8], u32) = match precision {
-            Precision::F32 => (bytemuck::cast_slice(&padded), 16),
-            Precision::F16 => {
-                halves = padded.iter().map(|&v| half::f16::from_f32(v)).collect();
-                (bytemuck::cast_slice(&halves), 8)
-            }
-        };
+        let texel_bytes = 4 * precision.bytes() as u32;
         self.queue.write_texture(
             texture.as_image_copy(),
-            bytes,
+            &precision.encode(&padded),
             wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(texels as u32 * texel_bytes), rows_per_image: Some(rows as u32) },
             texture.size(),
         );
@@ -667,18 +669,16 @@ impl Gpu {
     /// `data` as f16 in a storage buffer (`array<f16>` in WGSL), padded to whole 4-byte words,
     /// checked against the binding limit.
     pub fn storage_f16(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
-        let mut h: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
-        if h.len() % 2 == 1 || h.is_empty() {
-            h.push(half::f16::ZERO);
-        }
-        let bytes = h.len() as u64 * 2;
+        let mut h = Precision::F16.encode(data).into_owned();
+        h.resize(h.len().div_ceil(4).max(1) * 4, 0);
+        let bytes = h.len() as u64;
         let limit = self.binding_limit();
         if bytes > limit {
             return Err(Error::Gpu(format!("buffer `{label}` needs {bytes} bytes, over the adapter's binding limit of {limit} bytes")));
         }
         Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
-            contents: bytemuck::cast_slice(&h),
+            contents: &h,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
         }))
     }
@@ -793,13 +793,7 @@ impl Gpu {
         }
         let mut data = values.to_vec();
         data.resize(capacity, 0.0);
-        match precision {
-            Precision::F32 => self.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&data)),
-            Precision::F16 => {
-                let halves: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
-                self.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&halves));
-            }
-        }
+        self.queue.write_buffer(buffer, 0, &precision.encode(&data));
         Ok(())
     }
 
