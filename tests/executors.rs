@@ -295,11 +295,6 @@ fn nets_with_bad_shapes_are_refused_before_running() {
     assert!(err.to_string().contains("reads the slot it writes"), "{err}");
 }
 
-/// On a `--precision f16` device the hidden slot is stored in f16: `run_slots` rounds what it is
-/// given to f16 on the way in and widens it on the way out, and a step reading that slot (gMLP's
-/// gate LayerNorm on its strided half) sees the rounded values. Writing f32 bits into the f16
-/// buffer, or reading it back as f32, fails both checks. More values than a slot holds are an
-/// error on every executor, not a silent truncation.
 #[test]
 fn every_upload_encodes_values_as_ieee_little_endian_bits() {
     use tokenmix::gpu::Precision;
@@ -318,6 +313,11 @@ fn every_upload_encodes_values_as_ieee_little_endian_bits() {
     }
 }
 
+/// On a `--precision f16` device the hidden slot is stored in f16: `run_slots` rounds what it is
+/// given to f16 on the way in and widens it on the way out, and a step reading that slot (gMLP's
+/// gate LayerNorm on its strided half) sees the rounded values. Writing f32 bits into the f16
+/// buffer, or reading it back as f32, fails both checks. More values than a slot holds are an
+/// error on every executor, not a silent truncation.
 #[test]
 fn an_f16_device_stores_the_hidden_slot_in_f16() {
     let gpu =
