@@ -52,6 +52,8 @@ on the project's 2-core AMD EPYC VM):
   python tools/train.py mixer --device cpu --threads 2 --minutes 60
   python tools/train.py mixer --small --patch 2 --device cpu --threads 2 --amp --minutes 85 \
       --batch 128 --drop-path 0.05 --erase 0.1 --ema 0.998        # 14x14: 23 epochs, 74 min, 91.19 %
+  python tools/train.py poolformer --device cpu --threads 2 --amp --batch 128 --ema 0.999 \
+      --drop-path 0.1 --minutes 88                                # 47 epochs, 75 min, 93.62 % (shipped)
 Smoke test (a few steps, 1000 test images, into /tmp):
   python tools/train.py gmlp --device cpu --threads 1 --max-steps 20 --test-limit 1000 --out /tmp/tm
 """
