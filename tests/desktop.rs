@@ -101,7 +101,7 @@ fn switching_models_and_layers_redraws_the_views() {
         h.run();
     }
     let layer = h.state().insight.as_ref().map(|i| i.layer);
-    assert_eq!(layer, Some(5), "the slider moved to the last layer");
+    assert_eq!(layer, Some(5), "five steps of the slider: layer 5");
     let gmlp5 = shot(&mut h, "gmlp-layer5");
     let differ = |a: &image::RgbaImage, b: &image::RgbaImage| a.pixels().zip(b.pixels()).filter(|(x, y)| x != y).count();
     assert!(differ(&mixer, &gmlp0) > 10_000, "a new model redraws the views");
