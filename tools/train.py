@@ -184,7 +184,9 @@ def build(name: str, drop_path: float, small: bool = False, patch: int = 4, kw_o
             raise SystemExit(f"--patch {patch} does not divide the {SIZE}x{SIZE} image")
         kw["patch_size"] = patch  # 2: a 14x14 token grid, where token mixing has room for structure
     for k, v in (kw_over or {}).items():
-        if k not in kw and k not in ("drop_path_rate", "img_size"):
+        if k in ("drop_path_rate", "img_size"):  # set below, from --drop-path and the data set
+            raise SystemExit(f"--kw: {k} is not a --kw key (use --drop-path; the image size is the data's)")
+        if k not in kw:
             print(f"--kw: {k} is not in the {name} config {sorted(kw)}; passed to the timm class as given")
         kw[k] = v
     return {"family": name, "timm_class": cls, **kw, "drop_path_rate": drop_path, "img_size": [SIZE, SIZE]}
