@@ -62,6 +62,13 @@ on the project's 2-core AMD EPYC VM):
       --kw '{"embed_dim": 96, "num_blocks": 8, "mlp_ratio": 4}'   # from the above: 18 min, 93.29 % (shipped)
 A run longer than one sitting: a fixed --epochs and --checkpoint FILE (the whole training state,
 written after every epoch); the same command line again resumes from FILE where it stopped.
+--stop-at-epoch N leaves such a run after epoch N; --init FILE then starts a further cycle from its
+(averaged) weights. --teacher W (repeatable) distils from shipped models, e.g. the MLP-Mixer:
+  python tools/train.py mixer --device cpu --threads 2 --amp --batch 128 --ema 0.999 --drop-path 0.1 \
+      --epochs 32 --checkpoint C1.pt --stop-at-epoch 17
+  python tools/train.py mixer --device cpu --threads 2 --amp --batch 128 --ema 0.999 --drop-path 0.05 \
+      --erase 0.1 --lr 1e-3 --epochs 14 --init C1.pt --checkpoint C2.pt \
+      --teacher weights/poolformer_fmnist.safetensors --teacher weights/gmlp_fmnist.safetensors
 Smoke test (a few steps, 1000 test images, into /tmp):
   python tools/train.py gmlp --device cpu --threads 1 --max-steps 20 --test-limit 1000 --out /tmp/tm
 """
@@ -209,6 +216,26 @@ def instantiate(config: dict) -> torch.nn.Module:
     return cls(**kw)
 
 
+def from_checkpoint(path: pathlib.Path) -> tuple[dict, dict, dict]:
+    """(config, F32 weights, recipe) of a run stopped with --stop-at-epoch: its averaged weights when it
+    kept an average, else its weights; the recipe as it stood, recorded as an earlier cycle."""
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    sig = ck["signature"]
+    config = sig["config"]
+    state = {k: v.detach().float().contiguous() for k, v in (ck["ema"] or ck["model"]).items()}
+    recipe = {"optimizer": "AdamW", "lr": sig["lr"], "weight_decay": sig["weight_decay"], "batch": sig["batch"],
+              "schedule": f"linear warmup 468 steps + cosine to 0 over {sig['epochs']} epochs, stopped after epoch "
+                          f"{ck['epoch']} (lr then {ck['sched']['_last_lr'][0]:.2e})",
+              "epochs": ck["epoch"], "steps": ck["step"], "label_smoothing": 0.1, "drop_path": config["drop_path_rate"],
+              "grad_clip": 1.0,
+              **({"ema": f"timm ModelEmaV3, decay {sig['ema']}; the average is carried on"} if ck["ema"] else {}),
+              "augment": f"per-sample random translation +-2 px, horizontal flip, random erasing p={sig['erase']}",
+              "precision": "bf16 autocast" if sig["amp"] else "fp32", "seed": sig["seed"],
+              "device": ck.get("device", "not recorded"),
+              "train_minutes": round(ck["train_s"] / 60, 2), "torch": torch.__version__}
+    return config, state, recipe
+
+
 def mflops(model: torch.nn.Module) -> float:
     """Multiply-adds x 2 of one 28x28 image (matmuls and convolutions, as PyTorch counts them)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -246,8 +273,9 @@ def main() -> None:
                     help="decay of an exponential moving average of the weights (timm ModelEmaV3), e.g. 0.999; "
                          "when set, the average is what is evaluated and shipped (0: off)")
     ap.add_argument("--init", type=pathlib.Path, default=None,
-                    help="start from these weights (a file this script wrote, same config): a further cosine cycle "
-                         "(warm restart); the recipe records the earlier cycles")
+                    help="start from these weights (a file this script wrote, same config, or a --checkpoint file: "
+                         "its averaged weights in F32): a further cosine cycle (warm restart); the recipe records "
+                         "the earlier cycles")
     ap.add_argument("--patch", type=int, default=4,
                     help="patch size of the Mixer family (4: a 7x7 token grid; 2: 14x14, 4x the token-mixing work)")
     ap.add_argument("--small", action="store_true", help="the CPU-sized configs (SMALL), for training without a GPU")
@@ -261,6 +289,15 @@ def main() -> None:
                     help="bf16 autocast in training and the per-epoch evaluation (default: on CUDA only). On a CPU "
                          "with AVX512-BF16 (as on the project's AMD EPYC VM) about twice as fast as fp32; the "
                          "final accuracy and the fixture's predictions are always computed in fp32")
+    ap.add_argument("--teacher", type=pathlib.Path, action="append", default=[],
+                    help="knowledge distillation from this file (written by this script, any family; repeat for an "
+                         "ensemble, whose logits are averaged): the loss becomes (1-a) x cross-entropy + a x T^2 x "
+                         "KL(teacher || student) at temperature T, on the same augmented batch")
+    ap.add_argument("--kd-alpha", type=float, default=0.5, help="weight a of the distillation term (with --teacher)")
+    ap.add_argument("--kd-temp", type=float, default=2.0, help="softmax temperature T of the distillation term")
+    ap.add_argument("--stop-at-epoch", type=int, default=None,
+                    help="leave the run after this epoch of its --epochs horizon (with --checkpoint; no files are "
+                         "written): --init CHECKPOINT then starts the next cycle from its weights")
     ap.add_argument("--checkpoint", type=pathlib.Path, default=None,
                     help="file the whole training state is written to after every epoch (needs --epochs); when it "
                          "exists, the run resumes from it, so a long run can span several sessions")
@@ -275,6 +312,8 @@ def main() -> None:
     lr = args.lr if args.lr is not None else LR[args.model]
     if args.checkpoint and args.epochs is None:
         raise SystemExit("--checkpoint needs a fixed horizon (--epochs): a budget is planned per process")
+    if args.stop_at_epoch is not None and not args.checkpoint:
+        raise SystemExit("--stop-at-epoch needs --checkpoint (the stopped run's state is what goes on)")
     torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -287,7 +326,12 @@ def main() -> None:
         xte, yte = xte[:args.test_limit], yte[:args.test_limit]
     config = build(args.model, args.drop_path, args.small, args.patch, args.kw)
     earlier = []
-    if args.init:
+    if args.init and args.init.suffix == ".pt":
+        init_config, init_state, prior = from_checkpoint(args.init)
+        if {k: v for k, v in init_config.items() if k != "drop_path_rate"} != {k: v for k, v in config.items() if k != "drop_path_rate"}:
+            raise SystemExit(f"{args.init}: its config {init_config} is not this run's {config}")
+        earlier = [prior]
+    elif args.init:
         with safe_open(args.init, "pt") as f:
             meta = f.metadata()
             init_config = json.loads(meta["config"])
@@ -296,6 +340,15 @@ def main() -> None:
             init_state = {k: f.get_tensor(k).float() for k in f.keys()}
             prior = json.loads(meta["recipe"])
             earlier = prior.pop("earlier_cycles", []) + [prior]
+    teachers, teacher_info = [], []
+    for path in args.teacher:  # frozen, evaluated in the student's precision
+        with safe_open(path, "pt") as f:
+            tmeta = f.metadata()
+            t = instantiate(json.loads(tmeta["config"]))
+            t.load_state_dict({k: f.get_tensor(k).float() for k in f.keys()}, strict=True)
+        teachers.append(t.eval().requires_grad_(False))
+        teacher_info.append({"file": path.name, "family": json.loads(tmeta["config"])["family"],
+                             "params": int(tmeta["params"]), "pytorch_top1": tmeta["pytorch_top1"]})
     model = instantiate(config)
     if args.init:
         model.load_state_dict(init_state, strict=True)
@@ -303,6 +356,14 @@ def main() -> None:
     flops = mflops(model)
     model.to(dev)
     xtr_d, ytr_d, xte_d, yte_d = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
+    teachers = [t.to(dev) for t in teachers]
+    ensemble_top1 = None
+    if teachers:
+        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bool(amp)):
+            tl = torch.cat([sum(t(xte_d[i:i + 1000]).float() for t in teachers) for i in range(0, len(xte_d), 1000)])
+        ensemble_top1 = (tl.argmax(1) == yte_d).float().mean().item()
+        print(f"distilling from {len(teachers)} teacher(s), ensemble top-1 {ensemble_top1:.4f}: "
+              f"{[i['file'] for i in teacher_info]}, alpha {args.kd_alpha}, T {args.kd_temp}", flush=True)
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({args.threads} threads)"
     print(f"{args.model}: {params} params, {flops:.1f} MFLOPs/image, {config['timm_class']}; {device_name}, "
           f"batch {args.batch}, lr {lr}, {'bf16 autocast' if amp else 'fp32'}", flush=True)
@@ -337,7 +398,8 @@ def main() -> None:
     resumed, before = 0, 0.0  # processes that ran this training before this one, and their training seconds
     signature = {"config": config, "lr": lr, "batch": args.batch, "epochs": args.epochs, "ema": args.ema,
                  "weight_decay": args.weight_decay,
-                 "erase": args.erase, "seed": args.seed, "amp": bool(amp), "init": str(args.init)}
+                 "erase": args.erase, "seed": args.seed, "amp": bool(amp), "init": str(args.init),
+                 **({"teachers": [str(p) for p in args.teacher], "kd": [args.kd_alpha, args.kd_temp]} if teachers else {})}
     if args.checkpoint and args.checkpoint.exists():
         ck = torch.load(args.checkpoint, map_location=dev, weights_only=False)
         if ck["signature"] != signature:
@@ -351,7 +413,7 @@ def main() -> None:
         torch.set_rng_state(ck["rng"])
         step, epoch, resumed, before = ck["step"], ck["epoch"], ck["resumed"] + 1, ck["train_s"]
         print(f"resumed {args.checkpoint} at epoch {epoch}, step {step} ({before / 60:.2f} min trained before)", flush=True)
-    while epoch < plan["epochs"] and step < plan["steps"]:
+    while epoch < plan["epochs"] and step < plan["steps"] and (args.stop_at_epoch is None or epoch < args.stop_at_epoch):
         model.train()
         perm = torch.randperm(len(xtr_d), generator=gen, device=dev)
         loss_sum = torch.zeros((), device=dev)
@@ -368,7 +430,15 @@ def main() -> None:
             xb = augment(xtr_d[b], gen, args.erase)
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
                 logits = model(xb)
+                if teachers:
+                    with torch.no_grad():
+                        soft = sum(t(xb).float() for t in teachers) / len(teachers)
             loss = F.cross_entropy(logits.float(), ytr_d[b], label_smoothing=0.1)
+            if teachers:
+                temp = args.kd_temp
+                kd = F.kl_div(F.log_softmax(logits.float() / temp, 1), F.log_softmax(soft / temp, 1),
+                              reduction="batchmean", log_target=True) * temp * temp
+                loss = (1 - args.kd_alpha) * loss + args.kd_alpha * kd
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -419,9 +489,13 @@ def main() -> None:
             torch.save({"signature": signature, "model": model.state_dict(), "opt": opt.state_dict(),
                         "sched": sched.state_dict(), "ema": ema.module.state_dict() if ema else None,
                         "gen": gen.get_state(), "rng": torch.get_rng_state(), "step": step, "epoch": epoch,
-                        "resumed": resumed, "train_s": before + time.time() - start}, tmp)
+                        "resumed": resumed, "train_s": before + time.time() - start, "device": device_name}, tmp)
             os.replace(tmp, args.checkpoint)
     train_min = (before + time.time() - start) / 60
+    if args.stop_at_epoch is not None and epoch < plan["epochs"]:
+        print(f"stopped after epoch {epoch} of {plan['epochs']}: {args.checkpoint} holds the run "
+              f"(--init {args.checkpoint} continues from its weights)", flush=True)
+        return
 
     # Final numbers: CPU, float32, no TF32; once with the trained (or averaged) weights, once with the F16 ones shipped.
     model = shipped.cpu().float().eval()
@@ -448,6 +522,9 @@ def main() -> None:
             "precision": "bf16 autocast" if amp else "fp32", "seed": args.seed, "device": device_name,
             "train_minutes": round(train_min, 2), "torch": torch.__version__, "timm": timm.__version__,
             **({"resumed": f"from its --checkpoint by {resumed} later process(es)"} if resumed else {}),
+            **({"distillation": {"teachers": teacher_info, "teacher_ensemble_top1": round(ensemble_top1, 4),
+                                 "loss": f"(1 - {args.kd_alpha}) x cross-entropy + {args.kd_alpha} x T^2 x "
+                                         f"KL(mean teacher logits || student) at T = {args.kd_temp}"}} if teachers else {}),
             **({"init": "the weights of the earlier cycles below", "earlier_cycles": earlier,
                 "total_epochs": epoch + sum(c["epochs"] for c in earlier),
                 "total_train_minutes": round(train_min + sum(c["train_minutes"] for c in earlier), 2)} if earlier else {})}),
