@@ -581,12 +581,16 @@ impl Viewer {
                     "{} token-MLP units over the {gh}×{gw} grid, sorted by spatial frequency; {} opposite-sign pairs.",
                     li.rows, li.pairs
                 ));
+                // Tiles shrink with the unit count (36 px for 48 units, 24 px for 128) so that the
+                // grid stays about 320 px tall and the offset kernel below it stays in view.
+                let gap = ui.spacing().item_spacing.x;
+                let side = ((ui.available_width() * 320.0 / li.rows.max(1) as f32).sqrt() - gap).clamp(16.0, 36.0);
                 ui.horizontal_wrapped(|ui| {
                     for g in &li.groups {
                         for &u in g {
                             let row = &li.data[u * li.cols..(u + 1) * li.cols];
                             let t = textures.get(ui.ctx(), generation, &format!("unit{u}"), || heat(row, gh, gw, false));
-                            ui.add(egui::Image::new((t.id(), Vec2::new(36.0, 36.0 * gh as f32 / gw as f32))));
+                            ui.add(egui::Image::new((t.id(), Vec2::new(side, side * gh as f32 / gw as f32))));
                         }
                         if g.len() == 2 {
                             ui.separator();
