@@ -2,7 +2,8 @@
 //! rendered on the wgpu adapter (lavapipe in CI): a sample classifies as `tokenmix classify`
 //! does and its evidence lies over the image; switching models and layers redraws the views; a
 //! corrupt model file shows an error while the previous model keeps working; a hub download
-//! from a local server shows progress; the camera (synthetic, and none); `view --screenshot`.
+//! from a local server shows progress; the camera (synthetic, and none); `view --screenshot`; a
+//! Mixer with 256 token-MLP units keeps its offset kernel inside the window.
 //! Screenshots land in tests/artifacts/desktop-*.png.
 #![cfg(feature = "desktop")]
 
@@ -269,4 +270,50 @@ fn view_screenshot_renders_offscreen_and_prints_the_predictions() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.starts_with("error: ") && !err.contains("panicked"), "{err}");
+}
+
+/// The embedded Mixer with every token MLP widened to `units` hidden units (F16, seeded
+/// values): as many units as a hub `mixer_s16_224` has (256), on the shipped 7x7 grid.
+fn wide_token_mlps(units: usize) -> Vec<u8> {
+    use safetensors::{tensor::TensorView, SafeTensors};
+    let st = SafeTensors::deserialize(tokenmix::DEFAULT_MODEL).expect("the embedded model parses");
+    let (_, meta) = SafeTensors::read_metadata(tokenmix::DEFAULT_MODEL).expect("its header parses");
+    let mut state = 1u32;
+    let mut next = move || {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        ((state >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.4
+    };
+    let mut tensors = Vec::new();
+    for (name, t) in st.tensors() {
+        let s = t.shape().to_vec();
+        let shape = if name.ends_with("mlp_tokens.fc1.weight") {
+            vec![units, s[1]]
+        } else if name.ends_with("mlp_tokens.fc1.bias") {
+            vec![units]
+        } else if name.ends_with("mlp_tokens.fc2.weight") {
+            vec![s[0], units]
+        } else {
+            tensors.push((name, t.dtype(), s, t.data().to_vec()));
+            continue;
+        };
+        let n: usize = shape.iter().product();
+        let bytes = (0..n).flat_map(|_| half::f16::from_f32(next()).to_le_bytes()).collect();
+        tensors.push((name, safetensors::Dtype::F16, shape, bytes));
+    }
+    let views = tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).expect("tensor view")));
+    safetensors::serialize(views, meta.metadata().clone()).expect("serialised")
+}
+
+#[test]
+fn a_mixer_with_many_token_units_keeps_its_offset_kernel_in_view() {
+    let mut h = harness(viewer());
+    h.run();
+    h.state_mut().load_model("wide", &wide_token_mlps(256));
+    h.run();
+    assert_eq!(h.state().insight.as_ref().map(|i| (i.kind, i.rows)), Some(("mixer", 256)), "the widened model is shown");
+    h.get_by_label_contains("256 token-MLP units over the 7×7 grid");
+    let kernel = h.get_by_label_contains("Mean weight by relative offset").rect();
+    shot(&mut h, "mixer-256-units");
+    // The kernel image (160 px tall on a 7x7 grid) below its caption, inside the 820 px window.
+    assert!(kernel.max.y + 160.0 <= 820.0, "the offset kernel is pushed out of view: its caption ends at y = {}", kernel.max.y);
 }
