@@ -224,7 +224,7 @@ def from_checkpoint(path: pathlib.Path) -> tuple[dict, dict, dict]:
     config = sig["config"]
     state = {k: v.detach().float().contiguous() for k, v in (ck["ema"] or ck["model"]).items()}
     recipe = {"optimizer": "AdamW", "lr": sig["lr"], "weight_decay": sig["weight_decay"], "batch": sig["batch"],
-              "schedule": f"linear warmup 468 steps + cosine to 0 over {sig['epochs']} epochs, stopped after epoch "
+              "schedule": f"linear warmup {ck['step'] // ck['epoch']} steps + cosine to 0 over {sig['epochs']} epochs, stopped after epoch "
                           f"{ck['epoch']} (lr then {ck['sched']['_last_lr'][0]:.2e})",
               "epochs": ck["epoch"], "steps": ck["step"], "label_smoothing": 0.1, "drop_path": config["drop_path_rate"],
               "grad_clip": 1.0,
@@ -328,18 +328,17 @@ def main() -> None:
     earlier = []
     if args.init and args.init.suffix == ".pt":
         init_config, init_state, prior = from_checkpoint(args.init)
-        if {k: v for k, v in init_config.items() if k != "drop_path_rate"} != {k: v for k, v in config.items() if k != "drop_path_rate"}:
-            raise SystemExit(f"{args.init}: its config {init_config} is not this run's {config}")
         earlier = [prior]
     elif args.init:
         with safe_open(args.init, "pt") as f:
             meta = f.metadata()
             init_config = json.loads(meta["config"])
-            if {k: v for k, v in init_config.items() if k != "drop_path_rate"} != {k: v for k, v in config.items() if k != "drop_path_rate"}:
-                raise SystemExit(f"{args.init}: its config {init_config} is not this run's {config}")
             init_state = {k: f.get_tensor(k).float() for k in f.keys()}
             prior = json.loads(meta["recipe"])
             earlier = prior.pop("earlier_cycles", []) + [prior]
+    if args.init and ({k: v for k, v in init_config.items() if k != "drop_path_rate"}
+                      != {k: v for k, v in config.items() if k != "drop_path_rate"}):
+        raise SystemExit(f"{args.init}: its config {init_config} is not this run's {config}")
     teachers, teacher_info = [], []
     for path in args.teacher:  # frozen, evaluated in the student's precision
         with safe_open(path, "pt") as f:

@@ -581,7 +581,7 @@ impl Viewer {
                     "{} token-MLP units over the {gh}×{gw} grid, sorted by spatial frequency; {} opposite-sign pairs.",
                     li.rows, li.pairs
                 ));
-                // Tiles shrink with the unit count (36 px for 48 units, 24 px for 128) so that the
+                // Tiles shrink with the unit count (36 px for 48 units, ~27 px for 128) so that the
                 // grid stays about 320 px tall and the offset kernel below it stays in view.
                 let gap = ui.spacing().item_spacing.x;
                 let side = ((ui.available_width() * 320.0 / li.rows.max(1) as f32).sqrt() - gap).clamp(16.0, 36.0);
