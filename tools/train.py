@@ -67,8 +67,17 @@ written after every epoch); the same command line again resumes from FILE where 
   python tools/train.py mixer --device cpu --threads 2 --amp --batch 128 --ema 0.999 --drop-path 0.1 \
       --epochs 32 --checkpoint C1.pt --stop-at-epoch 17
   python tools/train.py mixer --device cpu --threads 2 --amp --batch 128 --ema 0.999 --drop-path 0.05 \
-      --erase 0.1 --lr 1e-3 --epochs 14 --init C1.pt --checkpoint C2.pt \
+      --erase 0.1 --lr 1e-3 --epochs 14 --init C1.pt --checkpoint C2.pt --out M2 \
       --teacher weights/poolformer_fmnist.safetensors --teacher weights/gmlp_fmnist.safetensors
+                                           # 17 epochs (90.51 %), then 14 more (57 min): 92.35 %
+  python tools/train.py mixer --device cpu --threads 2 --amp --batch 128 --ema 0.998 --drop-path 0 \
+      --erase 0 --lr 5e-4 --epochs 10 --init C2.pt --checkpoint C3.pt --out M3 \
+      --teacher weights/poolformer_fmnist.safetensors --teacher weights/gmlp_fmnist.safetensors
+                                           # 57 min: 92.84 %
+  python tools/train.py mixer --device cpu --threads 2 --amp --batch 128 --ema 0.998 --drop-path 0 \
+      --erase 0 --lr 3e-4 --epochs 8 --kd-alpha 0.8 --init M3/mixer_fmnist.safetensors --out M4 \
+      --teacher weights/poolformer_fmnist.safetensors --teacher weights/gmlp_fmnist.safetensors \
+      --teacher M3/mixer_fmnist.safetensors  # itself as a third teacher (ensemble 93.87 %); 42 min: 92.93 %
 Smoke test (a few steps, 1000 test images, into /tmp):
   python tools/train.py gmlp --device cpu --threads 1 --max-steps 20 --test-limit 1000 --out /tmp/tm
 """
