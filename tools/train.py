@@ -107,6 +107,12 @@ SIZE = 28
 SLICE = 256  # test images whose predictions are committed as a fixture
 FAMILIES = ["mixer", "gmlp", "resmlp", "poolformer"]
 LR = {"mixer": 2e-3, "gmlp": 1.5e-3, "resmlp": 2e-3, "poolformer": 2e-3}
+LABEL_SMOOTHING, GRAD_CLIP = 0.1, 1.0  # fixed parts of every recipe: the loop uses them, recipes record them
+
+
+def augment_text(erase: float) -> str:
+    """What `augment` does, as the recipe records it."""
+    return f"per-sample random translation +-2 px, horizontal flip, random erasing p={erase}"
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -235,10 +241,10 @@ def from_checkpoint(path: pathlib.Path) -> tuple[dict, dict, dict]:
     recipe = {"optimizer": "AdamW", "lr": sig["lr"], "weight_decay": sig["weight_decay"], "batch": sig["batch"],
               "schedule": f"linear warmup {ck['step'] // ck['epoch']} steps + cosine to 0 over {sig['epochs']} epochs, stopped after epoch "
                           f"{ck['epoch']} (lr then {ck['sched']['_last_lr'][0]:.2e})",
-              "epochs": ck["epoch"], "steps": ck["step"], "label_smoothing": 0.1, "drop_path": config["drop_path_rate"],
-              "grad_clip": 1.0,
+              "epochs": ck["epoch"], "steps": ck["step"], "label_smoothing": LABEL_SMOOTHING, "drop_path": config["drop_path_rate"],
+              "grad_clip": GRAD_CLIP,
               **({"ema": f"timm ModelEmaV3, decay {sig['ema']}; the average is carried on"} if ck["ema"] else {}),
-              "augment": f"per-sample random translation +-2 px, horizontal flip, random erasing p={sig['erase']}",
+              "augment": augment_text(sig["erase"]),
               "precision": "bf16 autocast" if sig["amp"] else "fp32", "seed": sig["seed"],
               "device": ck.get("device", "not recorded"),
               "train_minutes": round(ck["train_s"] / 60, 2), "torch": torch.__version__}
@@ -441,7 +447,7 @@ def main() -> None:
                 if teachers:
                     with torch.no_grad():
                         soft = sum(t(xb).float() for t in teachers) / len(teachers)
-            loss = F.cross_entropy(logits.float(), ytr_d[b], label_smoothing=0.1)
+            loss = F.cross_entropy(logits.float(), ytr_d[b], label_smoothing=LABEL_SMOOTHING)
             if teachers:
                 temp = args.kd_temp
                 kd = F.kl_div(F.log_softmax(logits.float() / temp, 1), F.log_softmax(soft / temp, 1),
@@ -449,7 +455,7 @@ def main() -> None:
                 loss = (1 - args.kd_alpha) * loss + args.kd_alpha * kd
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
             opt.step()
             sched.step()
             if ema:
@@ -524,9 +530,9 @@ def main() -> None:
         "recipe": json.dumps({
             "optimizer": "AdamW", "lr": lr, "weight_decay": args.weight_decay, "batch": args.batch,
             "schedule": f"linear warmup {warmup} steps + cosine to 0", "epochs": epoch, "steps": step,
-            "label_smoothing": 0.1, "drop_path": args.drop_path, "grad_clip": 1.0,
+            "label_smoothing": LABEL_SMOOTHING, "drop_path": args.drop_path, "grad_clip": GRAD_CLIP,
             **({"ema": f"timm ModelEmaV3, decay {args.ema}; the average is shipped"} if ema else {}),
-            "augment": f"per-sample random translation +-2 px, horizontal flip, random erasing p={args.erase}",
+            "augment": augment_text(args.erase),
             "precision": "bf16 autocast" if amp else "fp32", "seed": args.seed, "device": device_name,
             "train_minutes": round(train_min, 2), "torch": torch.__version__, "timm": timm.__version__,
             **({"resumed": f"from its --checkpoint by {resumed} later process(es)"} if resumed else {}),
