@@ -47,7 +47,7 @@ MODELS = {
 
 # Initialisations: timm constructor kwargs (grid = img_size / patch_size).
 INITS = {
-    "mixer_fmnist": dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=96, num_blocks=1, mlp_ratio=(0.5, 3.0)),
+    "mixer_fmnist": dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128, num_blocks=1, mlp_ratio=(1.0, 4.0)),
     "gmlp_fmnist": dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=96, num_blocks=1, mlp_ratio=4,
                         block_layer=SpatialGatingBlock, mlp_layer=GatedMlp),
     "resmlp_grey_nonsquare": dict(img_size=(12, 20), patch_size=4, in_chans=1, embed_dim=64, num_blocks=1, mlp_ratio=2,
