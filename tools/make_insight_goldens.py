@@ -26,8 +26,10 @@ import pathlib
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from safetensors.torch import load_file
-from timm.models.mlp_mixer import Affine, GatedMlp, MlpMixer, ResBlock, SpatialGatingBlock
+from timm.models.mlp_mixer import Affine, MlpMixer, ResBlock, SpatialGatingBlock
+from train import resolve  # tools/train.py: the dotted class names of a file's config
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
@@ -45,11 +47,22 @@ MODELS = {
     "gmlp_fmnist": (ROOT / "weights" / "gmlp_fmnist.safetensors", "gmlp", (7, 7)),
 }
 
+
+
+def shipped_init(name: str) -> dict:
+    """timm kwargs of a shipped model's architecture, read from its file's metadata `config` (as
+    tools/train.py wrote it), with one block: the layer whose initialisation the figures compare with."""
+    with safe_open(ROOT / "weights" / f"{name}.safetensors", "pt") as f:
+        config = json.loads(f.metadata()["config"])
+    kw = {k: resolve(v) if isinstance(v, str) and v.startswith(("timm.", "torch.")) else v
+          for k, v in config.items() if k not in ("family", "timm_class", "drop_path_rate")}
+    return {**kw, "num_blocks": 1}
+
+
 # Initialisations: timm constructor kwargs (grid = img_size / patch_size).
 INITS = {
-    "mixer_fmnist": dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128, num_blocks=1, mlp_ratio=(1.0, 4.0)),
-    "gmlp_fmnist": dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=96, num_blocks=1, mlp_ratio=4,
-                        block_layer=SpatialGatingBlock, mlp_layer=GatedMlp),
+    "mixer_fmnist": shipped_init("mixer_fmnist"),
+    "gmlp_fmnist": shipped_init("gmlp_fmnist"),
     "resmlp_grey_nonsquare": dict(img_size=(12, 20), patch_size=4, in_chans=1, embed_dim=64, num_blocks=1, mlp_ratio=2,
                                   num_classes=6, block_layer=ResBlock, norm_layer=Affine),
 }
