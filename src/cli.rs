@@ -570,7 +570,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
             serde_json::json!({
                 "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
                 "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
-                "precision": precision, "precision_note": precision_note,
+                "precision": precision, "precision_note": precision_note, "f16_activations": model.f16_activations(),
                 "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
             })
         );
@@ -608,7 +608,13 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             Ok(t.elapsed())
         };
         run()?;
-        let times = (0..iters.max(1)).map(|_| run()).collect::<Result<Vec<_>>>()?;
+        // At most ~2 s of timing (but 3 runs at least): the CPU GEMM is the reference, and at
+        // a GPU's sizes (4096³ is 137 GFLOP) `--iters 20` would spend a minute on it alone.
+        let started = Instant::now();
+        let mut times = Vec::new();
+        while times.len() < iters.max(1) && (times.len() < 3 || started.elapsed() < Duration::from_secs(2)) {
+            times.push(run()?);
+        }
         let med = median(times).as_secs_f64();
         if !json {
             println!(
@@ -636,7 +642,10 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     };
     let Some(gpu) = gpu else {
         if json {
-            println!("{}", serde_json::json!({"adapter": Device::cpu().describe(), "m": m, "k": k, "n": n, "runs": rows}));
+            println!(
+                "{}",
+                serde_json::json!({"adapter": Device::cpu().describe(), "gemm": "cpu", "precision": "f32", "m": m, "k": k, "n": n, "runs": rows})
+            );
         }
         return Ok(());
     };
@@ -708,7 +717,10 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
         }
     }
     if json {
-        println!("{}", serde_json::json!({"adapter": gpu.describe(), "m": m, "k": k, "n": n, "runs": rows}));
+        println!(
+            "{}",
+            serde_json::json!({"adapter": gpu.describe(), "gemm": gpu.gemm.name(), "precision": gpu.precision.name(), "m": m, "k": k, "n": n, "runs": rows})
+        );
     }
     Ok(())
 }

@@ -120,6 +120,7 @@ fn bench_reports_json() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["runs"].as_array().unwrap().len(), 2);
     assert!(v["first_result_ms"].as_f64().unwrap() > 0.0);
+    assert!(v["precision"].is_string() && v["f16_activations"].is_array(), "{v}");
     let out = tokenmix(&["bench", "--gemm", "33x17x65", "--iters", "1", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -132,6 +133,19 @@ fn bench_reports_json() {
     for r in v["runs"].as_array().unwrap().iter().filter(|r| r["variant"] != "cpu") {
         let err = r["rel_error"].as_f64().unwrap_or(f64::NAN);
         assert!(err < 1e-5, "{} {}: rel. error {err}", r["variant"], r["layout"]);
+    }
+    assert_eq!(v["precision"], "f32", "{v}");
+    assert!(v["gemm"].as_str().is_some_and(|g| !g.is_empty()), "the default kernel: {v}");
+    // f16 weights (lavapipe has shader-f16): reported as such, and still close to the CPU GEMM.
+    let out = tokenmix(&["bench", "--gemm", "33x17x65", "--iters", "1", "--precision", "f16", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["precision"], "f16", "{v}");
+    let gpu_runs: Vec<_> = v["runs"].as_array().unwrap().iter().filter(|r| r["variant"] != "cpu").collect();
+    assert!(!gpu_runs.is_empty(), "no WGSL kernel ran: {v}");
+    for r in gpu_runs {
+        let err = r["rel_error"].as_f64().unwrap_or(f64::NAN);
+        assert!(err < 1e-2, "{} {} (f16): rel. error {err}", r["variant"], r["layout"]);
     }
 }
 

@@ -66,7 +66,8 @@ def main() -> None:
     tm = json.loads(out.stdout)
     where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else f"cpu ({args.threads} threads)"
     mode = "autocast f16" if args.precision == "f16" else "fp32"
-    print(f"{args.model}: torch {torch.__version__} {mode} on {where}; tokenmix {tm.get('precision', 'f32')} weights on "
+    stored = f"{tm['precision']} weights" + ("".join(f" + {a} activations" for a in tm.get("f16_activations", [])))
+    print(f"{args.model}: torch {torch.__version__} {mode} on {where}; tokenmix {stored} on "
           f"{tm['adapter']} (gemm {tm['gemm']}); tokenmix time to first result {tm['first_result_ms']:.0f} ms")
     print(f"{'batch':>5} {'torch ms':>10} {'tokenmix ms':>12} {'ratio':>7} {'tokenmix GFLOP/s':>17}")
     for run in tm["runs"]:
@@ -94,7 +95,7 @@ def gemm(args, sync, autocast) -> None:
                           "--precision", args.precision, "--json"], check=True, capture_output=True, text=True)
     tm = json.loads(out.stdout)
     mode = "autocast f16" if args.precision == "f16" else "fp32"
-    print(f"GEMM {args.gemm}: torch.matmul {mode} {torch_gflops:,.0f} GFLOP/s; tokenmix ({tm.get('precision', 'f32')} weights) on {tm['adapter']}:")
+    print(f"GEMM {args.gemm}: torch.matmul {mode} {torch_gflops:,.0f} GFLOP/s; tokenmix ({tm['precision']} weights, default kernel {tm['gemm']}) on {tm['adapter']}:")
     for run in tm["runs"]:
         err = f"  rel. error {run['rel_error']:.1e}" if "rel_error" in run else ""
         print(f"  {run['variant']:>9} {run['layout']:<20} {run['gflops']:>10,.0f} GFLOP/s  {100 * run['gflops'] / torch_gflops:>5.1f} % of torch{err}")

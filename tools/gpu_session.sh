@@ -12,17 +12,28 @@
 #      PyTorch CUDA on mixer_s16_224, gmlp_s16_224, resmlp_12_224 and poolformer_s12.
 # Expects: .bin/tokenmix (release build), .data/ (Fashion-MNIST IDX files), .gl/*.deb (Vulkan
 # loader). Writes results under $OUT. Never run by CI.
+# REHEARSE=1 (kernels session only): the same commands on this CPU machine (PyTorch on the CPU,
+# tokenmix on lavapipe, a small GEMM and a small model, few iterations), so that a wiring error
+# shows up here and not in the GPU machine's 15 minutes:
+#   OUT=$(mktemp -d) TM=target/release/tokenmix REHEARSE=1 bash tools/gpu_session.sh
 set -u
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+if [ -n "${REHEARSE:-}" ]; then
+  [ "${SESSION:-kernels}" = kernels ] || { echo "REHEARSE=1 rehearses SESSION=kernels only" >&2; exit 2; }
+  DEVICE=cpu SHAPES="256x128x192" MODELS="gmlp_ti16_224" BATCHES=1,2 ITERS=2
+else
+  DEVICE=cuda SHAPES="1568x512x2048 12544x512x2048 4096x4096x4096" BATCHES=1,8,64 ITERS=20
+  MODELS="mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48"
+  for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+fi
 # TOKENMIX_BACKEND=gpu: the WGSL path is what this script measures, whatever auto would pick.
 export PYTHONUNBUFFERED=1 WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg TOKENMIX_BACKEND=gpu
 mkdir -p -m 700 /tmp/xdg /tmp/train
-TM=.bin/tokenmix
+TM=${TM:-.bin/tokenmix}
 MINUTES=${MINUTES:-4}
 # The Mixer family on a 14x14 token grid (patch 2): room for token mixing to learn structure
 # (`tokenmix insight` below prints its figures beside timm's initialisation).
 PATCH=${PATCH:-2}
-nvidia-smi -L
+[ -n "${REHEARSE:-}" ] || nvidia-smi -L
 python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)"
 if ! $TM info >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -37,16 +48,16 @@ export TOKENMIX_CACHE_DIR="$OUT/tuning"
 
 if [ "${SESSION:-kernels}" = kernels ]; then
   echo "== GEMM kernels beside torch.matmul"
-  for shape in 1568x512x2048 12544x512x2048 4096x4096x4096; do
-    for p in f32 f16; do python3 tools/bench_torch.py --gemm "$shape" --device cuda --precision "$p" --tokenmix $TM --iters 20; done
+  for shape in $SHAPES; do
+    for p in f32 f16; do python3 tools/bench_torch.py --gemm "$shape" --device $DEVICE --precision "$p" --tokenmix $TM --iters $ITERS; done
   done 2>&1 | tee "$OUT/gemm.txt"
   echo "== models beside PyTorch CUDA (fp32, then f16 weights and hidden activations vs autocast f16)"
-  for m in mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48; do
+  for m in $MODELS; do
     (cd tools && python3 timm_checkpoint.py "$m" "/tmp/$m.safetensors") >/dev/null || continue
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --precision f16   # coop, splitk at f16
     for p in f32 f16; do
-      python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device cuda --batch 1,8,64 --iters 20 --precision "$p"
+      python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device $DEVICE --batch $BATCHES --iters $ITERS --precision "$p"
     done
     rm -f "/tmp/$m.safetensors"
   done 2>&1 | tee "$OUT/bench.txt"
