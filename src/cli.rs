@@ -642,9 +642,13 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     };
     let Some(gpu) = gpu else {
         if json {
+            // The same report as a model's `bench --json`, from the CPU executor's own answers.
+            let cpu = Device::cpu();
+            let (precision, precision_note) = cpu.precision();
             println!(
                 "{}",
-                serde_json::json!({"adapter": Device::cpu().describe(), "gemm": "cpu", "precision": "f32", "m": m, "k": k, "n": n, "runs": rows})
+                serde_json::json!({"adapter": cpu.describe(), "gemm": cpu.kernels(), "precision": precision,
+                    "precision_note": precision_note, "m": m, "k": k, "n": n, "runs": rows})
             );
         }
         return Ok(());
@@ -719,7 +723,8 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     if json {
         println!(
             "{}",
-            serde_json::json!({"adapter": gpu.describe(), "gemm": gpu.gemm.name(), "precision": gpu.precision.name(), "m": m, "k": k, "n": n, "runs": rows})
+            serde_json::json!({"adapter": gpu.describe(), "gemm": gpu.gemm.name(), "precision": gpu.precision.name(),
+                "precision_note": gpu.precision_note, "m": m, "k": k, "n": n, "runs": rows})
         );
     }
     Ok(())

@@ -66,7 +66,7 @@ def main() -> None:
     tm = json.loads(out.stdout)
     where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else f"cpu ({args.threads} threads)"
     mode = "autocast f16" if args.precision == "f16" else "fp32"
-    stored = f"{tm['precision']} weights" + ("".join(f" + {a} activations" for a in tm.get("f16_activations", [])))
+    stored = f"{tm['precision']} weights" + "".join(f" + {a} activations" for a in tm.get("f16_activations", []))
     print(f"{args.model}: torch {torch.__version__} {mode} on {where}; tokenmix {stored} on "
           f"{tm['adapter']} (gemm {tm['gemm']}); tokenmix time to first result {tm['first_result_ms']:.0f} ms")
     print(f"{'batch':>5} {'torch ms':>10} {'tokenmix ms':>12} {'ratio':>7} {'tokenmix GFLOP/s':>17}")
