@@ -11,7 +11,7 @@ WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
 WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
 PORT ?= 8080
 
-.PHONY: demo desktop test lint test-native test-wasm test-browser setup build web bench bench-web fuzz clean
+.PHONY: demo desktop test lint test-native test-coop test-wasm test-browser setup build web bench bench-web fuzz clean
 
 setup:
 	@bash tools/setup.sh
@@ -38,7 +38,7 @@ demo: build web
 	node tests/browser/server.mjs $(PORT)
 
 # --nocapture so the log shows the adapter each test ran on and the golden error margins.
-test: setup lint test-native test-wasm test-browser
+test: setup lint test-native test-coop test-wasm test-browser
 
 # rustfmt (rustfmt.toml) and clippy with warnings as errors, natively and for the wasm build.
 lint: setup
@@ -54,6 +54,15 @@ test-native:
 	$(CARGO) test --release --features desktop -- --nocapture
 	LP_NATIVE_VECTOR_WIDTH=128 TOKENMIX_TEST_SUBGROUP_LANES=4 TOKENMIX_TEST_GEMM=texture,subgroup,coop-emulated \
 	  $(CARGO) test --release --features desktop --test kernels -- --nocapture
+
+# The tensor-core GEMM (gemm_coop.wgsl) on real cooperative matrices: Mesa 26's lavapipe
+# (Debian trixie-backports, unpacked into the tool cache by tools/lavapipe26.sh) has 8x8x8
+# f16 -> f32 ones, which the system's Mesa 22 lacks. The kernel and golden suites, with the coop
+# kernel for f16 and the tiled one for f32; naming coop makes them fail if it cannot run.
+test-coop: setup
+	bash tools/lavapipe26.sh fetch
+	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="bash $(CURDIR)/tools/lavapipe26.sh run" TOKENMIX_TEST_GEMM=coop,tiled \
+	  $(CARGO) test --release --features desktop --test kernels --test golden -- --nocapture
 
 # The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).
 test-wasm: setup

@@ -1,9 +1,11 @@
 // GEMM on tensor cores: f16 x f16 -> f32 cooperative matrices (wgpu's
-// `wgpu_cooperative_matrix`, Vulkan's VK_KHR_cooperative_matrix), 16x16x16 fragments.
+// `wgpu_cooperative_matrix`, Vulkan's VK_KHR_cooperative_matrix), square fragments of
+// F = 16 (NVIDIA, AMD) or F = 8 where the adapter offers only 8x8x8 (Mesa 26's lavapipe, on
+// which this kernel is tested with real cooperative matrices). Below, sizes are for F = 16.
 //
-// A workgroup computes a 64x64 tile of C with four subgroups, one per 32x32 quarter, each
-// holding 2x2 fragments of C in f32. Per step of BK = 32 values of k, all invocations stage
-// the 64x32 tile of A and the 32x64 tile of B into workgroup memory, rounded to f16 (the
+// A workgroup computes a 64x64 (4F x 4F) tile of C with four subgroups, one per 32x32 quarter,
+// each holding 2x2 fragments of C in f32. Per step of BK = 32 (2F) values of k, all invocations
+// stage the 64x32 tile of A and the 32x64 tile of B into workgroup memory, rounded to f16 (the
 // operand views of gemm_common.wgsl, so token mixing, implicit im2col and f16 weights all
 // work); each subgroup then loads its fragments from there and multiplies. The epilogue goes
 // through workgroup memory: each subgroup stores one fragment at a time to its own slot, and
@@ -28,16 +30,18 @@ enable wgpu_cooperative_matrix;
 #endif
 enable f16;
 
-const TM: u32 = 64u;
-const TN: u32 = 64u;
-const BK: u32 = 32u;
+const F: u32 = {{F}}u;              // fragment size: F x F x F
+const FF: u32 = F * F;              // elements of a fragment
+const TM: u32 = 4u * F;
+const TN: u32 = 4u * F;
+const BK: u32 = 2u * F;
 const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
 const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
 const LB: u32 = TN * BK / NT;
 
-var<workgroup> ta: array<f16, 2048>;            // [TM][BK]
-var<workgroup> tb: array<f16, 2048>;            // [BK][TN]
-var<workgroup> tc: array<f32, {{TC}}>;          // [SLOTS][16][16]
+var<workgroup> ta: array<f16, {{TAB}}>;         // [TM][BK]
+var<workgroup> tb: array<f16, {{TAB}}>;         // [BK][TN]
+var<workgroup> tc: array<f32, {{TC}}>;          // [SLOTS][F][F]
 
 // (a_slot, b_slot: gemm_tile_slots.wgsl.)
 
@@ -61,12 +65,12 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 
 // Fragment (fi, fj) of every quarter, as stored in slots 0-3, through the epilogue into C.
 fn write_fragment(bt: u32, m0: u32, n0: u32, fi: u32, fj: u32, tid: u32) {
-    for (var e = tid; e < 1024u; e += NT) {
-        let q = e / 256u;
-        let r = (e / 16u) % 16u;
-        let col = e % 16u;
-        let m = m0 + (q / 2u) * 32u + fi * 16u + r;
-        let n = n0 + (q % 2u) * 32u + fj * 16u + col;
+    for (var e = tid; e < 4u * FF; e += NT) {
+        let q = e / FF;
+        let r = (e / F) % F;
+        let col = e % F;
+        let m = m0 + (q / 2u) * BK + fi * F + r;
+        let n = n0 + (q % 2u) * BK + fj * F + col;
         if (m < p.m && n < p.n) {
             store_c(bt, m, n, tc[e]);
         }
@@ -74,17 +78,17 @@ fn write_fragment(bt: u32, m0: u32, n0: u32, fi: u32, fj: u32, tid: u32) {
 }
 
 #if EMULATE
-const EPL: u32 = 256u / {{LANES}}u;  // elements of a fragment each lane owns
+const EPL: u32 = FF / {{LANES}}u;   // elements of a fragment each lane owns
 
-// acc[f * EPL + i] += row (arow + r) of the A tile . column (bcol + c) of the B tile over 16
+// acc[f * EPL + i] += row (arow + r) of the A tile . column (bcol + c) of the B tile over F
 // values of k from kk, for the elements (r, c) this lane owns of fragment f.
 fn mma_emulated(acc: ptr<function, array<f32, 4u * EPL>>, f: u32, arow: u32, bcol: u32, kk: u32, lane: u32) {
     for (var i = 0u; i < EPL; i++) {
         let e = lane + i * {{LANES}}u;
-        let r = e / 16u;
-        let col = e % 16u;
+        let r = e / F;
+        let col = e % F;
         var s = 0.0;
-        for (var j = 0u; j < 16u; j++) {
+        for (var j = 0u; j < F; j++) {
             s = fma(f32(ta[(arow + r) * BK + kk + j]), f32(tb[(kk + j) * TN + bcol + col]), s);
         }
         (*acc)[f * EPL + i] += s;
@@ -103,16 +107,16 @@ fn main(
     let m0 = wg.y * TM;
     let n0 = wg.x * TN;
     let quarter = sg % 4u;
-    let qm = (quarter / 2u) * 32u;  // the quarter's first row and column in the tile
-    let qn = (quarter % 2u) * 32u;
-    let slot = sg * 256u;
+    let qm = (quarter / 2u) * BK;  // the quarter's first row and column in the tile
+    let qn = (quarter % 2u) * BK;
+    let slot = sg * FF;
 #if EMULATE
     var acc: array<f32, 4u * EPL>;
 #else
-    var c00 = coop_mat16x16<f32, C>();
-    var c01 = coop_mat16x16<f32, C>();
-    var c10 = coop_mat16x16<f32, C>();
-    var c11 = coop_mat16x16<f32, C>();
+    var c00 = coop_mat{{F}}x{{F}}<f32, C>();
+    var c01 = coop_mat{{F}}x{{F}}<f32, C>();
+    var c10 = coop_mat{{F}}x{{F}}<f32, C>();
+    var c11 = coop_mat{{F}}x{{F}}<f32, C>();
     let a_ld = BK;
     let b_ld = TN;
 #endif
@@ -120,22 +124,22 @@ fn main(
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         stage_tiles(bt, m0, n0, k0, tid);
         workgroupBarrier();
-        for (var kk = 0u; kk < BK; kk += 16u) {
+        for (var kk = 0u; kk < BK; kk += F) {
 #if EMULATE
             mma_emulated(&acc, 0u, qm, qn, kk, lane);
-            mma_emulated(&acc, 1u, qm, qn + 16u, kk, lane);
-            mma_emulated(&acc, 2u, qm + 16u, qn, kk, lane);
-            mma_emulated(&acc, 3u, qm + 16u, qn + 16u, kk, lane);
+            mma_emulated(&acc, 1u, qm, qn + F, kk, lane);
+            mma_emulated(&acc, 2u, qm + F, qn, kk, lane);
+            mma_emulated(&acc, 3u, qm + F, qn + F, kk, lane);
 #else
             // (Every address a `let` of its own: the SPIR-V the matrix operations need.)
             let ia0 = qm * BK + kk;
-            let ia1 = (qm + 16u) * BK + kk;
+            let ia1 = (qm + F) * BK + kk;
             let ib0 = kk * TN + qn;
-            let ib1 = kk * TN + qn + 16u;
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&ta[ia0], a_ld);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&ta[ia1], a_ld);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&tb[ib0], b_ld);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&tb[ib1], b_ld);
+            let ib1 = kk * TN + qn + F;
+            let a0 = coopLoadT<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia0], a_ld);
+            let a1 = coopLoadT<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia1], a_ld);
+            let b0 = coopLoadT<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib0], b_ld);
+            let b1 = coopLoadT<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib1], b_ld);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);
@@ -157,7 +161,7 @@ fn main(
         workgroupBarrier();
     }
 #else
-    let c_ld = 16u;
+    let c_ld = F;
     coopStoreT(c00, &tc[slot], c_ld);
     workgroupBarrier();
     write_fragment(bt, m0, n0, 0u, 0u, tid);

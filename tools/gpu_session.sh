@@ -16,6 +16,8 @@
 # tokenmix on lavapipe, a small GEMM and a small model, few iterations), so that a wiring error
 # shows up here and not in the GPU machine's 15 minutes:
 #   OUT=$(mktemp -d) TM=target/release/tokenmix REHEARSE=1 bash tools/gpu_session.sh
+# With TM a script that runs tokenmix through `tools/lavapipe26.sh run` (and TOKENMIX_AUTOTUNE=1),
+# the rehearsal's f16 GEMMs and autotuner include the coop kernel on real cooperative matrices.
 set -u
 if [ -n "${REHEARSE:-}" ]; then
   [ "${SESSION:-kernels}" = kernels ] || { echo "REHEARSE=1 rehearses SESSION=kernels only" >&2; exit 2; }

@@ -11,6 +11,9 @@ need_apt=()
 if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 && ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
   need_apt+=(mesa-vulkan-drivers libvulkan1)
 fi
+# `make test-coop` fetches Mesa 26's lavapipe (tools/lavapipe26.sh): curl, xz, sha256sum.
+command -v curl >/dev/null || need_apt+=(curl)
+command -v xz >/dev/null || need_apt+=(xz-utils)
 # The browser page and its tests: headless Chromium (WebGPU on SwiftShader), chromedriver for
 # wasm-bindgen-test, node/npm for playwright-core.
 if [ "${TOKENMIX_NO_BROWSER:-0}" != 1 ]; then
@@ -20,7 +23,7 @@ if [ "${TOKENMIX_NO_BROWSER:-0}" != 1 ]; then
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
-    echo "setup: no Vulkan driver found and no apt-get; install a Vulkan driver (e.g. Mesa lavapipe)" >&2
+    echo "setup: no apt-get to install ${need_apt[*]}; install them (a Vulkan driver: e.g. Mesa lavapipe)" >&2
     exit 1
   fi
   echo "setup: installing ${need_apt[*]}"

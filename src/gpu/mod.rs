@@ -104,13 +104,16 @@ pub enum GemmVariant {
     /// such as batch 1's, still fill a large GPU. The number of parts follows the shape (see
     /// `ops::gemm`); with one part it is `Tiled`.
     SplitK,
-    /// Tensor cores: f16 x f16 -> f32 cooperative matrices, 64x64 tiles of four subgroups
-    /// (`gemm_coop.wgsl`). Native Vulkan with `EXPERIMENTAL_COOPERATIVE_MATRIX` and a 16x16x16
-    /// f16 configuration, under `--precision f16` only (it rounds activations to f16 too).
+    /// Tensor cores: f16 x f16 -> f32 cooperative matrices, tiles of four subgroups
+    /// (`gemm_coop.wgsl`): 64x64 of 16x16x16 fragments, or 32x32 of 8x8x8 ones where the
+    /// adapter offers only those (Mesa 26's lavapipe). Native Vulkan with
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`, under `--precision f16` only (it rounds activations
+    /// to f16 too).
     Coop,
-    /// `Coop`'s kernel with the matrix operations done lane by lane: the test double that lets
-    /// CI's lavapipe (no cooperative matrices) run everything else of it. Never chosen by the
-    /// autotuner; `TOKENMIX_GEMM=coop-emulated` or tests only.
+    /// `Coop`'s kernel (16x16x16 fragments, as on NVIDIA and AMD) with the matrix operations
+    /// done lane by lane: the test double that lets a lavapipe without cooperative matrices run
+    /// everything else of it. Never chosen by the autotuner; `TOKENMIX_GEMM=coop-emulated` or
+    /// tests only.
     CoopEmulated,
 }
 
@@ -295,7 +298,7 @@ impl Gpu {
         let mut required_features = adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16);
         // Tensor cores only for f16 (the only precision the coop kernel computes in), so that an
         // f32 device never turns on an experimental feature.
-        let coop = asked == Precision::F16 && coop_lanes(&info, adapter.features(), &adapter.cooperative_matrix_properties()).is_some();
+        let coop = asked == Precision::F16 && coop_shape(&info, adapter.features(), &adapter.cooperative_matrix_properties()).is_some();
         if coop {
             required_features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
@@ -378,8 +381,8 @@ impl Gpu {
             return Err(format!("the {} GEMM computes in f16: it runs under --precision f16 only", v.name()));
         }
         match v {
-            GemmVariant::Coop if self.coop_lanes().is_none() => Err(format!(
-                "{} has no cooperative matrices of 16x16x16 f16 -> f32 (native Vulkan with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, subgroups of at most 64 lanes)",
+            GemmVariant::Coop if self.coop_shape().is_none() => Err(format!(
+                "{} has no cooperative matrices of 16x16x16 or 8x8x8 f16 -> f32 (native Vulkan with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, subgroups of at most 64 lanes)",
                 self.describe()
             )),
             GemmVariant::CoopEmulated if min != max || max > 64 => {
@@ -389,10 +392,10 @@ impl Gpu {
         }
     }
 
-    /// The coop kernel's subgroup width on this device (its largest subgroup size), when the
-    /// device has the cooperative matrices it needs.
-    pub fn coop_lanes(&self) -> Option<u32> {
-        coop_lanes(&self.info, self.device.features(), &self.adapter.cooperative_matrix_properties())
+    /// The coop kernel's subgroup width on this device (its largest subgroup size) and fragment
+    /// size (16, else 8), when the device has the cooperative matrices it needs.
+    pub fn coop_shape(&self) -> Option<(u32, u32)> {
+        coop_shape(&self.info, self.device.features(), &self.adapter.cooperative_matrix_properties())
     }
 
     /// Stores GEMM weights uploaded from now on in `p`; an error where the device cannot (f16
@@ -875,19 +878,23 @@ fn default_gemm(info: &wgpu::AdapterInfo, lanes: Option<u32>) -> GemmVariant {
     }
 }
 
-/// The subgroup width of the coop kernel: the adapter's largest subgroup size, where it has
-/// subgroup-scoped 16x16x16 f16 x f16 -> f32 cooperative matrices, shader-f16 and subgroups of
-/// 4 to 64 lanes whose sizes vary at most twofold (which bounds the kernel's spare slots).
-fn coop_lanes(info: &wgpu::AdapterInfo, features: wgpu::Features, configs: &[wgpu::CooperativeMatrixProperties]) -> Option<u32> {
+/// The subgroup width and fragment size of the coop kernel: the adapter's largest subgroup
+/// size, and 16 where it has subgroup-scoped 16x16x16 f16 x f16 -> f32 cooperative matrices,
+/// else 8 where it has 8x8x8 ones; with shader-f16 and subgroups of 4 to 64 lanes whose sizes
+/// vary at most twofold (which bounds the kernel's spare slots).
+fn coop_shape(info: &wgpu::AdapterInfo, features: wgpu::Features, configs: &[wgpu::CooperativeMatrixProperties]) -> Option<(u32, u32)> {
     let needs = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
-    let f16 = configs.iter().any(|c| {
-        (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
-            && c.ab_type == wgpu::CooperativeScalarType::F16
-            && c.cr_type == wgpu::CooperativeScalarType::F32
-    });
+    let offers = |f: u32| {
+        configs.iter().any(|c| {
+            (c.m_size, c.n_size, c.k_size) == (f, f, f)
+                && c.ab_type == wgpu::CooperativeScalarType::F16
+                && c.cr_type == wgpu::CooperativeScalarType::F32
+        })
+    };
+    let frag = [16, 8].into_iter().find(|&f| offers(f))?;
     let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
     let sizes = min.is_power_of_two() && max.is_power_of_two() && min >= 4 && max <= 64 && max <= 2 * min;
-    (features.contains(needs) && f16 && sizes).then_some(max)
+    (features.contains(needs) && sizes).then_some((max, frag))
 }
 
 fn subgroup_lanes(info: &wgpu::AdapterInfo, features: wgpu::Features) -> Option<u32> {

@@ -352,8 +352,8 @@ impl<'a> Gemm<'a> {
 
     /// The kernel for this GEMM: `lanes` is the subgroup width the variant works at (the
     /// adapter's smallest for the subgroup kernels, its largest for coop), `min_lanes` the
-    /// adapter's smallest.
-    fn kernel(&self, variant: GemmVariant, lanes: u32, min_lanes: u32) -> Kernel {
+    /// adapter's smallest, `frag` the coop kernels' fragment size (16 or 8).
+    fn kernel(&self, variant: GemmVariant, lanes: u32, min_lanes: u32, frag: u32) -> Kernel {
         let (name, source) = match variant {
             GemmVariant::Register => ("gemm_register", REGISTER),
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
@@ -393,9 +393,11 @@ impl<'a> Gemm<'a> {
             let (min, max) = (min_lanes.clamp(1, lanes), lanes);
             kernel = kernel
                 .flag("EMULATE", variant == GemmVariant::CoopEmulated)
+                .define("F", frag)
                 .define("LANES", max)
                 .define("NT", 4 * max)
-                .define("TC", 4 * max / min * 256);
+                .define("TAB", 8 * frag * frag)
+                .define("TC", 4 * max / min * frag * frag);
         } else if variant.uses_subgroups() {
             let (rows, cols) = subgroup_tile(variant, self.a_trans, lanes);
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", lanes);
@@ -534,19 +536,21 @@ impl<'a> Gemm<'a> {
         };
         gpu.supports(variant).map_err(|why| Error::Gpu(format!("the {} GEMM: {why}", variant.name())))?;
         let min_lanes = gpu.subgroup_lanes().unwrap_or(0);
-        let lanes = match variant {
-            GemmVariant::Coop => gpu.coop_lanes().unwrap_or(0),
-            _ => min_lanes,
+        // The coop kernel works at the device's fragment size; its emulated double at 16, as
+        // on NVIDIA and AMD.
+        let (lanes, frag) = match variant {
+            GemmVariant::Coop => gpu.coop_shape().unwrap_or((0, 16)),
+            _ => (min_lanes, 16),
         };
         let parts = self.parts()?;
         for part in &parts {
             part.check()?;
         }
-        let pipeline = gpu.pipeline(&self.kernel(variant, lanes, min_lanes))?;
+        let pipeline = gpu.pipeline(&self.kernel(variant, lanes, min_lanes, frag))?;
         if variant == GemmVariant::SplitK {
             return self.build_split_k(gpu, &parts, pipeline);
         }
-        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant, lanes, 1)).collect::<Result<_>>()?;
+        let runs: Vec<_> = parts.iter().map(|part| part.dispatch(variant, lanes, frag, 1)).collect::<Result<_>>()?;
         Op::dispatches(gpu, pipeline, &runs)
     }
 
@@ -558,11 +562,11 @@ impl<'a> Gemm<'a> {
         for part in parts {
             let splits = part.split_count(gpu);
             let next = if splits <= 1 {
-                let whole = gpu.pipeline(&part.kernel(GemmVariant::Tiled, 0, 0))?;
-                Op::dispatches(gpu, whole, &[part.dispatch(GemmVariant::Tiled, 0, 1)?])?
+                let whole = gpu.pipeline(&part.kernel(GemmVariant::Tiled, 0, 0, 0))?;
+                Op::dispatches(gpu, whole, &[part.dispatch(GemmVariant::Tiled, 0, 0, 1)?])?
             } else {
                 let scratch = gpu.storage("split-K partial sums", splits as usize * part.batch * part.m * part.n)?;
-                let (params, mut resources, mut workgroups) = part.dispatch(GemmVariant::SplitK, 0, splits)?;
+                let (params, mut resources, mut workgroups) = part.dispatch(GemmVariant::SplitK, 0, 0, splits)?;
                 workgroups[2] *= splits;
                 let mut first = resources.clone();
                 first[4] = Resource::Buffer(&scratch);
@@ -616,8 +620,8 @@ impl<'a> Gemm<'a> {
 
     /// The kernels the autotuner times for this GEMM, built: every one the device can run
     /// (without a weight texture the texture kernel is the subgroup one, so it is left out),
-    /// and the tensor-core kernel only once its results matched the tiled kernel's (CI has no
-    /// cooperative matrices to test it on, so each device proves it here).
+    /// and the tensor-core kernel only once its results matched the tiled kernel's (CI tests it
+    /// on one driver's cooperative matrices, lavapipe's; each device proves it here).
     fn candidates(&self, gpu: &Gpu, class: &str) -> Vec<(GemmVariant, Op)> {
         let mut out = Vec::new();
         for v in gpu.gemm_variants() {
@@ -753,7 +757,7 @@ impl<'a> Gemm<'a> {
     }
 
     /// Parameters, bindings and workgroup counts of one (part of a) GEMM.
-    fn dispatch(&self, variant: GemmVariant, lanes: u32, splits: u32) -> Result<(Vec<u32>, Vec<Resource<'a>>, [u32; 3])> {
+    fn dispatch(&self, variant: GemmVariant, lanes: u32, frag: u32, splits: u32) -> Result<(Vec<u32>, Vec<Resource<'a>>, [u32; 3])> {
         // For a convolution the images are folded into M (the output is [images * oh * ow, cout]).
         let mut conv_words = [0u32; 12];
         if let Some(g) = self.conv {
@@ -798,7 +802,7 @@ impl<'a> Gemm<'a> {
                 let [tm, tn, ..] = variant.tile().unwrap_or([64, 64, 4, 4, 16]);
                 [groups(self.n as u32, tn), groups(self.m as u32, tm), self.batch as u32]
             }
-            GemmVariant::Coop | GemmVariant::CoopEmulated => [groups(self.n as u32, 64), groups(self.m as u32, 64), self.batch as u32],
+            GemmVariant::Coop | GemmVariant::CoopEmulated => [groups(self.n as u32, 4 * frag), groups(self.m as u32, 4 * frag), self.batch as u32],
         };
         let mut resources = vec![self.a.buf, self.b.buf, bias, scale, self.c.buf].into_iter().map(Resource::Buffer).collect::<Vec<_>>();
         if let (GemmVariant::Texture, Some(tex)) = (variant, self.b_tex) {
@@ -920,15 +924,17 @@ mod tests {
 
     /// The coop kernel as a model's GEMMs specialise it (the epilogues and operand views of
     /// linear layers, token mixing, convolutions, gMLP's gate) at every subgroup width, for
-    /// tensor cores or emulated: naga's SPIR-V, validated with just the capabilities a coop
-    /// device grants.
-    fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, emulate: bool) -> Vec<u32> {
+    /// tensor cores or emulated, with fragments of `frag`: naga's SPIR-V, validated with just
+    /// the capabilities a coop device grants.
+    fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, frag: u32, emulate: bool) -> Vec<u32> {
         let mut defines: Defines = flags.iter().map(|f| (f.to_string(), "1".to_string())).collect();
         defines.insert("EMULATE".into(), if emulate { "1" } else { "0" }.into());
+        defines.insert("F".into(), frag.to_string());
         defines.insert("LANES".into(), lanes.to_string());
         defines.insert("NT".into(), (4 * lanes).to_string());
-        defines.insert("TC".into(), (4 * lanes / min_lanes * 256).to_string());
-        let what = format!("{flags:?} at {lanes} lanes (emulated: {emulate})");
+        defines.insert("TAB".into(), (8 * frag * frag).to_string());
+        defines.insert("TC".into(), (4 * lanes / min_lanes * frag * frag).to_string());
+        let what = format!("{flags:?} at {lanes} lanes, {frag}x{frag} fragments (emulated: {emulate})");
         let source = preprocess("gemm_coop", super::COOP, &defines).unwrap_or_else(|e| panic!("{what}: {e}"));
         let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
         use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
@@ -1015,15 +1021,15 @@ mod tests {
         ];
         let mut compiled = 0;
         for flags in cases {
-            for (lanes, min) in [(32, 32), (64, 32), (16, 8), (8, 8)] {
-                let ops = opcodes(&coop_spirv(flags, lanes, min, false));
+            for (lanes, min, frag) in [(32, 32, 16), (64, 32, 16), (16, 8, 16), (8, 8, 16), (32, 32, 8), (64, 32, 8), (8, 8, 8)] {
+                let ops = opcodes(&coop_spirv(flags, lanes, min, frag, false));
                 let n = |op| ops.get(&op).copied().unwrap_or(0);
-                assert_eq!((n(LOAD), n(MUL_ADD), n(STORE)), (4, 4, 4), "{flags:?} at {lanes} lanes");
-                let emulated = opcodes(&coop_spirv(flags, lanes, min, true));
+                assert_eq!((n(LOAD), n(MUL_ADD), n(STORE)), (4, 4, 4), "{flags:?} at {lanes} lanes, {frag}x{frag}");
+                let emulated = opcodes(&coop_spirv(flags, lanes, min, frag, true));
                 assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{flags:?} emulated");
                 compiled += 2;
             }
         }
-        assert_eq!(compiled, cases.len() * 8);
+        assert_eq!(compiled, cases.len() * 14);
     }
 }

@@ -73,6 +73,15 @@ pub fn all_variants() -> Vec<Arc<Gpu>> {
 pub fn all_variants_f16() -> Vec<Arc<Gpu>> {
     let base = Arc::new(pollster::block_on(Gpu::new_at(Precision::F16)).expect("a wgpu adapter (lavapipe on CI)"));
     assert_eq!(base.precision, Precision::F16, "the test adapter has shader-f16");
+    // A kernel named on purpose (`make test-coop` names coop) must run, not quietly drop out.
+    if let Ok(names) = std::env::var("TOKENMIX_TEST_GEMM") {
+        for name in names.split(',').map(str::trim).filter(|&n| n != "cpu") {
+            let v = GemmVariant::parse(name).unwrap_or_else(|| panic!("TOKENMIX_TEST_GEMM names {name:?}, which is no GEMM variant"));
+            if let Err(why) = base.supports(v) {
+                panic!("TOKENMIX_TEST_GEMM names {name}, which this adapter cannot run at f16: {why}");
+            }
+        }
+    }
     let v: Vec<_> = GemmVariant::ALL
         .into_iter()
         .filter(|&v| wanted(v.name()) && base.supports(v).is_ok())
