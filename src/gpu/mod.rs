@@ -953,3 +953,43 @@ async fn select_adapter(instance: &wgpu::Instance, backends: wgpu::Backends) -> 
             .map_err(|e| Error::NoAdapter(format!("navigator.gpu gave no adapter ({backends:?}): {e}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::coop_shape;
+    use wgpu::{CooperativeMatrixProperties as Props, CooperativeScalarType as T, Features};
+
+    fn info(min: u32, max: u32) -> wgpu::AdapterInfo {
+        wgpu::AdapterInfo {
+            subgroup_min_size: min,
+            subgroup_max_size: max,
+            ..wgpu::AdapterInfo::new(wgpu::DeviceType::DiscreteGpu, wgpu::Backend::Vulkan)
+        }
+    }
+
+    fn props(list: &[(u32, u32, u32, T, T)]) -> Vec<Props> {
+        list.iter()
+            .map(|&(m_size, n_size, k_size, ab_type, cr_type)| Props { m_size, n_size, k_size, ab_type, cr_type, saturating_accumulation: false })
+            .collect()
+    }
+
+    /// The coop kernel's subgroup width and fragment size from what adapters report: 16x16x16
+    /// where offered (the H200's list), else 8x8x8 (Mesa 26's lavapipe); f16 accumulators,
+    /// other shapes, a missing feature or subgroup sizes varying more than twofold: none.
+    #[test]
+    fn coop_shape_follows_the_adapters_matrices() {
+        let all = Features::EXPERIMENTAL_COOPERATIVE_MATRIX | Features::SUBGROUP | Features::SHADER_F16;
+        let h200 = props(&[(16, 16, 16, T::F16, T::F32), (16, 8, 16, T::F16, T::F32), (16, 8, 8, T::F16, T::F32)]);
+        let lavapipe = props(&[(8, 8, 8, T::F16, T::F16), (8, 8, 8, T::F16, T::F32)]);
+        let both = props(&[(8, 8, 8, T::F16, T::F32), (16, 16, 16, T::F16, T::F32)]);
+        assert_eq!(coop_shape(&info(32, 32), all, &h200), Some((32, 16)));
+        assert_eq!(coop_shape(&info(8, 8), all, &lavapipe), Some((8, 8)));
+        assert_eq!(coop_shape(&info(32, 64), all, &both), Some((64, 16)), "16 preferred; the largest subgroup");
+        assert_eq!(coop_shape(&info(8, 8), all, &props(&[(8, 8, 8, T::F16, T::F16)])), None, "f16 sums only");
+        assert_eq!(coop_shape(&info(32, 32), all, &props(&[(16, 8, 16, T::F16, T::F32)])), None, "no square shape");
+        assert_eq!(coop_shape(&info(32, 32), all - Features::SHADER_F16, &h200), None, "no shader-f16");
+        assert_eq!(coop_shape(&info(32, 32), all - Features::EXPERIMENTAL_COOPERATIVE_MATRIX, &h200), None, "feature off");
+        assert_eq!(coop_shape(&info(4, 64), all, &h200), None, "sizes vary sixteenfold");
+        assert_eq!(coop_shape(&info(32, 128), all, &h200), None, "128-lane subgroups");
+    }
+}
