@@ -36,12 +36,13 @@ const TM: u32 = 4u * F;
 const TN: u32 = 4u * F;
 const BK: u32 = 2u * F;
 const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
+const SLOTS: u32 = {{SLOTS}}u;      // subgroups at the smallest size: 4 x largest / smallest
 const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
 const LB: u32 = TN * BK / NT;
 
-var<workgroup> ta: array<f16, {{TAB}}>;         // [TM][BK]
-var<workgroup> tb: array<f16, {{TAB}}>;         // [BK][TN]
-var<workgroup> tc: array<f32, {{TC}}>;          // [SLOTS][F][F]
+var<workgroup> ta: array<f16, TM * BK>;         // [TM][BK]
+var<workgroup> tb: array<f16, BK * TN>;         // [BK][TN]
+var<workgroup> tc: array<f32, SLOTS * FF>;      // [SLOTS][F][F]
 
 // (a_slot, b_slot: gemm_tile_slots.wgsl.)
 

@@ -640,16 +640,17 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             Err(e) => return Err(e),
         },
     };
+    // The JSON report (which tools/bench_torch.py reads): the runs, and the executor's
+    // default kernel and precision, as a model's `bench --json` gives them.
+    let report = |adapter: String, gemm: String, (precision, note): (&str, Option<String>), rows: &[serde_json::Value]| {
+        let v = serde_json::json!({"adapter": adapter, "gemm": gemm, "precision": precision, "precision_note": note,
+            "m": m, "k": k, "n": n, "runs": rows});
+        println!("{v}");
+    };
     let Some(gpu) = gpu else {
         if json {
-            // The same report as a model's `bench --json`, from the CPU executor's own answers.
             let cpu = Device::cpu();
-            let (precision, precision_note) = cpu.precision();
-            println!(
-                "{}",
-                serde_json::json!({"adapter": cpu.describe(), "gemm": cpu.kernels(), "precision": precision,
-                    "precision_note": precision_note, "m": m, "k": k, "n": n, "runs": rows})
-            );
+            report(cpu.describe(), cpu.kernels(), cpu.precision(), &rows);
         }
         return Ok(());
     };
@@ -721,11 +722,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
         }
     }
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"adapter": gpu.describe(), "gemm": gpu.gemm.name(), "precision": gpu.precision.name(),
-                "precision_note": gpu.precision_note, "m": m, "k": k, "n": n, "runs": rows})
-        );
+        report(gpu.describe(), gpu.gemm.name().to_string(), (gpu.precision.name(), gpu.precision_note.clone()), &rows);
     }
     Ok(())
 }

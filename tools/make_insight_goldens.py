@@ -48,7 +48,6 @@ MODELS = {
 }
 
 
-
 def shipped_init(name: str) -> dict:
     """timm kwargs of a shipped model's architecture, read from its file's metadata `config` (as
     tools/train.py wrote it), with one block: the layer whose initialisation the figures compare with."""

@@ -389,15 +389,10 @@ impl<'a> Gemm<'a> {
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
         if variant.computes_in_f16() {
-            // Four subgroups of the largest size; room for as many more as the smallest allows.
-            let (min, max) = (min_lanes.clamp(1, lanes), lanes);
-            kernel = kernel
-                .flag("EMULATE", variant == GemmVariant::CoopEmulated)
-                .define("F", frag)
-                .define("LANES", max)
-                .define("NT", 4 * max)
-                .define("TAB", 8 * frag * frag)
-                .define("TC", 4 * max / min * frag * frag);
+            kernel = kernel.flag("EMULATE", variant == GemmVariant::CoopEmulated);
+            for (key, v) in coop_sizes(lanes, min_lanes, frag) {
+                kernel = kernel.define(key, v);
+            }
         } else if variant.uses_subgroups() {
             let (rows, cols) = subgroup_tile(variant, self.a_trans, lanes);
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", lanes);
@@ -916,6 +911,13 @@ fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
     Some((r.parse().ok()?, c.parse().ok()?))
 }
 
+/// The coop kernel's sizes (gemm_coop.wgsl): fragments of `frag`, four subgroups of the
+/// largest size `lanes`, and room for as many more as the smallest, `min_lanes`, allows.
+fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32) -> [(&'static str, u32); 4] {
+    let (min, max) = (min_lanes.clamp(1, lanes), lanes);
+    [("F", frag), ("LANES", max), ("NT", 4 * max), ("SLOTS", 4 * max / min)]
+}
+
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use wgpu::naga;
@@ -929,11 +931,7 @@ mod tests {
     fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, frag: u32, emulate: bool) -> Vec<u32> {
         let mut defines: Defines = flags.iter().map(|f| (f.to_string(), "1".to_string())).collect();
         defines.insert("EMULATE".into(), if emulate { "1" } else { "0" }.into());
-        defines.insert("F".into(), frag.to_string());
-        defines.insert("LANES".into(), lanes.to_string());
-        defines.insert("NT".into(), (4 * lanes).to_string());
-        defines.insert("TAB".into(), (8 * frag * frag).to_string());
-        defines.insert("TC".into(), (4 * lanes / min_lanes * frag * frag).to_string());
+        defines.extend(super::coop_sizes(lanes, min_lanes, frag).map(|(key, v)| (key.to_string(), v.to_string())));
         let what = format!("{flags:?} at {lanes} lanes, {frag}x{frag} fragments (emulated: {emulate})");
         let source = preprocess("gemm_coop", super::COOP, &defines).unwrap_or_else(|e| panic!("{what}: {e}"));
         let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
