@@ -58,10 +58,11 @@ test-native:
 # The tensor-core GEMM (gemm_coop.wgsl) on real cooperative matrices: Mesa 26's lavapipe
 # (Debian trixie-backports, unpacked into the tool cache by tools/lavapipe26.sh) has 8x8x8
 # f16 -> f32 ones, which the system's Mesa 22 lacks. The kernel and golden suites, with the coop
-# kernel for f16 and the tiled one for f32; naming coop makes them fail if it cannot run.
+# kernels (both tile sizes) for f16 and the tiled one for f32; naming coop makes them fail if it
+# cannot run.
 test-coop: setup
 	bash tools/lavapipe26.sh fetch
-	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="bash $(CURDIR)/tools/lavapipe26.sh run" TOKENMIX_TEST_GEMM=coop,tiled \
+	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="bash $(CURDIR)/tools/lavapipe26.sh run" TOKENMIX_TEST_GEMM=coop,coop128,tiled \
 	  $(CARGO) test --release --features desktop --test kernels --test golden -- --nocapture
 
 # The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).

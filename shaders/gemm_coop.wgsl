@@ -1,15 +1,19 @@
 // GEMM on tensor cores: f16 x f16 -> f32 cooperative matrices (wgpu's
 // `wgpu_cooperative_matrix`, Vulkan's VK_KHR_cooperative_matrix), square fragments of
 // F = 16 (NVIDIA, AMD) or F = 8 where the adapter offers only 8x8x8 (Mesa 26's lavapipe, on
-// which this kernel is tested with real cooperative matrices). Below, sizes are for F = 16.
+// which this kernel is tested with real cooperative matrices). Below, sizes are for F = 16
+// and FR = 2 (`coop`); `coop128` has FR = 4.
 //
-// A workgroup computes a 64x64 (4F x 4F) tile of C with four subgroups, one per 32x32 quarter,
-// each holding 2x2 fragments of C in f32. Per step of BK = 32 (2F) values of k, all invocations
-// stage the 64x32 tile of A and the 32x64 tile of B into workgroup memory, rounded to f16 (the
-// operand views of gemm_common.wgsl, so token mixing, implicit im2col and f16 weights all
-// work); each subgroup then loads its fragments from there and multiplies. The epilogue goes
-// through workgroup memory: each subgroup stores one fragment at a time to its own slot, and
-// every invocation applies store_c (bias, GELU, scale, gate, residual) to a share of them.
+// A workgroup computes a 2QS x 2QS tile of C (QS = FR x F: 64x64 for `coop`, 128x128 for
+// `coop128`) with four subgroups, one per QS x QS quarter, each holding FR x FR fragments of C
+// in f32 (at FR = 4 and F = 16, CUTLASS's usual 128x128 tile of four 64x64 warp tiles). Per
+// step of BK = 2F values of k, all invocations stage the 2QS x BK tile of A and the BK x 2QS
+// tile of B into workgroup memory, rounded to f16 (the operand views of gemm_common.wgsl, so
+// token mixing, implicit im2col and f16 weights all work); each subgroup then loads its
+// fragments from there and multiplies. The epilogue goes through workgroup memory: each
+// subgroup stores one fragment at a time to its own slot, and every invocation applies store_c
+// (bias, GELU, scale, gate, residual) to a share of them. The fragments are named variables
+// spelled out with `#unroll` (c00, c01, …), not an array.
 //
 // Rounding A (activations) to f16 is what `--precision f16` allows; accumulation stays f32.
 // Values beyond f16's range (65504) become infinite, as they would in any f16 GEMM.
@@ -32,8 +36,10 @@ enable f16;
 
 const F: u32 = {{F}}u;              // fragment size: F x F x F
 const FF: u32 = F * F;              // elements of a fragment
-const TM: u32 = 4u * F;
-const TN: u32 = 4u * F;
+const FR: u32 = {{FR}}u;            // fragments per subgroup along m, and along n
+const QS: u32 = FR * F;             // a subgroup's quarter of the tile: QS x QS
+const TM: u32 = 2u * QS;
+const TN: u32 = 2u * QS;
 const BK: u32 = 2u * F;
 const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
 const SLOTS: u32 = {{SLOTS}}u;      // subgroups at the smallest size: 4 x largest / smallest
@@ -70,8 +76,8 @@ fn write_fragment(bt: u32, m0: u32, n0: u32, fi: u32, fj: u32, tid: u32) {
         let q = e / FF;
         let r = (e / F) % F;
         let col = e % F;
-        let m = m0 + (q / 2u) * BK + fi * F + r;
-        let n = n0 + (q % 2u) * BK + fj * F + col;
+        let m = m0 + (q / 2u) * QS + fi * F + r;
+        let n = n0 + (q % 2u) * QS + fj * F + col;
         if (m < p.m && n < p.n) {
             store_c(bt, m, n, tc[e]);
         }
@@ -83,7 +89,7 @@ const EPL: u32 = FF / {{LANES}}u;   // elements of a fragment each lane owns
 
 // acc[f * EPL + i] += row (arow + r) of the A tile . column (bcol + c) of the B tile over F
 // values of k from kk, for the elements (r, c) this lane owns of fragment f.
-fn mma_emulated(acc: ptr<function, array<f32, 4u * EPL>>, f: u32, arow: u32, bcol: u32, kk: u32, lane: u32) {
+fn mma_emulated(acc: ptr<function, array<f32, FR * FR * EPL>>, f: u32, arow: u32, bcol: u32, kk: u32, lane: u32) {
     for (var i = 0u; i < EPL; i++) {
         let e = lane + i * {{LANES}}u;
         let r = e / F;
@@ -108,16 +114,17 @@ fn main(
     let m0 = wg.y * TM;
     let n0 = wg.x * TN;
     let quarter = sg % 4u;
-    let qm = (quarter / 2u) * BK;  // the quarter's first row and column in the tile
-    let qn = (quarter % 2u) * BK;
+    let qm = (quarter / 2u) * QS;  // the quarter's first row and column in the tile
+    let qn = (quarter % 2u) * QS;
     let slot = sg * FF;
 #if EMULATE
-    var acc: array<f32, 4u * EPL>;
+    var acc: array<f32, FR * FR * EPL>;
 #else
-    var c00 = coop_mat{{F}}x{{F}}<f32, C>();
-    var c01 = coop_mat{{F}}x{{F}}<f32, C>();
-    var c10 = coop_mat{{F}}x{{F}}<f32, C>();
-    var c11 = coop_mat{{F}}x{{F}}<f32, C>();
+#unroll i FR
+#unroll j FR
+    var c{i}{j} = coop_mat{{F}}x{{F}}<f32, C>();
+#end
+#end
     let a_ld = BK;
     let b_ld = TN;
 #endif
@@ -127,24 +134,26 @@ fn main(
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk += F) {
 #if EMULATE
-            mma_emulated(&acc, 0u, qm, qn, kk, lane);
-            mma_emulated(&acc, 1u, qm, qn + F, kk, lane);
-            mma_emulated(&acc, 2u, qm + F, qn, kk, lane);
-            mma_emulated(&acc, 3u, qm + F, qn + F, kk, lane);
+#unroll i FR
+#unroll j FR
+            mma_emulated(&acc, {i}u * FR + {j}u, qm + {i}u * F, qn + {j}u * F, kk, lane);
+#end
+#end
 #else
             // (Every address a `let` of its own: the SPIR-V the matrix operations need.)
-            let ia0 = qm * BK + kk;
-            let ia1 = (qm + F) * BK + kk;
-            let ib0 = kk * TN + qn;
-            let ib1 = kk * TN + qn + F;
-            let a0 = coopLoadT<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia0], a_ld);
-            let a1 = coopLoadT<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia1], a_ld);
-            let b0 = coopLoadT<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib0], b_ld);
-            let b1 = coopLoadT<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib1], b_ld);
-            c00 = coopMultiplyAdd(a0, b0, c00);
-            c01 = coopMultiplyAdd(a0, b1, c01);
-            c10 = coopMultiplyAdd(a1, b0, c10);
-            c11 = coopMultiplyAdd(a1, b1, c11);
+#unroll i FR
+            let ia{i} = (qm + {i}u * F) * BK + kk;
+            let a{i} = coopLoadT<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia{i}], a_ld);
+#end
+#unroll j FR
+            let ib{j} = kk * TN + qn + {j}u * F;
+            let b{j} = coopLoadT<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib{j}], b_ld);
+#end
+#unroll i FR
+#unroll j FR
+            c{i}{j} = coopMultiplyAdd(a{i}, b{j}, c{i}{j});
+#end
+#end
 #endif
         }
         workgroupBarrier();
@@ -153,30 +162,23 @@ fn main(
     // Fragment by fragment: each subgroup stores its fragment to its slot, then all
     // invocations write the four quarters' fragments out.
 #if EMULATE
-    for (var f = 0u; f < 4u; f++) {
+    for (var f = 0u; f < FR * FR; f++) {
         for (var i = 0u; i < EPL; i++) {
             tc[slot + lane + i * {{LANES}}u] = acc[f * EPL + i];
         }
         workgroupBarrier();
-        write_fragment(bt, m0, n0, f / 2u, f % 2u, tid);
+        write_fragment(bt, m0, n0, f / FR, f % FR, tid);
         workgroupBarrier();
     }
 #else
     let c_ld = F;
-    coopStoreT(c00, &tc[slot], c_ld);
+#unroll i FR
+#unroll j FR
+    coopStoreT(c{i}{j}, &tc[slot], c_ld);
     workgroupBarrier();
-    write_fragment(bt, m0, n0, 0u, 0u, tid);
+    write_fragment(bt, m0, n0, {i}u, {j}u, tid);
     workgroupBarrier();
-    coopStoreT(c01, &tc[slot], c_ld);
-    workgroupBarrier();
-    write_fragment(bt, m0, n0, 0u, 1u, tid);
-    workgroupBarrier();
-    coopStoreT(c10, &tc[slot], c_ld);
-    workgroupBarrier();
-    write_fragment(bt, m0, n0, 1u, 0u, tid);
-    workgroupBarrier();
-    coopStoreT(c11, &tc[slot], c_ld);
-    workgroupBarrier();
-    write_fragment(bt, m0, n0, 1u, 1u, tid);
+#end
+#end
 #endif
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{all_variants, all_variants_f16, conv_reference as cpu_conv, gelu, gpu, limited, max_abs, max_abs_diff, random, tol};
+use common::{all_variants, all_variants_f16, conv_reference as cpu_conv, gelu, gpu, limited, max_abs, max_abs_diff, random, tol, wanted};
 use tokenmix::gpu::{GemmVariant, Precision};
 use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
@@ -117,46 +117,73 @@ fn run_case(gpu: &Gpu, c: Case, seed: u64) {
     oplist.push(g.build(gpu).unwrap());
     gpu.run_ops(&oplist).unwrap();
     let got = pollster::block_on(gpu.read_buffer(&cout, c.batch * c.m * c.n)).unwrap();
-    let want = cpu_gemm(&c, &a, &b, &bias, &scale, &c0);
+    // The kernels that compute in f16 round both operands (products of f16 values are exact
+    // in f32, so the f32 bound still holds against the rounded operands).
+    let want = cpu_gemm(&c, &as_computed(gpu, &a), &as_computed(gpu, &b), &bias, &scale, &c0);
     let diff = max_abs_diff(&got, &want);
     let bound = tol::GEMM * (c.k as f32).sqrt().max(1.0) * max_abs(&want).max(1.0);
     assert!(diff <= bound, "{} {c:?}: max diff {diff} > {bound}", gpu.gemm.name());
 }
 
+/// Shapes of one and many tiles, ragged edges and long k, with every epilogue and operand
+/// layout.
+const GEMM_SHAPES: [(usize, usize, usize, usize); 12] = [
+    (1, 1, 1, 1),
+    (1, 7, 13, 1),
+    (2, 33, 65, 17),
+    (1, 64, 64, 64),
+    (2, 100, 37, 49),
+    (1, 5, 300, 8),
+    (3, 9, 8, 196),
+    (1, 70, 129, 3),
+    (2, 45, 70, 128),
+    // Several 128x128 tiles with ragged edges, K not a multiple of any k step.
+    (1, 257, 131, 35),
+    (2, 130, 260, 9),
+    // Few output tiles, long k: split-K cuts k into 6 parts of 48 (the last one empty).
+    (1, 33, 65, 200),
+];
+
 #[test]
 fn gemm_matches_cpu_reference() {
-    let shapes = [
-        (1, 1, 1, 1),
-        (1, 7, 13, 1),
-        (2, 33, 65, 17),
-        (1, 64, 64, 64),
-        (2, 100, 37, 49),
-        (1, 5, 300, 8),
-        (3, 9, 8, 196),
-        (1, 70, 129, 3),
-        (2, 45, 70, 128),
-        // Several 128x128 tiles with ragged edges, K not a multiple of any k step.
-        (1, 257, 131, 35),
-        (2, 130, 260, 9),
-        // Few output tiles, long k: split-K cuts k into 6 parts of 48 (the last one empty).
-        (1, 33, 65, 200),
-    ];
     for gpu in all_variants() {
-        let mut seed = 1;
-        for &(batch, m, n, k) in &shapes {
-            for b_trans in [true, false] {
-                let epilogues = [
-                    (None, None, false, false),
-                    (Some(Axis::N), None, true, false),
-                    (Some(Axis::M), None, true, true),
-                    (Some(Axis::N), Some(Axis::N), false, true),
-                    (None, Some(Axis::M), true, false),
-                ];
-                for (bias, scale, gelu, residual) in epilogues {
-                    for (shared_b, a_trans) in [(false, false), (true, false), (true, true)] {
-                        seed += 10;
-                        run_case(&gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual, shared_b, a_trans }, seed);
-                    }
+        gemm_shapes(&gpu);
+    }
+}
+
+/// The same cases on the kernels that compute in f16 (coop at 64x64 and 128x128 tiles, and the
+/// emulated double), against the reference on f16-rounded operands: the other kernels run the
+/// same code at f16 as at f32 for f32 operands, which the test above covers.
+#[test]
+fn f16_gemm_matches_cpu_reference() {
+    let coop: Vec<_> = all_variants_f16().into_iter().filter(|g| g.gemm.computes_in_f16()).collect();
+    // Every lavapipe runs at least coop-emulated; only a TOKENMIX_TEST_GEMM naming none of
+    // them may leave this empty, and then it says so.
+    let named = GemmVariant::ALL.into_iter().filter(|v| v.computes_in_f16() && wanted(v.name())).count();
+    assert!(!coop.is_empty() || named == 0, "no GEMM kernel that computes in f16 ran");
+    if coop.is_empty() {
+        eprintln!("f16_gemm_matches_cpu_reference: TOKENMIX_TEST_GEMM names no coop kernel; nothing run");
+    }
+    for gpu in coop {
+        gemm_shapes(&gpu);
+    }
+}
+
+fn gemm_shapes(gpu: &Gpu) {
+    let mut seed = 1;
+    for &(batch, m, n, k) in &GEMM_SHAPES {
+        for b_trans in [true, false] {
+            let epilogues = [
+                (None, None, false, false),
+                (Some(Axis::N), None, true, false),
+                (Some(Axis::M), None, true, true),
+                (Some(Axis::N), Some(Axis::N), false, true),
+                (None, Some(Axis::M), true, false),
+            ];
+            for (bias, scale, gelu, residual) in epilogues {
+                for (shared_b, a_trans) in [(false, false), (true, false), (true, true)] {
+                    seed += 10;
+                    run_case(gpu, Case { batch, m, n, k, b_trans, bias, scale, gelu, residual, shared_b, a_trans }, seed);
                 }
             }
         }

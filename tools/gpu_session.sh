@@ -41,10 +41,10 @@ if ! $TM info >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 $TM info | grep -E "runs on|kernels|precision"
-# Cooperative matrices (tensor cores): under f16 the `coop` kernel joins `bench --gemm` below,
-# with its error against the CPU GEMM; the autotuner admits it per shape class only once it
-# matched the tiled kernel ("rejected: …" in `gemm` otherwise).
-TOKENMIX_GEMM=coop $TM info --precision f16 2>&1 | grep -E "error|kernels|precision"
+# Cooperative matrices (tensor cores): under f16 the `coop` and `coop128` kernels (64x64 and
+# 128x128 tiles) join `bench --gemm` below, with their error against the CPU GEMM; the autotuner
+# admits each per shape class only once it matched the tiled kernel ("rejected: …" in `gemm`).
+for k in coop coop128; do TOKENMIX_GEMM=$k $TM info --precision f16 2>&1 | grep -E "error|kernels|precision"; done
 # The autotuner's cache lives with the results, so the note can quote its choices.
 export TOKENMIX_CACHE_DIR="$OUT/tuning"
 

@@ -105,11 +105,14 @@ pub enum GemmVariant {
     /// `ops::gemm`); with one part it is `Tiled`.
     SplitK,
     /// Tensor cores: f16 x f16 -> f32 cooperative matrices, tiles of four subgroups
-    /// (`gemm_coop.wgsl`): 64x64 of 16x16x16 fragments, or 32x32 of 8x8x8 ones where the
-    /// adapter offers only those (Mesa 26's lavapipe). Native Vulkan with
-    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`, under `--precision f16` only (it rounds activations
-    /// to f16 too).
+    /// (`gemm_coop.wgsl`) each holding 2x2 fragments: 64x64 of 16x16x16 fragments, or 32x32
+    /// of 8x8x8 ones where the adapter offers only those (Mesa 26's lavapipe). Native Vulkan
+    /// with `EXPERIMENTAL_COOPERATIVE_MATRIX`, under `--precision f16` only (it rounds
+    /// activations to f16 too).
     Coop,
+    /// The same kernel with 4x4 fragments per subgroup: 128x128 tiles of 16x16x16 fragments
+    /// (64x64 of 8x8x8), half the operand traffic per multiply-add of `coop` for large GEMMs.
+    Coop128,
     /// `Coop`'s kernel (16x16x16 fragments, as on NVIDIA and AMD) with the matrix operations
     /// done lane by lane: the test double that lets a lavapipe without cooperative matrices run
     /// everything else of it. Never chosen by the autotuner; `TOKENMIX_GEMM=coop-emulated` or
@@ -118,7 +121,7 @@ pub enum GemmVariant {
 }
 
 impl GemmVariant {
-    pub const ALL: [GemmVariant; 9] = [
+    pub const ALL: [GemmVariant; 10] = [
         GemmVariant::Texture,
         GemmVariant::Subgroup,
         GemmVariant::Register,
@@ -127,6 +130,7 @@ impl GemmVariant {
         GemmVariant::Tiled32,
         GemmVariant::SplitK,
         GemmVariant::Coop,
+        GemmVariant::Coop128,
         GemmVariant::CoopEmulated,
     ];
 
@@ -143,6 +147,7 @@ impl GemmVariant {
             GemmVariant::Subgroup => "subgroup",
             GemmVariant::Texture => "texture",
             GemmVariant::Coop => "coop",
+            GemmVariant::Coop128 => "coop128",
             GemmVariant::CoopEmulated => "coop-emulated",
         }
     }
@@ -162,11 +167,20 @@ impl GemmVariant {
     }
     /// Needs `Features::SUBGROUP`.
     pub fn uses_subgroups(self) -> bool {
-        matches!(self, GemmVariant::Subgroup | GemmVariant::Texture | GemmVariant::Coop | GemmVariant::CoopEmulated)
+        matches!(self, GemmVariant::Subgroup | GemmVariant::Texture) || self.computes_in_f16()
     }
-    /// Rounds both operands to f16 (so runs only under `--precision f16`).
+    /// Rounds both operands to f16 (so runs only under `--precision f16`): the kernels of
+    /// `gemm_coop.wgsl`.
     pub fn computes_in_f16(self) -> bool {
-        matches!(self, GemmVariant::Coop | GemmVariant::CoopEmulated)
+        self.coop_fragments().is_some()
+    }
+    /// Fragments per subgroup along each side of the coop kernels' tile (`FR`).
+    pub fn coop_fragments(self) -> Option<u32> {
+        match self {
+            GemmVariant::Coop | GemmVariant::CoopEmulated => Some(2),
+            GemmVariant::Coop128 => Some(4),
+            _ => None,
+        }
     }
 }
 
@@ -381,7 +395,7 @@ impl Gpu {
             return Err(format!("the {} GEMM computes in f16: it runs under --precision f16 only", v.name()));
         }
         match v {
-            GemmVariant::Coop if self.coop_shape().is_none() => Err(format!(
+            GemmVariant::Coop | GemmVariant::Coop128 if self.coop_shape().is_none() => Err(format!(
                 "{} has no cooperative matrices of 16x16x16 or 8x8x8 f16 -> f32 (native Vulkan with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, subgroups of at most 64 lanes)",
                 self.describe()
             )),

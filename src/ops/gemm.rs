@@ -359,7 +359,7 @@ impl<'a> Gemm<'a> {
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
             GemmVariant::Texture => ("gemm_texture", TEXTURE),
             GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 | GemmVariant::SplitK => ("gemm_tiled", TILED),
-            GemmVariant::Coop | GemmVariant::CoopEmulated => ("gemm_coop", COOP),
+            GemmVariant::Coop | GemmVariant::Coop128 | GemmVariant::CoopEmulated => ("gemm_coop", COOP),
         };
         // Split-K's first pass writes raw partial sums: no epilogue (the second pass has it).
         let epilogue = variant != GemmVariant::SplitK;
@@ -388,9 +388,9 @@ impl<'a> Gemm<'a> {
             let (rows, cols) = register_tile(self.conv.is_some());
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
-        if variant.computes_in_f16() {
+        if let Some(fr) = variant.coop_fragments() {
             kernel = kernel.flag("EMULATE", variant == GemmVariant::CoopEmulated);
-            for (key, v) in coop_sizes(lanes, min_lanes, frag) {
+            for (key, v) in coop_sizes(lanes, min_lanes, frag, fr) {
                 kernel = kernel.define(key, v);
             }
         } else if variant.uses_subgroups() {
@@ -534,7 +534,7 @@ impl<'a> Gemm<'a> {
         // The coop kernel works at the device's fragment size; its emulated double at 16, as
         // on NVIDIA and AMD.
         let (lanes, frag) = match variant {
-            GemmVariant::Coop => gpu.coop_shape().unwrap_or((0, 16)),
+            GemmVariant::Coop | GemmVariant::Coop128 => gpu.coop_shape().unwrap_or((0, 16)),
             _ => (min_lanes, 16),
         };
         let parts = self.parts()?;
@@ -615,8 +615,8 @@ impl<'a> Gemm<'a> {
 
     /// The kernels the autotuner times for this GEMM, built: every one the device can run
     /// (without a weight texture the texture kernel is the subgroup one, so it is left out),
-    /// and the tensor-core kernel only once its results matched the tiled kernel's (CI tests it
-    /// on one driver's cooperative matrices, lavapipe's; each device proves it here).
+    /// and the tensor-core kernels only once their results matched the tiled kernel's (CI tests
+    /// them on one driver's cooperative matrices, lavapipe's; each device proves it here).
     fn candidates(&self, gpu: &Gpu, class: &str) -> Vec<(GemmVariant, Op)> {
         let mut out = Vec::new();
         for v in gpu.gemm_variants() {
@@ -625,7 +625,7 @@ impl<'a> Gemm<'a> {
             }
             // A kernel this driver cannot compile or run is simply not a candidate.
             let Ok(op) = self.build_with(gpu, v) else { continue };
-            if v == GemmVariant::Coop {
+            if v.computes_in_f16() {
                 if let Err(why) = self.agrees_with_tiled(gpu, |g| g.build_with(gpu, v)) {
                     gpu.tuning.reject(class, v, &why);
                     continue;
@@ -797,7 +797,10 @@ impl<'a> Gemm<'a> {
                 let [tm, tn, ..] = variant.tile().unwrap_or([64, 64, 4, 4, 16]);
                 [groups(self.n as u32, tn), groups(self.m as u32, tm), self.batch as u32]
             }
-            GemmVariant::Coop | GemmVariant::CoopEmulated => [groups(self.n as u32, 4 * frag), groups(self.m as u32, 4 * frag), self.batch as u32],
+            GemmVariant::Coop | GemmVariant::Coop128 | GemmVariant::CoopEmulated => {
+                let tile = 2 * variant.coop_fragments().unwrap_or(2) * frag;
+                [groups(self.n as u32, tile), groups(self.m as u32, tile), self.batch as u32]
+            }
         };
         let mut resources = vec![self.a.buf, self.b.buf, bias, scale, self.c.buf].into_iter().map(Resource::Buffer).collect::<Vec<_>>();
         if let (GemmVariant::Texture, Some(tex)) = (variant, self.b_tex) {
@@ -911,11 +914,12 @@ fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
     Some((r.parse().ok()?, c.parse().ok()?))
 }
 
-/// The coop kernel's sizes (gemm_coop.wgsl): fragments of `frag`, four subgroups of the
-/// largest size `lanes`, and room for as many more as the smallest, `min_lanes`, allows.
-fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32) -> [(&'static str, u32); 4] {
+/// The coop kernels' sizes (gemm_coop.wgsl): fragments of `frag`, `fr` x `fr` of them per
+/// subgroup, four subgroups of the largest size `lanes`, and room for as many more as the
+/// smallest, `min_lanes`, allows.
+fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32) -> [(&'static str, u32); 5] {
     let (min, max) = (min_lanes.clamp(1, lanes), lanes);
-    [("F", frag), ("LANES", max), ("NT", 4 * max), ("SLOTS", 4 * max / min)]
+    [("F", frag), ("FR", fr), ("LANES", max), ("NT", 4 * max), ("SLOTS", 4 * max / min)]
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -928,11 +932,11 @@ mod tests {
     /// linear layers, token mixing, convolutions, gMLP's gate) at every subgroup width, for
     /// tensor cores or emulated, with fragments of `frag`: naga's SPIR-V, validated with just
     /// the capabilities a coop device grants.
-    fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, frag: u32, emulate: bool) -> Vec<u32> {
+    fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, frag: u32, fr: u32, emulate: bool) -> Vec<u32> {
         let mut defines: Defines = flags.iter().map(|f| (f.to_string(), "1".to_string())).collect();
         defines.insert("EMULATE".into(), if emulate { "1" } else { "0" }.into());
-        defines.extend(super::coop_sizes(lanes, min_lanes, frag).map(|(key, v)| (key.to_string(), v.to_string())));
-        let what = format!("{flags:?} at {lanes} lanes, {frag}x{frag} fragments (emulated: {emulate})");
+        defines.extend(super::coop_sizes(lanes, min_lanes, frag, fr).map(|(key, v)| (key.to_string(), v.to_string())));
+        let what = format!("{flags:?} at {lanes} lanes, {fr}x{fr} fragments of {frag}x{frag} (emulated: {emulate})");
         let source = preprocess("gemm_coop", super::COOP, &defines).unwrap_or_else(|e| panic!("{what}: {e}"));
         let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
         use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
@@ -997,10 +1001,11 @@ mod tests {
         assert!(gemm.agrees_with_tiled(&gpu, transposed).is_err(), "B read transposed differs, with f16 activations");
     }
 
-    /// lavapipe has no cooperative matrices, so CI cannot run the tensor-core kernel: this
-    /// compiles each of its specialisations to SPIR-V as wgpu would, and checks that the
-    /// instructions are there (the four multiply-adds per k step, their loads and the
-    /// fragment stores) and that the emulated variant, which CI does run, has none of them.
+    /// CI runs the tensor-core kernels on real cooperative matrices only at 8x8x8 (Mesa 26's
+    /// lavapipe, `make test-coop`; Mesa 22's has none): this compiles each of their
+    /// specialisations, at both fragment sizes and both tile sizes, to SPIR-V as wgpu would,
+    /// and checks that the instructions are there (the multiply-adds per k step, their loads
+    /// and the fragment stores) and that the emulated variant has none of them.
     #[test]
     fn coop_kernel_compiles_to_cooperative_matrix_spirv() {
         // Opcodes of SPV_KHR_cooperative_matrix (SPIR-V spec, unified 1.6).
@@ -1020,14 +1025,20 @@ mod tests {
         let mut compiled = 0;
         for flags in cases {
             for (lanes, min, frag) in [(32, 32, 16), (64, 32, 16), (16, 8, 16), (8, 8, 16), (32, 32, 8), (64, 32, 8), (8, 8, 8)] {
-                let ops = opcodes(&coop_spirv(flags, lanes, min, frag, false));
-                let n = |op| ops.get(&op).copied().unwrap_or(0);
-                assert_eq!((n(LOAD), n(MUL_ADD), n(STORE)), (4, 4, 4), "{flags:?} at {lanes} lanes, {frag}x{frag}");
-                let emulated = opcodes(&coop_spirv(flags, lanes, min, frag, true));
-                assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{flags:?} emulated");
-                compiled += 2;
+                // coop (2x2 fragments per subgroup) and coop128 (4x4): per k step, a load per
+                // fragment row of A and column of B, a multiply-add per fragment of C; a store
+                // per fragment of C at the end.
+                for fr in [2, 4] {
+                    let ops = opcodes(&coop_spirv(flags, lanes, min, frag, fr, false));
+                    let n = |op| ops.get(&op).copied().unwrap_or(0);
+                    let what = format!("{flags:?} at {lanes} lanes, {fr}x{fr} fragments of {frag}x{frag}");
+                    assert_eq!((n(LOAD), n(MUL_ADD), n(STORE)), (2 * fr as usize, (fr * fr) as usize, (fr * fr) as usize), "{what}");
+                    let emulated = opcodes(&coop_spirv(flags, lanes, min, frag, fr, true));
+                    assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{what} emulated");
+                    compiled += 2;
+                }
             }
         }
-        assert_eq!(compiled, cases.len() * 14);
+        assert_eq!(compiled, cases.len() * 28);
     }
 }

@@ -52,7 +52,7 @@ pub fn limited(variant: GemmVariant, limit: u64) -> Arc<Gpu> {
 /// `TOKENMIX_TEST_GEMM` narrows the suites to some executors: a comma-separated list of GPU
 /// GEMM variant names and `cpu`. A value that names nothing fails loudly rather than running
 /// zero cases.
-fn wanted(name: &str) -> bool {
+pub fn wanted(name: &str) -> bool {
     std::env::var("TOKENMIX_TEST_GEMM").map_or(true, |o| o.split(',').any(|w| w.trim() == name))
 }
 
