@@ -190,12 +190,17 @@ fn gemm_shapes(gpu: &Gpu) {
     }
 }
 
+/// Values as an f16 activation slot holds them.
+fn rounded(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+}
+
 /// The weights as the device stores them (rounded to f16 under `Precision::F16`): the f64
 /// reference of an f16-weight GEMM, which must then agree to f32 rounding like any other.
 fn as_stored(gpu: &Gpu, w: &[f32]) -> Vec<f32> {
     match gpu.precision {
         Precision::F32 => w.to_vec(),
-        Precision::F16 => w.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+        Precision::F16 => rounded(w),
     }
 }
 
@@ -203,7 +208,7 @@ fn as_stored(gpu: &Gpu, w: &[f32]) -> Vec<f32> {
 /// f16 (coop), as they are.
 fn as_computed(gpu: &Gpu, x: &[f32]) -> Vec<f32> {
     if gpu.gemm.computes_in_f16() {
-        x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+        rounded(x)
     } else {
         x.to_vec()
     }
@@ -233,11 +238,6 @@ fn f16_linear_weights_match_cpu_reference() {
             assert!(diff <= tol::GEMM * 10.0 * max_abs(&want).max(1.0), "{} f16 linear in {blocks} block(s): diff {diff}", gpu.gemm.name());
         }
     }
-}
-
-/// Values as an f16 activation slot holds them.
-fn rounded(x: &[f32]) -> Vec<f32> {
-    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
 }
 
 /// An output stored as f16 is the f32 result rounded once: within 2^-11 of each value, so
