@@ -10,8 +10,9 @@
 #   2. checks them with `tokenmix eval` (Vulkan on the GPU) against PyTorch's own counts,
 #   3. checks full-size timm logits parity on the GPU and benches tokenmix (Vulkan) beside
 #      PyTorch CUDA on mixer_s16_224, gmlp_s16_224, resmlp_12_224 and poolformer_s12.
-# Expects: .bin/tokenmix (release build), .data/ (Fashion-MNIST IDX files), .gl/*.deb (Vulkan
-# loader). Writes results under $OUT. Never run by CI.
+# Expects: .bin/tokenmix (release build), .gl/*.deb (Vulkan loader), for train .data/ (Fashion-MNIST
+# IDX files): `SESSION=... bash tools/gpu_prep.sh` makes them here (git-ignored) and prints the
+# device call with its carry list. Writes results under $OUT. Never run by CI.
 # REHEARSE=1 (kernels session only): the same commands on this CPU machine (PyTorch on the CPU,
 # tokenmix on lavapipe, a small GEMM and a small model, few iterations), so that a wiring error
 # shows up here and not in the GPU machine's 15 minutes:

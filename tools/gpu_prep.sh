@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Gets the working tree ready for tools/gpu_session.sh before the lent GPU machine is started:
+# its 15 minutes include start-up, so nothing is built or fetched there.
+#   SESSION=kernels (default) bash tools/gpu_prep.sh   # .bin/tokenmix and .gl/ (~12 MB)
+#   SESSION=train bash tools/gpu_prep.sh               # also .data/ (Fashion-MNIST, ~30 MB)
+# .bin/tokenmix: the release build of this tree (a binary built here runs there as is).
+# .gl/: the Vulkan loader as a .deb (the GPU machine has the NVIDIA driver but no loader);
+#       gpu_session.sh unpacks it with dpkg -x.
+# .data/: Fashion-MNIST's IDX files, for the train session's tools/train.py and tokenmix eval.
+# The three are git-ignored, so the device call must carry them; the last line printed is
+# that call's command and carry list. Everything stays inside the clone and is never committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SESSION=${SESSION:-kernels}
+case "$SESSION" in kernels|train) ;; *) echo "SESSION must be kernels or train, not '$SESSION'" >&2; exit 2;; esac
+
+cargo build --release --locked
+mkdir -p .bin .gl
+cp target/release/tokenmix .bin/tokenmix
+./.bin/tokenmix --version >/dev/null
+
+rm -f .gl/*.deb
+command -v apt-get >/dev/null || { echo "apt-get not found: put the libvulkan1 .deb in .gl/ by hand" >&2; exit 1; }
+(cd .gl && apt-get download libvulkan1 2>&1 | grep -v "unsandboxed as root" || true)
+ls .gl/libvulkan1_*.deb >/dev/null 2>&1 || { echo "apt-get download libvulkan1 left no .deb in .gl/" >&2; exit 1; }
+
+dirs=(.bin .gl)
+if [ "$SESSION" = train ]; then
+  SRC=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+  mkdir -p .data
+  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    if [ -e "$SRC/$f.gz" ]; then cp "$SRC/$f.gz" .data/; elif [ -e "$SRC/$f" ]; then cp "$SRC/$f" .data/
+    else echo "$SRC/$f[.gz] not found (Debian: apt install dataset-fashion-mnist, or set FASHION_MNIST)" >&2; exit 1; fi
+  done
+  dirs+=(.data)
+fi
+
+# The carry limit is 64 MiB in all.
+total=$(du -scm "${dirs[@]}" | awk 'END {print $1}')
+[ "$total" -lt 64 ] || { echo "the carried folders take ${total} MiB, over the 64 MiB carry limit" >&2; exit 1; }
+echo "ready (${total} MiB to carry). Rehearse first: OUT=\$(mktemp -d) TM=.bin/tokenmix REHEARSE=1 bash tools/gpu_session.sh"
+carry=$(printf '"%s", ' "${dirs[@]}")
+echo "device run: command \"SESSION=$SESSION bash tools/gpu_session.sh\", carry [${carry%, }], timeout_s 560"
