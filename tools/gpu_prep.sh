@@ -26,18 +26,24 @@ ls .gl/libvulkan1_*.deb >/dev/null 2>&1 || { echo "apt-get download libvulkan1 l
 
 dirs=(.bin .gl)
 if [ "$SESSION" = train ]; then
-  SRC=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+  # train.py's own loader finds and reads both splits (raw or .gz) in its default folder, or in
+  # $FASHION_MNIST, and says which file is missing; its folder is what gets copied.
+  src=$(FASHION_MNIST=${FASHION_MNIST:-} python3 -c '
+import os, pathlib, sys
+sys.path.insert(0, "tools")
+import train
+src = pathlib.Path(os.environ["FASHION_MNIST"] or train.DATA)
+for split in ("train", "t10k"):
+    train.load(src, split)
+print(src)')
   mkdir -p .data
-  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
-    if [ -e "$SRC/$f.gz" ]; then cp "$SRC/$f.gz" .data/; elif [ -e "$SRC/$f" ]; then cp "$SRC/$f" .data/
-    else echo "$SRC/$f[.gz] not found (Debian: apt install dataset-fashion-mnist, or set FASHION_MNIST)" >&2; exit 1; fi
-  done
+  cp "$src"/*-idx?-ubyte* .data/
   dirs+=(.data)
 fi
 
 # The carry limit is 64 MiB in all.
 total=$(du -scm "${dirs[@]}" | awk 'END {print $1}')
 [ "$total" -lt 64 ] || { echo "the carried folders take ${total} MiB, over the 64 MiB carry limit" >&2; exit 1; }
-echo "ready (${total} MiB to carry). Rehearse first: OUT=\$(mktemp -d) TM=.bin/tokenmix REHEARSE=1 bash tools/gpu_session.sh"
+echo "ready (${total} MiB to carry). Rehearse first: OUT=\$(mktemp -d) REHEARSE=1 bash tools/gpu_session.sh"
 carry=$(printf '"%s", ' "${dirs[@]}")
 echo "device run: command \"SESSION=$SESSION bash tools/gpu_session.sh\", carry [${carry%, }], timeout_s 560"
