@@ -27,14 +27,18 @@ ls .gl/libvulkan1_*.deb >/dev/null 2>&1 || { echo "apt-get download libvulkan1 l
 dirs=(.bin .gl)
 if [ "$SESSION" = train ]; then
   # train.py's own loader finds and reads both splits (raw or .gz) in its default folder, or in
-  # $FASHION_MNIST, and says which file is missing; its folder is what gets copied.
+  # $FASHION_MNIST, and says which file is missing (with this script's knob as the hint); its
+  # folder is what gets copied.
   src=$(FASHION_MNIST=${FASHION_MNIST:-} python3 -c '
 import os, pathlib, sys
 sys.path.insert(0, "tools")
 import train
 src = pathlib.Path(os.environ["FASHION_MNIST"] or train.DATA)
 for split in ("train", "t10k"):
-    train.load(src, split)
+    try:
+        train.load(src, split)
+    except SystemExit as e:  # train.py says "pass --data"; here the folder comes from $FASHION_MNIST
+        sys.exit(str(e).replace("pass --data", "set FASHION_MNIST=<folder>"))
 print(src)')
   mkdir -p .data
   cp "$src"/*-idx?-ubyte* .data/
