@@ -9,6 +9,9 @@ BIN := target/release/tokenmix
 TOOLS ?= $(or $(TOKENMIX_CACHE),$(HOME)/.cache/tokenmix-tools)
 WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
 WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
+# The native test suites' profile (Cargo.toml: release without LTO) and the CLI it builds.
+TEST_PROFILE := --profile release-nolto
+TEST_BIN := target/release-nolto/tokenmix
 PORT ?= 8080
 
 .PHONY: demo desktop test lint test-native test-coop test-wasm test-browser setup build web bench bench-web fuzz clean
@@ -51,9 +54,9 @@ lint: setup
 # Then the subgroup kernels (and coop's lane-by-lane double) again at another subgroup width:
 # lavapipe with 128-bit vectors has 4-lane subgroups (the test checks it got them).
 test-native:
-	$(CARGO) test --release --features desktop -- --nocapture
+	$(CARGO) test $(TEST_PROFILE) --features desktop -- --nocapture
 	LP_NATIVE_VECTOR_WIDTH=128 TOKENMIX_TEST_SUBGROUP_LANES=4 TOKENMIX_TEST_GEMM=texture,subgroup,coop-emulated \
-	  $(CARGO) test --release --features desktop --test kernels -- --nocapture
+	  $(CARGO) test $(TEST_PROFILE) --features desktop --test kernels -- --nocapture
 
 # The tensor-core GEMM (gemm_coop.wgsl) on real cooperative matrices: Mesa 26's lavapipe
 # (Debian trixie-backports, unpacked into the tool cache by tools/lavapipe26.sh) has 8x8x8
@@ -63,7 +66,7 @@ test-native:
 test-coop: setup
 	bash tools/lavapipe26.sh fetch
 	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="bash $(CURDIR)/tools/lavapipe26.sh run" TOKENMIX_TEST_GEMM=coop,coop128,tiled \
-	  $(CARGO) test --release --features desktop --test kernels --test golden -- --nocapture
+	  $(CARGO) test $(TEST_PROFILE) --features desktop --test kernels --test golden -- --nocapture
 
 # The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).
 test-wasm: setup
@@ -73,10 +76,12 @@ test-wasm: setup
 	WASM_BINDGEN_TEST_TIMEOUT=600 \
 	$(CARGO) test --release --target wasm32-unknown-unknown --test wasm
 
-# The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core.
-test-browser: build web
+# The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core, beside
+# the native CLI's answers (the test-profile build test-native made, so nothing is rebuilt).
+test-browser: setup web
+	$(CARGO) build $(TEST_PROFILE) --features desktop
 	node_modules/.bin/tsc -p examples/web-minimal --noEmit
-	TOKENMIX_BIN=$(BIN) node --test tests/browser/e2e.mjs
+	TOKENMIX_BIN=$(TEST_BIN) node --test tests/browser/e2e.mjs
 
 bench: build
 	$(BIN) bench --gemm 1568x512x2048 --iters 5

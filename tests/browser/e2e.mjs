@@ -4,8 +4,9 @@
 //   npm install && npm run test:browser
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), TOKENMIX_BIN (default
-// target/release/tokenmix), E2E_TIMEOUT_MS (per wait, default 180000), WEB_ROOT (serve
-// another directory as the site root; default the repo root). Screenshots go to
+// target/release/tokenmix; `make test` passes its test-profile build), E2E_TIMEOUT_MS (per
+// wait, default 180000), WEB_ROOT (serve another directory as the site root; default the repo
+// root). Screenshots go to
 // tests/artifacts/ (git-ignored); page console errors and warnings are printed to the log.
 
 import test, { after, before } from 'node:test';
