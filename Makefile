@@ -10,8 +10,9 @@ TOOLS ?= $(or $(TOKENMIX_CACHE),$(HOME)/.cache/tokenmix-tools)
 WASM_BINDGEN := $(TOOLS)/bin/wasm-bindgen
 WASM := target/wasm32-unknown-unknown/release/tokenmix.wasm
 # The native test suites' profile (Cargo.toml: release without LTO) and the CLI it builds.
-TEST_PROFILE := --profile release-nolto
-TEST_BIN := target/release-nolto/tokenmix
+TEST_PROFILE_NAME := release-nolto
+TEST_PROFILE := --profile $(TEST_PROFILE_NAME)
+TEST_BIN := target/$(TEST_PROFILE_NAME)/tokenmix
 PORT ?= 8080
 
 .PHONY: demo desktop test lint test-native test-coop test-wasm test-browser setup build web bench bench-web fuzz clean
@@ -77,9 +78,11 @@ test-wasm: setup
 	$(CARGO) test --release --target wasm32-unknown-unknown --test wasm
 
 # The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core, beside
-# the native CLI's answers (the test-profile build test-native made, so nothing is rebuilt).
+# the native CLI's answers. The CLI is asked for as the integration tests build it (through
+# tests/cli.rs, with the dev-dependencies' features), so after test-native nothing is rebuilt;
+# a plain `cargo build` would recompile naga and wgpu for its own feature set (~1.5 min).
 test-browser: setup web
-	$(CARGO) build $(TEST_PROFILE) --features desktop
+	$(CARGO) test $(TEST_PROFILE) --features desktop --no-run --test cli
 	node_modules/.bin/tsc -p examples/web-minimal --noEmit
 	TOKENMIX_BIN=$(TEST_BIN) node --test tests/browser/e2e.mjs
 

@@ -6,8 +6,8 @@
 // Environment: CHROMIUM (default /usr/bin/chromium), TOKENMIX_BIN (default
 // target/release/tokenmix; `make test` passes its test-profile build), E2E_TIMEOUT_MS (per
 // wait, default 180000), WEB_ROOT (serve another directory as the site root; default the repo
-// root). Screenshots go to
-// tests/artifacts/ (git-ignored); page console errors and warnings are printed to the log.
+// root). Screenshots go to tests/artifacts/ (git-ignored); page console errors and warnings are
+// printed to the log.
 
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
