@@ -48,14 +48,19 @@ $TM info | grep -E "runs on|kernels|precision"
 for k in coop coop128; do TOKENMIX_GEMM=$k $TM info --precision f16 2>&1 | grep -E "error|kernels|precision"; done
 # The autotuner's cache lives with the results, so the note can quote its choices.
 export TOKENMIX_CACHE_DIR="$OUT/tuning"
+# Seconds since the script started, printed at each step: a run cut off at the device call's
+# timeout still says where its time went, and the next session can size the call from it.
+stamp() { echo "[t+${SECONDS}s] $*"; }
 
 if [ "${SESSION:-kernels}" = kernels ]; then
   echo "== GEMM kernels beside torch.matmul"
   for shape in $SHAPES; do
+    stamp "GEMM $shape"
     for p in f32 f16; do python3 tools/bench_torch.py --gemm "$shape" --device $DEVICE --precision "$p" --tokenmix $TM --iters $ITERS; done
   done 2>&1 | tee "$OUT/gemm.txt"
   echo "== models beside PyTorch CUDA (fp32, then f16 weights and hidden activations vs autocast f16)"
   for m in $MODELS; do
+    stamp "model $m"
     (cd tools && python3 timm_checkpoint.py "$m" "/tmp/$m.safetensors") >/dev/null || continue
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --precision f16   # coop, splitk at f16
@@ -64,6 +69,7 @@ if [ "${SESSION:-kernels}" = kernels ]; then
     done
     rm -f "/tmp/$m.safetensors"
   done 2>&1 | tee "$OUT/bench.txt"
+  stamp "done"
   cat "$OUT/tuning/gemm-tuning.json" 2>/dev/null | tee "$OUT/tuning.txt"
   exit 0
 fi
