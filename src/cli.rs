@@ -157,6 +157,10 @@ enum Command {
         /// GEMM micro-benchmark shape MxKxN ([M,K]·[K,N]), run with every kernel variant
         #[arg(long)]
         gemm: Option<String>,
+        /// Also time each step of one forward pass per batch size (GPU timestamps, or the CPU
+        /// clock) and print where the time goes, by kind of step (in --json: each run's "profile")
+        #[arg(long)]
+        profile: bool,
         #[arg(long)]
         json: bool,
     },
@@ -226,9 +230,10 @@ fn run(cmd: Command) -> Result<()> {
             }
         },
         Command::Eval { weights, data, batch, json } => eval(weights.as_deref(), &data, batch, json),
-        Command::Bench { weights, batch, iters, gemm, json } => match gemm {
+        Command::Bench { weights, batch, iters, gemm, profile, json } => match gemm {
+            Some(_) if profile => Err(Error::Input("--profile times a model's steps; it does not go with --gemm".into())),
             Some(shape) => bench_gemm(&shape, iters, json),
-            None => bench_model(weights.as_deref(), &batch, iters, json),
+            None => bench_model(weights.as_deref(), &batch, iters, profile, json),
         },
     }
 }
@@ -512,7 +517,7 @@ fn progress(len: usize, what: &str) -> ProgressBar {
     bar
 }
 
-fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bool) -> Result<()> {
+fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile: bool, json: bool) -> Result<()> {
     let start = Instant::now();
     let sel = device()?;
     let dev = &sel.device;
@@ -546,7 +551,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
         }
         bar.finish_and_clear();
         let med = median(times).as_secs_f64();
-        let row = serde_json::json!({
+        let mut row = serde_json::json!({
             "batch": batch, "median_ms": med * 1e3, "images_per_s": batch as f64 / med,
             "gflops": 2.0 * macs * batch as f64 / med / 1e9,
         });
@@ -557,6 +562,14 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, json: bo
                 batch as f64 / med,
                 2.0 * macs * batch as f64 / med / 1e9
             );
+        }
+        if profile {
+            let (_, p) = model.profile(&input)?;
+            if json {
+                row["profile"] = serde_json::to_value(&p).map_err(|e| Error::Input(format!("profile: {e}")))?;
+            } else {
+                println!("{}", p.lines().join("\n"));
+            }
         }
         rows.push(row);
     }

@@ -349,6 +349,28 @@ impl Net {
         self.slot_floats(explain).into_iter().max().unwrap_or(1).max(1) as u64 * 4
     }
 
+    /// A step's kind and shape class, the same on every executor: what a [`crate::exec::Profile`]
+    /// adds time up by (e.g. "linear 196x512x2048 gelu": m x k x n for one image).
+    pub fn step_kind(&self, step: &Step) -> String {
+        match step {
+            Step::Gemm(g) => {
+                let (m, n, k) = self.gemm_dims(g);
+                let kind = match g.kind {
+                    GemmKind::Linear { .. } => "linear",
+                    GemmKind::Tokens { .. } => "tokens",
+                    GemmKind::Conv { .. } => "conv",
+                };
+                format!("{kind} {m}x{k}x{n}{}", if g.gelu { " gelu" } else { "" })
+            }
+            Step::LayerNorm { .. } => "layer_norm".into(),
+            Step::Affine { .. } => "affine".into(),
+            Step::GroupNorm { .. } => "group_norm".into(),
+            Step::PoolMix { .. } => "pool".into(),
+            Step::MeanTokens { .. } => "mean".into(),
+            Step::Snapshot { .. } => "snapshot".into(),
+        }
+    }
+
     /// (m, n, k) of a GEMM for one image (a Linear GEMM's m is its rows per image).
     pub fn gemm_dims(&self, g: &Gemm) -> (usize, usize, usize) {
         let w = self.weight(g.w);

@@ -149,6 +149,40 @@ fn bench_reports_json() {
     }
 }
 
+/// `bench --profile` on both executors: each run says where one forward pass's time went, per
+/// kind of step (the GPU's with the kernel that ran it), in the table and in --json; without
+/// the flag there is no profile, and with --gemm the flag is refused in one clear line.
+#[test]
+fn bench_profile_says_where_the_time_goes() {
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let w = weights.to_str().unwrap();
+    for backend in ["gpu", "cpu"] {
+        let out = tokenmix(&["--backend", backend, "bench", "--weights", w, "--batch", "1,2", "--iters", "1", "--profile", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{v}");
+        for run in runs {
+            let p = &run["profile"];
+            assert_eq!(p["batch"], run["batch"], "{backend}: {p}");
+            let rows = p["rows"].as_array().unwrap();
+            let kinds: Vec<&str> = rows.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+            assert!(kinds.contains(&"layer_norm") && kinds.iter().any(|k| k.starts_with("tokens")), "{backend}: {kinds:?}");
+            let kernels = rows.iter().filter(|r| r["kernel"].as_str().is_some_and(|k| !k.is_empty())).count();
+            assert_eq!(kernels, if backend == "gpu" { rows.len() } else { 0 }, "{backend}: GPU rows name their kernel, CPU rows none: {p}");
+            let total: f64 = rows.iter().map(|r| r["ms"].as_f64().unwrap()).sum();
+            assert!(total > 0.0 && p["span_ms"].as_f64().unwrap() > 0.0, "{backend}: {p}");
+        }
+        let out = tokenmix(&["--backend", backend, "bench", "--weights", w, "--batch", "1", "--iters", "1", "--profile"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("profile, batch 1 (") && text.contains("layer_norm"), "{backend}: {text}");
+    }
+    let out = tokenmix(&["bench", "--weights", w, "--batch", "1", "--iters", "1", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["runs"][0].get("profile").is_none(), "a profile only when asked for: {v}");
+    assert_clean_error(&tokenmix(&["bench", "--gemm", "33x17x65", "--profile"]));
+}
+
 /// With the autotuner on (`TOKENMIX_AUTOTUNE=1`: by default it tunes real GPUs only), `bench
 /// --json` and `info --json` report its choice per shape class, the choices persist in
 /// `TOKENMIX_CACHE_DIR`, and a second run reads them; `TOKENMIX_GEMM` fixes the kernel and

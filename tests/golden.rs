@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{all_devices, all_variants, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol};
+use common::{all_devices, all_variants, all_variants_f16, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol};
 use tokenmix::{Device, Model, Output};
 
 const FIXTURES: &[&str] = &[
@@ -143,6 +143,63 @@ fn batch_rows_are_independent() {
             assert!(max_abs_diff(row, &one.logits) < 1e-6, "{}", model.backend());
         }
     }
+}
+
+/// `bench --profile`: a profiled forward pass (one compute pass per step with GPU timestamps,
+/// or the CPU clock per step) returns exactly the logits of a plain one, and times the same
+/// steps on every executor: per kind of step ([`tokenmix::net::Net::step_kind`]), as many
+/// dispatches on each GPU kernel as the CPU executor runs steps. Bad input is refused and
+/// leaves the model usable. Every GEMM kernel at f32 and at f16 (coop where there are
+/// cooperative matrices), and the CPU executor.
+#[test]
+fn a_profile_times_every_step_and_changes_no_result() {
+    use std::collections::BTreeMap;
+    let mut devices = all_devices();
+    devices.extend(all_variants_f16().into_iter().map(Device::from));
+    let mut checked = 0;
+    for name in ["mixer_p4_rgb", "gmlp_p4_rgb", "resmlp_p4_bf16", "poolformer_rgb"] {
+        let dir = fixtures();
+        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let (ishape, input) = &io[0];
+        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+        let mut counts: Vec<(String, BTreeMap<String, usize>)> = Vec::new();
+        for dev in &devices {
+            let label = format!("{name} [{} {}]", dev.label(), dev.precision().0);
+            let model = Model::load(dev.clone(), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
+            let plain = model.forward_blocking(input).expect("forward");
+            assert!(model.profile(&[]).is_err() && model.profile(&input[1..]).is_err(), "{label}: bad input refused");
+            let too_many: Vec<f32> = input.iter().cycle().take(65 * model.input_len()).copied().collect();
+            assert!(model.profile(&too_many).is_err(), "{label}: more than one plan's batch refused");
+            let (out, p) = model.profile(input).unwrap_or_else(|e| panic!("{label}: {e}"));
+            eprintln!("{label}:\n{}", p.lines().join("\n"));
+            assert_eq!(out.logits, plain.logits, "{label}: profiling changed the logits");
+            assert_eq!(out.probs, plain.probs, "{label}: profiling changed the probabilities");
+            assert_eq!(p.batch, ishape[0], "{label}");
+            assert!(p.rows.iter().all(|r| r.ms.is_finite() && r.ms >= 0.0 && r.steps > 0), "{label}: {:?}", p.rows);
+            assert!(p.total_ms() > 0.0 && p.span_ms > 0.0, "{label}: nothing was timed");
+            if let Some(gpu) = dev.gpu() {
+                // A software rasteriser runs one pass after the other: the steps fit in the span.
+                if tokenmix::exec::is_software(&gpu.info) {
+                    assert!(p.total_ms() <= p.span_ms * 1.01 + 1e-3, "{label}: {} ms of steps in a {} ms span", p.total_ms(), p.span_ms);
+                }
+            }
+            let mut per_kind = BTreeMap::new();
+            // What only one executor has: the GPU's copies and softmax, the CPU's stage snapshots.
+            for r in p.rows.iter().filter(|r| !r.kernel.starts_with("copy") && r.kind != "softmax" && r.kind != "snapshot") {
+                *per_kind.entry(r.kind.clone()).or_default() += r.steps;
+            }
+            assert!(per_kind.keys().any(|k| k.starts_with("linear")), "{label}: no GEMM timed: {per_kind:?}");
+            let gemm = |k: &String| ["linear", "tokens", "conv"].iter().any(|g| k.starts_with(g));
+            assert!(per_kind.keys().any(|k| !gemm(k)), "{label}: only GEMMs timed: {per_kind:?}");
+            counts.push((label, per_kind));
+            checked += 1;
+        }
+        let (first, want) = &counts[0];
+        for (label, got) in &counts[1..] {
+            assert_eq!(got, want, "{label} timed other steps than {first}");
+        }
+    }
+    assert_eq!(checked, 4 * devices.len(), "every executor profiled every family");
 }
 
 /// Bytes of the largest tensor in a safetensors file (as f32, the way tokenmix uploads it).

@@ -10,6 +10,8 @@ adapter wgpu picks (set WGPU_BACKEND=vulkan). With --precision f16, PyTorch runs
 torch.autocast(float16) and tokenmix with --precision f16. Prints one table: median latency of
 each and the tokenmix / torch latency ratio. --gemm MxKxN times torch.matmul on [M,K]x[K,N]
 beside `tokenmix bench --gemm` (every kernel, both layouts) and prints each as % of torch.
+With --profile, tokenmix also times each step of one forward pass per batch size (`bench
+--profile`: GPU timestamps on a GPU) and the table is followed by where its time went.
 """
 import argparse
 import json
@@ -33,6 +35,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--profile", action="store_true", help="print tokenmix's time per kind of step")
     args = ap.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
     torch.set_num_threads(args.threads)
@@ -61,7 +64,8 @@ def main() -> None:
                 times.append(time.perf_counter() - t)
             torch_ms[b] = statistics.median(times) * 1e3
     out = subprocess.run([args.tokenmix, "bench", "--weights", args.weights, "--batch", args.batch,
-                          "--iters", str(args.iters), "--precision", args.precision, "--json"],
+                          "--iters", str(args.iters), "--precision", args.precision, "--json"]
+                         + (["--profile"] if args.profile else []),
                          check=True, capture_output=True, text=True)
     tm = json.loads(out.stdout)
     where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else f"cpu ({args.threads} threads)"
@@ -73,6 +77,21 @@ def main() -> None:
     for run in tm["runs"]:
         b = run["batch"]
         print(f"{b:>5} {torch_ms[b]:>10.1f} {run['median_ms']:>12.1f} {run['median_ms'] / torch_ms[b]:>7.1f} {run['gflops']:>17.1f}")
+    for run in tm["runs"]:
+        if "profile" in run:
+            print_profile(run["profile"], run["median_ms"])
+
+
+def print_profile(p, median_ms, top=8) -> None:
+    """tokenmix's time per kind of step in one forward pass: the steps' sum beside the span
+    (first start to last end) and the benchmark's median, whose difference is time between steps."""
+    total = sum(r["ms"] for r in p["rows"])
+    steps = sum(r["steps"] for r in p["rows"])
+    print(f"  tokenmix profile, batch {p['batch']} ({p['clock']}): steps {total:.3f} ms ({steps} steps, "
+          f"{p['untimed']} untimed), span {p['span_ms']:.3f} ms, median forward {median_ms:.3f} ms")
+    for r in sorted(p["rows"], key=lambda r: -r["ms"])[:top]:
+        kernel = f" [{r['kernel']}]" if r["kernel"] else ""
+        print(f"    {r['ms']:>9.3f} ms {100 * r['ms'] / max(total, 1e-12):>5.1f} % {r['steps']:>4}x  {r['kind']}{kernel}")
 
 
 def gemm(args, sync, autocast) -> None:

@@ -4,7 +4,9 @@
 #   the GEMM kernels (`tokenmix bench --gemm`, every kernel, both layouts) beside torch.matmul
 #   fp32 and autocast f16 at 1568x512x2048, 12544x512x2048 and 4096^3; then the autotuned
 #   models at batch 1/8/64 beside PyTorch CUDA fp32, and with f16 weights and hidden activations beside autocast f16
-#   (mixer_s16/b16/l16, gmlp_s16, resmlp_12, poolformer_s12/m48); the tuner's choices.
+#   (mixer_s16/b16/l16, gmlp_s16, resmlp_12, poolformer_s12/m48), each followed by where tokenmix's
+#   time went per kind of step (`bench --profile`: GPU timestamps around each step, so the gap
+#   between the steps' sum and the median shows what batch 1 loses between them); the tuner's choices.
 # SESSION=train:
 #   1. trains the four Fashion-MNIST default models in parallel (tools/train.py, CUDA),
 #   2. checks them with `tokenmix eval` (Vulkan on the GPU) against PyTorch's own counts,
@@ -65,7 +67,7 @@ if [ "${SESSION:-kernels}" = kernels ]; then
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
     python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --precision f16   # coop, splitk at f16
     for p in f32 f16; do
-      python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device $DEVICE --batch $BATCHES --iters $ITERS --precision "$p"
+      python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device $DEVICE --batch $BATCHES --iters $ITERS --precision "$p" --profile
     done
     rm -f "/tmp/$m.safetensors"
   done 2>&1 | tee "$OUT/bench.txt"

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, SlotSizes, Step};
 use crate::preprocess::{Geometry, Preprocess};
 
-use super::{Output, RunTimes, MAX_BATCH};
+use super::{Output, Profile, RunTimes, MAX_BATCH};
 
 /// The GEMM crates the CPU executor uses here (see [`sgemm`]).
 #[cfg(not(target_arch = "wasm32"))]
@@ -187,7 +187,7 @@ impl CpuExec {
             let batch = chunk.len() / per;
             self.with_workspace(batch, explain, |ws| {
                 ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
-                self.run(ws)?;
+                self.run(ws, None)?;
                 let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
                 out.logits.extend_from_slice(logits);
                 for row in logits.chunks(classes) {
@@ -223,10 +223,18 @@ impl CpuExec {
         Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }
 
-    fn run(&self, ws: &mut Workspace) -> Result<()> {
+    /// Runs the workspace's steps; natively, with `profile` (or `TOKENMIX_CPU_PROFILE=1`, which
+    /// prints it), times each.
+    fn run(&self, ws: &mut Workspace, profile: Option<&mut Profile>) -> Result<()> {
         let mut stage_at = 0;
         #[cfg(not(target_arch = "wasm32"))]
-        let mut profile = PROFILE.then(std::collections::BTreeMap::<String, f64>::new);
+        let mut printed = (profile.is_none() && *PROFILE).then(|| Profile::new(ws.batch, CLOCK));
+        #[cfg(not(target_arch = "wasm32"))]
+        let mut profile = profile.or(printed.as_mut());
+        #[cfg(target_arch = "wasm32")]
+        let _ = profile;
+        #[cfg(not(target_arch = "wasm32"))]
+        let run_started = std::time::Instant::now();
         for step in self.net.steps_for(ws.explain) {
             #[cfg(not(target_arch = "wasm32"))]
             let started = std::time::Instant::now();
@@ -305,17 +313,42 @@ impl CpuExec {
                 }
             }
             #[cfg(not(target_arch = "wasm32"))]
-            if let Some(p) = profile.as_mut() {
-                *p.entry(step_kind(&self.net, step)).or_default() += started.elapsed().as_secs_f64() * 1e3;
+            if let Some(p) = profile.as_deref_mut() {
+                p.add(&self.net.step_kind(step), "", started.elapsed().as_secs_f64() * 1e3);
             }
         }
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(p) = profile {
-            let total: f64 = p.values().sum();
-            let rows: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v:.2} ms ({:.0}%)", 100.0 * v / total.max(1e-9))).collect();
-            eprintln!("cpu profile, batch {}: {total:.2} ms: {}", ws.batch, rows.join(", "));
+            p.span_ms = run_started.elapsed().as_secs_f64() * 1e3;
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(p) = printed {
+            eprintln!("cpu {}", p.lines().join("\n"));
         }
         Ok(())
+    }
+
+    /// One forward pass of `input` (at most [`MAX_BATCH`] images) with every step timed.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn profile(&self, input: &[f32]) -> Result<(Output, Profile)> {
+        let per = self.net.input;
+        let batch = input.len() / per.max(1);
+        if batch == 0 || batch > MAX_BATCH || input.len() != batch * per {
+            return Err(Error::Input(format!("a profile runs 1 to {MAX_BATCH} whole images at once, not {} floats", input.len())));
+        }
+        let classes = self.net.classes;
+        let mut profile = Profile::new(batch, CLOCK);
+        let mut out = Output { classes, logits: Vec::new(), probs: Vec::new() };
+        self.with_workspace(batch, false, |ws| {
+            ws.slots[Slot::Input.index()][..input.len()].copy_from_slice(input);
+            self.run(ws, Some(&mut profile))?;
+            out.logits.extend_from_slice(&ws.slots[Slot::Logits.index()][..batch * classes]);
+            Ok(())
+        })?;
+        for row in out.logits.chunks(classes) {
+            softmax(row, &mut out.probs);
+        }
+        Ok((out, profile))
     }
 
     fn gemm(&self, ws: &mut Workspace, g: &Gemm) -> Result<()> {
@@ -436,27 +469,9 @@ impl Epilogue<'_> {
 #[cfg(not(target_arch = "wasm32"))]
 static PROFILE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| crate::env::env().cpu_profile);
 
-/// A step's kind and shape class, for the profile.
+/// How the CPU executor's [`Profile`] times steps.
 #[cfg(not(target_arch = "wasm32"))]
-fn step_kind(net: &Net, step: &Step) -> String {
-    match step {
-        Step::Gemm(g) => {
-            let (m, n, k) = net.gemm_dims(g);
-            let kind = match g.kind {
-                GemmKind::Linear { .. } => "linear",
-                GemmKind::Tokens { .. } => "tokens",
-                GemmKind::Conv { .. } => "conv",
-            };
-            format!("{kind} {m}x{k}x{n}{}", if g.gelu { " gelu" } else { "" })
-        }
-        Step::LayerNorm { .. } => "layer_norm".into(),
-        Step::Affine { .. } => "affine".into(),
-        Step::GroupNorm { .. } => "group_norm".into(),
-        Step::PoolMix { .. } => "pool".into(),
-        Step::MeanTokens { .. } => "mean".into(),
-        Step::Snapshot { .. } => "snapshot".into(),
-    }
-}
+const CLOCK: &str = "CPU wall clock per step";
 
 /// Below this many floats a loop runs on one thread (splitting costs more than it saves).
 #[cfg(not(target_arch = "wasm32"))]
@@ -878,7 +893,7 @@ impl CpuExec {
                 let dst = ws.slots[slot.index()].get_mut(..data.len()).ok_or_else(|| overrun("test input"))?;
                 dst.copy_from_slice(data);
             }
-            self.run(ws)?;
+            self.run(ws, None)?;
             Ok(ws.slots.clone())
         })
     }

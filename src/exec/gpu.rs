@@ -34,6 +34,10 @@ struct Plan {
     /// Batch-1 plans of nets with snapshots: each stage's output, one after the other.
     stages: Option<wgpu::Buffer>,
     ops: Vec<Op>,
+    /// Each op's kind of step ([`Net::step_kind`], "softmax" for the probabilities), for a
+    /// profile (native only so far: the browser asks for no timestamp queries).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    kinds: Vec<String>,
 }
 
 pub struct GpuExec {
@@ -41,6 +45,8 @@ pub struct GpuExec {
     steps: Vec<Step>,
     /// [`crate::net::Explain::steps`] (empty for nets without an evidence split).
     explain_steps: Vec<Step>,
+    /// [`Net::step_kind`] of each step, then of each evidence step.
+    step_kinds: Vec<String>,
     /// (name, rows, cols) of each weight, for shapes and messages; the data lives on the GPU.
     shapes: Vec<(String, usize, usize)>,
     weights: Vec<GpuWeight>,
@@ -83,11 +89,13 @@ impl GpuExec {
             shapes.push((name.clone(), rows, cols));
         }
         let stage_floats = net.stages.iter().map(|((h, w), d)| h * w * d).sum();
+        let step_kinds = net.steps_for(true).map(|s| net.step_kind(s)).collect();
         let explain_steps = net.explain.map(|e| e.steps).unwrap_or_default();
         let exec = GpuExec {
             gpu,
             steps: net.steps,
             explain_steps,
+            step_kinds,
             shapes,
             weights,
             slot_floats,
@@ -184,23 +192,22 @@ impl GpuExec {
         };
         let mirrors = self.mirrors(batch);
         let mut ops = Vec::new();
+        let mut kinds = Vec::new();
         let mut stage_offset = 0;
-        for step in &self.steps {
+        let explaining = if explain { &self.explain_steps[..] } else { &[] };
+        for (step, kind) in self.steps.iter().chain(explaining).zip(&self.step_kinds) {
             self.record(batch, step, &slots, &mirrors, &mut ops)?;
             if let (Step::Snapshot { x, floats }, Some(st)) = (step, &stages) {
                 self.f32_slots("a stage snapshot", &[*x])?;
                 ops.push(Op::copy_buffer(&slots[x.index()], st, stage_offset, *floats)?);
                 stage_offset += floats;
             }
-        }
-        if explain {
-            for step in &self.explain_steps {
-                self.record(batch, step, &slots, &mirrors, &mut ops)?;
-            }
+            kinds.resize(ops.len(), kind.clone());
         }
         ops.push(ops::reduce::softmax(gpu, batch, self.classes, &slots[Slot::Logits.index()], &probs)?);
+        kinds.push("softmax".into());
         gpu.check()?;
-        let plan = Arc::new(Plan { batch, explain, slots, probs, stages, ops });
+        let plan = Arc::new(Plan { batch, explain, slots, probs, stages, ops, kinds });
         plans.insert((batch, explain), plan.clone());
         Ok(plan)
     }
@@ -495,6 +502,74 @@ impl GpuExec {
 
 #[cfg(not(target_arch = "wasm32"))]
 impl GpuExec {
+    /// One forward pass of `input` (at most one plan's batch) with GPU timestamps at the start
+    /// and end of each step's work. Each step gets a compute pass of its own, so steps cannot
+    /// overlap, as they may in [`Self::forward`]'s shared passes; copies are timed where the
+    /// adapter allows timestamps outside passes, else counted as untimed.
+    pub fn profile(&self, input: &[f32]) -> Result<(Output, super::Profile)> {
+        let gpu = &self.gpu;
+        let (passes, copies) = gpu.timestamps();
+        if !passes {
+            return Err(Error::Gpu(format!(
+                "{} has no GPU timestamps (TIMESTAMP_QUERY), so its steps cannot be timed; the CPU executor can be (--backend cpu)",
+                gpu.describe()
+            )));
+        }
+        let per = self.input;
+        let batch = input.len() / per.max(1);
+        let limit = self.batch_limit(self.widest);
+        if batch == 0 || batch > limit || input.len() != batch * per {
+            return Err(Error::Input(format!("a profile runs 1 to {limit} whole images at once, not {} floats", input.len())));
+        }
+        let plan = self.plan(batch, false)?;
+        let count = (2 * plan.ops.len()).clamp(2, wgpu::QUERY_SET_MAX_QUERIES as usize) as u32;
+        let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count });
+        let bytes = count as u64 * wgpu::QUERY_SIZE as u64;
+        let resolved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile resolve"),
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let n = (batch * self.classes) as u64 * 4;
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile staging"),
+            size: 2 * n + bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        gpu.check()?;
+        gpu.queue.write_buffer(&plan.slots[Slot::Input.index()], 0, bytemuck::cast_slice(input));
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("profile") });
+        let timed = ops::encode_timed(&mut encoder, &plan.ops, &queries, copies);
+        encoder.resolve_query_set(&queries, 0..count, &resolved, 0);
+        encoder.copy_buffer_to_buffer(&plan.slots[Slot::Logits.index()], 0, &staging, 0, n);
+        encoder.copy_buffer_to_buffer(&plan.probs, 0, &staging, n, n);
+        encoder.copy_buffer_to_buffer(&resolved, 0, &staging, 2 * n, bytes);
+        gpu.queue.submit([encoder.finish()]);
+        pollster::block_on(gpu.map_read(&staging))?;
+        let data = gpu.copy_mapped_bytes(&staging)?;
+        let (results, stamps) = data.split_at(2 * n as usize);
+        let floats: Vec<f32> = results.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let ticks: Vec<u64> = stamps.chunks_exact(8).map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).collect();
+        let ns = gpu.queue.get_timestamp_period() as f64;
+        let clock = if copies { "GPU timestamps, one pass per step, copies too" } else { "GPU timestamps, one pass per step" };
+        let mut profile = super::Profile::new(batch, clock);
+        let (mut first, mut last) = (u64::MAX, 0u64);
+        for (i, ((op, kind), timed)) in plan.ops.iter().zip(&plan.kinds).zip(timed).enumerate() {
+            if !timed {
+                profile.untimed += 1;
+                continue;
+            }
+            let (start, end) = (ticks[2 * i], ticks[2 * i + 1]);
+            (first, last) = (first.min(start), last.max(end));
+            profile.add(kind, &op.kernel(), end.saturating_sub(start) as f64 * ns / 1e6);
+        }
+        profile.span_ms = last.saturating_sub(first) as f64 * ns / 1e6;
+        let (logits, probs) = floats.split_at(batch * self.classes);
+        Ok((Output { classes: self.classes, logits: logits.to_vec(), probs: probs.to_vec() }, profile))
+    }
+
     /// Runs the steps once for `batch` images with the given slot contents (the rest zero) and
     /// returns every slot afterwards, in [`Slot::ALL`] order (see `CpuExec::run_slots`).
     pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {

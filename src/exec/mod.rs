@@ -48,6 +48,74 @@ pub struct RunTimes {
     pub readback_ms: f64,
 }
 
+/// Where one forward pass spent its time, added up by kind of step ([`crate::net::Net::step_kind`],
+/// the same names on both executors): `bench --profile`, `TOKENMIX_CPU_PROFILE=1`. The CPU
+/// executor times each step with the wall clock; the GPU executor with GPU timestamps at the
+/// start and end of each step's work (one compute pass per step while profiling).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Profile {
+    pub batch: usize,
+    /// How the steps were timed.
+    pub clock: &'static str,
+    /// One row per kind of step and kernel, in the order of first appearance.
+    pub rows: Vec<ProfileRow>,
+    /// From the first timed step's start to the last one's end. On a GPU, what this exceeds
+    /// the rows' sum by is time between steps (barriers, launches) when no two steps overlap.
+    pub span_ms: f64,
+    /// Steps that could not be timed (on a GPU without timestamps outside passes, the copies).
+    pub untimed: usize,
+}
+
+/// One kind of step in a [`Profile`]: its total time over `steps` steps.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileRow {
+    pub kind: String,
+    /// What ran it on the GPU (the WGSL kernels, e.g. "gemm_tiled+gemm_splitk"); empty on the CPU.
+    pub kernel: String,
+    pub ms: f64,
+    pub steps: usize,
+}
+
+impl Profile {
+    pub fn new(batch: usize, clock: &'static str) -> Profile {
+        Profile { batch, clock, ..Default::default() }
+    }
+
+    /// Adds one step's time to its row.
+    pub fn add(&mut self, kind: &str, kernel: &str, ms: f64) {
+        match self.rows.iter_mut().find(|r| r.kind == kind && r.kernel == kernel) {
+            Some(r) => {
+                r.ms += ms;
+                r.steps += 1;
+            }
+            None => self.rows.push(ProfileRow { kind: kind.into(), kernel: kernel.into(), ms, steps: 1 }),
+        }
+    }
+
+    /// The time of all timed steps.
+    pub fn total_ms(&self) -> f64 {
+        self.rows.iter().map(|r| r.ms).sum()
+    }
+
+    /// A heading line, then one line per row, most time first.
+    pub fn lines(&self) -> Vec<String> {
+        let total = self.total_ms();
+        let steps: usize = self.rows.iter().map(|r| r.steps).sum();
+        let untimed = if self.untimed > 0 { format!(" ({} untimed)", self.untimed) } else { String::new() };
+        let mut out = vec![format!(
+            "profile, batch {} ({}): {total:.3} ms in {steps} steps{untimed}, {:.3} ms from the first start to the last end",
+            self.batch, self.clock, self.span_ms
+        )];
+        let mut rows: Vec<&ProfileRow> = self.rows.iter().collect();
+        rows.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+        for r in rows {
+            let kernel = if r.kernel.is_empty() { String::new() } else { format!("  [{}]", r.kernel) };
+            out.push(format!("  {:>9.3} ms {:>5.1} % {:>4}x  {}{kernel}", r.ms, 100.0 * r.ms / total.max(1e-12), r.steps, r.kind));
+        }
+        out
+    }
+}
+
 /// Which executor to use, as a user asks for it (`--backend`, `TOKENMIX_BACKEND`, the JS
 /// option `backend`, the page's `?backend=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]

@@ -310,6 +310,12 @@ impl Gpu {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let mut required_features = adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16);
+        // Natively, GPU timestamps wherever the adapter has them, for `bench --profile`
+        // (`GpuExec::profile`); nothing is timed unless a profile is asked for.
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            required_features |= adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+        }
         // Tensor cores only for f16 (the only precision the coop kernel computes in), so that an
         // f32 device never turns on an experimental feature.
         let coop = asked == Precision::F16 && coop_shape(&info, adapter.features(), &adapter.cooperative_matrix_properties()).is_some();
@@ -851,6 +857,14 @@ impl Gpu {
         }
         #[cfg(not(target_arch = "wasm32"))]
         self.wait()
+    }
+
+    /// Whether this device can time GPU work (`TIMESTAMP_QUERY`), and whether copies too
+    /// (`TIMESTAMP_QUERY_INSIDE_ENCODERS`): `(passes, copies)`.
+    pub fn timestamps(&self) -> (bool, bool) {
+        let f = self.device.features();
+        let passes = f.contains(wgpu::Features::TIMESTAMP_QUERY);
+        (passes, passes && f.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS))
     }
 
     /// Waits until the queue is idle (native); used by benchmarks.

@@ -300,6 +300,17 @@ impl Model {
         Ok(Explained { output, grid: meta.grid, bias: meta.bias.clone(), maps, approximate: meta.frozen_norm.is_some() })
     }
 
+    /// One forward pass of `input` (at most one plan's batch: 64 images, fewer where a GPU
+    /// binding holds less) with each step timed: where the time goes (`bench --profile`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn profile(&self, input: &[f32]) -> Result<(Output, crate::exec::Profile)> {
+        self.check_input(input)?;
+        match &self.exec {
+            Executor::Gpu(g) => g.profile(input),
+            Executor::Cpu(c) => c.profile(input),
+        }
+    }
+
     /// Synchronous forward for native callers.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward_blocking(&self, input: &[f32]) -> Result<Output> {

@@ -91,6 +91,25 @@ impl Op {
         Ok(Run { pipeline: pipeline.clone(), bind_group, workgroups, _params: uniform })
     }
 
+    /// What runs this op, for a profile: its kernels' names in order, each once ("gemm_tiled+
+    /// gemm_splitk" for a split-K GEMM), or the kind of copy.
+    pub fn kernel(&self) -> String {
+        match &self.work {
+            Work::Dispatch { runs } => {
+                let mut names: Vec<&str> = Vec::new();
+                for r in runs {
+                    let name = r.pipeline.name.split('[').next().unwrap_or_default();
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+                names.join("+")
+            }
+            Work::Copy { .. } => "copy to texture".into(),
+            Work::CopyBuffer { .. } => "copy".into(),
+        }
+    }
+
     /// Copies the first `t.rows x t.cols` floats of `buffer` (row-major) into `t`.
     pub fn copy_to_texture(buffer: &wgpu::Buffer, t: &ActTexture) -> Result<Op> {
         check_extent("copy to texture", buffer, 0, (t.rows * t.cols) as u64)?;
@@ -127,6 +146,56 @@ impl ActTexture {
     }
 }
 
+/// Records ops for a profile: each dispatch op in a compute pass of its own whose start and
+/// end timestamps go to queries 2i and 2i + 1 of `queries`; with `around_copies`
+/// (`TIMESTAMP_QUERY_INSIDE_ENCODERS`) copies are timed the same way by encoder timestamps.
+/// Ops past the query set's room run untimed. Returns whether each op was timed.
+pub fn encode_timed(encoder: &mut wgpu::CommandEncoder, ops: &[Op], queries: &wgpu::QuerySet, around_copies: bool) -> Vec<bool> {
+    let room = queries.count() / 2;
+    let mut timed = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let i = u32::try_from(i).ok().filter(|&i| i < room);
+        match (&op.work, i) {
+            (Work::Dispatch { runs }, Some(i)) => {
+                let stamps = wgpu::ComputePassTimestampWrites {
+                    query_set: queries,
+                    beginning_of_pass_write_index: Some(2 * i),
+                    end_of_pass_write_index: Some(2 * i + 1),
+                };
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("profiled"), timestamp_writes: Some(stamps) });
+                record_runs(&mut pass, runs, &mut None);
+                timed.push(true);
+            }
+            (Work::Copy { .. } | Work::CopyBuffer { .. }, Some(i)) if around_copies => {
+                encoder.write_timestamp(queries, 2 * i);
+                encode_all(encoder, std::slice::from_ref(op));
+                encoder.write_timestamp(queries, 2 * i + 1);
+                timed.push(true);
+            }
+            _ => {
+                encode_all(encoder, std::slice::from_ref(op));
+                timed.push(false);
+            }
+        }
+    }
+    timed
+}
+
+/// Records one op's dispatches into `pass`, setting a pipeline only when it is not `current`
+/// (the pass's last one).
+fn record_runs<'p>(pass: &mut wgpu::ComputePass<'_>, runs: &'p [Run], current: &mut Option<&'p Arc<Pipeline>>) {
+    for Run { pipeline, bind_group, workgroups: [x, y, z], .. } in runs {
+        if !current.is_some_and(|c| Arc::ptr_eq(c, pipeline)) {
+            pass.set_pipeline(&pipeline.pipeline);
+            *current = Some(pipeline);
+        }
+        pass.set_bind_group(0, bind_group, &[]);
+        if *x > 0 && *y > 0 && *z > 0 {
+            pass.dispatch_workgroups(*x, *y, *z);
+        }
+    }
+}
+
 /// Records ops into one command encoder: dispatches share compute passes (wgpu inserts the
 /// barriers between dispatches that write and then read the same buffer); a copy closes the
 /// pass, copies, and the next dispatch opens a new one.
@@ -137,16 +206,7 @@ pub fn encode_all(encoder: &mut wgpu::CommandEncoder, ops: &[Op]) {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
             let mut current: Option<&Arc<Pipeline>> = None;
             while let Some(Work::Dispatch { runs }) = ops.get(i).map(|o| &o.work) {
-                for Run { pipeline, bind_group, workgroups: [x, y, z], .. } in runs {
-                    if !current.is_some_and(|c| Arc::ptr_eq(c, pipeline)) {
-                        pass.set_pipeline(&pipeline.pipeline);
-                        current = Some(pipeline);
-                    }
-                    pass.set_bind_group(0, bind_group, &[]);
-                    if *x > 0 && *y > 0 && *z > 0 {
-                        pass.dispatch_workgroups(*x, *y, *z);
-                    }
-                }
+                record_runs(&mut pass, runs, &mut current);
                 i += 1;
             }
         }
