@@ -223,21 +223,21 @@ impl CpuExec {
         Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }
 
-    /// Runs the workspace's steps; natively, with `profile` (or `TOKENMIX_CPU_PROFILE=1`, which
-    /// prints it), times each.
+    /// Runs the workspace's steps; with `profile` (natively also with `TOKENMIX_CPU_PROFILE=1`,
+    /// which prints it) times each.
     fn run(&self, ws: &mut Workspace, profile: Option<&mut Profile>) -> Result<()> {
         let mut stage_at = 0;
         #[cfg(not(target_arch = "wasm32"))]
         let mut printed = (profile.is_none() && *PROFILE).then(|| Profile::new(ws.batch, CLOCK));
-        #[cfg(not(target_arch = "wasm32"))]
-        let mut profile = profile.or(printed.as_mut());
         #[cfg(target_arch = "wasm32")]
-        let _ = profile;
-        #[cfg(not(target_arch = "wasm32"))]
-        let run_started = std::time::Instant::now();
+        let mut printed: Option<Profile> = None;
+        let mut profile = profile.or(printed.as_mut());
+        // The clock is read only while profiling.
+        let timing = profile.is_some();
+        let clock = || timing.then(crate::gpu::clock_ms);
+        let run_started = clock();
         for step in self.net.steps_for(ws.explain) {
-            #[cfg(not(target_arch = "wasm32"))]
-            let started = std::time::Instant::now();
+            let started = clock();
             match step {
                 Step::Gemm(g) => self.gemm(ws, g)?,
                 Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
@@ -312,16 +312,13 @@ impl CpuExec {
                     stage_at += floats;
                 }
             }
-            #[cfg(not(target_arch = "wasm32"))]
-            if let Some(p) = profile.as_deref_mut() {
-                p.add(&self.net.step_kind(step), "", started.elapsed().as_secs_f64() * 1e3);
+            if let (Some(p), Some(t)) = (profile.as_deref_mut(), started) {
+                p.add(&self.net.step_kind(step), "", crate::gpu::clock_ms() - t);
             }
         }
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Some(p) = profile {
-            p.span_ms = run_started.elapsed().as_secs_f64() * 1e3;
+        if let (Some(p), Some(t)) = (profile, run_started) {
+            p.span_ms = crate::gpu::clock_ms() - t;
         }
-        #[cfg(not(target_arch = "wasm32"))]
         if let Some(p) = printed {
             eprintln!("cpu {}", p.lines().join("\n"));
         }
@@ -331,11 +328,7 @@ impl CpuExec {
     /// One forward pass of `input` (at most [`MAX_BATCH`] images) with every step timed.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn profile(&self, input: &[f32]) -> Result<(Output, Profile)> {
-        let per = self.net.input;
-        let batch = input.len() / per.max(1);
-        if batch == 0 || batch > MAX_BATCH || input.len() != batch * per {
-            return Err(Error::Input(format!("a profile runs 1 to {MAX_BATCH} whole images at once, not {} floats", input.len())));
-        }
+        let batch = input.len() / self.net.input.max(1);
         let classes = self.net.classes;
         let mut profile = Profile::new(batch, CLOCK);
         let mut out = Output { classes, logits: Vec::new(), probs: Vec::new() };

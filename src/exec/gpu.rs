@@ -408,7 +408,7 @@ impl GpuExec {
         for chunk in input.chunks(self.batch_limit(widest) * per) {
             let batch = chunk.len() / per;
             let plan = self.plan(batch, explain)?;
-            let staging = self.submit(&plan, Some(chunk), None)?;
+            let staging = self.submit(&plan, Some(chunk), None, None)?;
             // Logits, probabilities, then (explaining) the evidence and pooled slots, whole.
             let mut data = self.gpu.read_back(&staging).await?;
             let mut rest = data.split_off(2 * batch * classes);
@@ -426,8 +426,16 @@ impl GpuExec {
     /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the
     /// forward pass, and copies logits, probabilities and — with a prologue — the input and
     /// stage snapshots into a fresh staging buffer, returned for mapping. A fresh staging
-    /// buffer per call keeps concurrent calls (the web's async classify) independent.
-    fn submit(&self, plan: &Plan, input: Option<&[f32]>, prologue: Option<&Op>) -> Result<wgpu::Buffer> {
+    /// buffer per call keeps concurrent calls (the web's async classify) independent. `record`,
+    /// if given, records the forward pass's ops in place of [`ops::encode_all`] (a profile's
+    /// timed passes).
+    fn submit(
+        &self,
+        plan: &Plan,
+        input: Option<&[f32]>,
+        prologue: Option<&Op>,
+        record: Option<&mut dyn FnMut(&mut wgpu::CommandEncoder)>,
+    ) -> Result<wgpu::Buffer> {
         let gpu = &self.gpu;
         gpu.check()?;
         let n = (plan.batch * self.classes) as u64 * 4;
@@ -451,7 +459,10 @@ impl GpuExec {
         if let Some(op) = prologue {
             ops::encode_all(&mut encoder, std::slice::from_ref(op));
         }
-        ops::encode_all(&mut encoder, &plan.ops);
+        match record {
+            Some(record) => record(&mut encoder),
+            None => ops::encode_all(&mut encoder, &plan.ops),
+        }
         encoder.copy_buffer_to_buffer(slot(Slot::Logits), 0, &staging, 0, n);
         encoder.copy_buffer_to_buffer(&plan.probs, 0, &staging, n, n);
         if input_bytes > 0 {
@@ -485,7 +496,7 @@ impl GpuExec {
         let buf = self.gpu.storage_words("image", &pixels)?;
         let plan = self.plan(1, false)?;
         let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.slots[Slot::Input.index()])?;
-        let staging = self.submit(&plan, None, Some(&op))?;
+        let staging = self.submit(&plan, None, Some(&op), None)?;
         let t1 = now();
         self.gpu.map_read(&staging).await?;
         let t2 = now();
@@ -502,10 +513,10 @@ impl GpuExec {
 
 #[cfg(not(target_arch = "wasm32"))]
 impl GpuExec {
-    /// One forward pass of `input` (at most one plan's batch) with GPU timestamps at the start
-    /// and end of each step's work. Each step gets a compute pass of its own, so steps cannot
-    /// overlap, as they may in [`Self::forward`]'s shared passes; copies are timed where the
-    /// adapter allows timestamps outside passes, else counted as untimed.
+    /// One forward pass of `input` (at most [`Self::max_batch`] images) with GPU timestamps at
+    /// the start and end of each step's work. Each step gets a compute pass of its own, so steps
+    /// cannot overlap, as they may in [`Self::forward`]'s shared passes; copies are timed where
+    /// the adapter allows timestamps outside passes, else counted as untimed.
     pub fn profile(&self, input: &[f32]) -> Result<(Output, super::Profile)> {
         let gpu = &self.gpu;
         let (passes, copies) = gpu.timestamps();
@@ -515,43 +526,32 @@ impl GpuExec {
                 gpu.describe()
             )));
         }
-        let per = self.input;
-        let batch = input.len() / per.max(1);
-        let limit = self.batch_limit(self.widest);
-        if batch == 0 || batch > limit || input.len() != batch * per {
-            return Err(Error::Input(format!("a profile runs 1 to {limit} whole images at once, not {} floats", input.len())));
-        }
+        let batch = input.len() / self.input.max(1);
         let plan = self.plan(batch, false)?;
         let count = (2 * plan.ops.len()).clamp(2, wgpu::QUERY_SET_MAX_QUERIES as usize) as u32;
         let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count });
         let bytes = count as u64 * wgpu::QUERY_SIZE as u64;
-        let resolved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("profile resolve"),
-            size: bytes,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let n = (batch * self.classes) as u64 * 4;
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("profile staging"),
-            size: 2 * n + bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        gpu.check()?;
-        gpu.queue.write_buffer(&plan.slots[Slot::Input.index()], 0, bytemuck::cast_slice(input));
-        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("profile") });
-        let timed = ops::encode_timed(&mut encoder, &plan.ops, &queries, copies);
-        encoder.resolve_query_set(&queries, 0..count, &resolved, 0);
-        encoder.copy_buffer_to_buffer(&plan.slots[Slot::Logits.index()], 0, &staging, 0, n);
-        encoder.copy_buffer_to_buffer(&plan.probs, 0, &staging, n, n);
-        encoder.copy_buffer_to_buffer(&resolved, 0, &staging, 2 * n, bytes);
-        gpu.queue.submit([encoder.finish()]);
-        pollster::block_on(gpu.map_read(&staging))?;
-        let data = gpu.copy_mapped_bytes(&staging)?;
-        let (results, stamps) = data.split_at(2 * n as usize);
-        let floats: Vec<f32> = results.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        let ticks: Vec<u64> = stamps.chunks_exact(8).map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).collect();
+        let buffer =
+            |label, usage| gpu.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size: bytes, usage, mapped_at_creation: false });
+        let resolved = buffer("profile resolve", wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+        let stamps = buffer("profile stamps", wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let mut timed = Vec::new();
+        let staging = self.submit(
+            &plan,
+            Some(input),
+            None,
+            Some(&mut |encoder: &mut wgpu::CommandEncoder| {
+                timed = ops::encode_timed(encoder, &plan.ops, &queries, copies);
+                encoder.resolve_query_set(&queries, 0..count, &resolved, 0);
+                encoder.copy_buffer_to_buffer(&resolved, 0, &stamps, 0, bytes);
+            }),
+        )?;
+        let mut logits = pollster::block_on(gpu.read_back(&staging))?;
+        let probs = logits.split_off(batch * self.classes);
+        let ticks: Vec<u64> = pollster::block_on(gpu.read_back_bytes(&stamps))?
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .collect();
         let ns = gpu.queue.get_timestamp_period() as f64;
         let clock = if copies { "GPU timestamps, one pass per step, copies too" } else { "GPU timestamps, one pass per step" };
         let mut profile = super::Profile::new(batch, clock);
@@ -566,8 +566,7 @@ impl GpuExec {
             profile.add(kind, &op.kernel(), end.saturating_sub(start) as f64 * ns / 1e6);
         }
         profile.span_ms = last.saturating_sub(first) as f64 * ns / 1e6;
-        let (logits, probs) = floats.split_at(batch * self.classes);
-        Ok((Output { classes: self.classes, logits: logits.to_vec(), probs: probs.to_vec() }, profile))
+        Ok((Output { classes: self.classes, logits, probs }, profile))
     }
 
     /// Runs the steps once for `batch` images with the given slot contents (the rest zero) and

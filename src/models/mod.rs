@@ -305,6 +305,10 @@ impl Model {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn profile(&self, input: &[f32]) -> Result<(Output, crate::exec::Profile)> {
         self.check_input(input)?;
+        let (images, most) = (input.len() / self.input_len(), self.max_batch());
+        if images > most {
+            return Err(Error::Input(format!("a profile runs one plan's batch, at most {most} images here, not {images}")));
+        }
         match &self.exec {
             Executor::Gpu(g) => g.profile(input),
             Executor::Cpu(c) => c.profile(input),
