@@ -3,7 +3,12 @@
 // rather than E[x^2] - E[x]^2, which cancels badly in fp32.
 // x rows may be strided views (x_off + r * x_ld): gMLP normalises the second half of each
 // hidden row in place of a split. y is dense [rows, d].
-// One invocation per row: rows are many (batch x tokens) and d is at most a few thousand.
+// Two ways to cover the rows (`RowKernel`), each with its own grid, folded into two dimensions
+// past the per-dimension limit:
+// - ROW_WORKGROUP (real GPUs): one workgroup per row, its 64 invocations striding the row
+//   together, so neighbouring invocations read neighbouring elements and batch 1's 196 rows fill
+//   196 workgroups; the sums are reduced through workgroup memory.
+// - otherwise (CPU rasterisers, where barriers are dear): one invocation per row, no barriers.
 
 struct Params {
     rows: u32,
@@ -28,26 +33,61 @@ enable f16;
 @group(0) @binding(3) var<storage, read> beta: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
+#if ROW_WORKGROUP
+const LANES: u32 = 64u;
+var<workgroup> partial: array<f32, LANES>;
+
+// Sum of the row's lanes' `v`, the same value in each: one barrier to publish the partial sums,
+// each invocation adds all 64 in the same order (broadcast reads), one barrier before `partial`
+// is written again. Two barriers where a halving tree takes seven.
+fn row_sum(lane: u32, v: f32) -> f32 {
+    partial[lane] = v;
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < LANES; i++) {
+        total += partial[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+#else
+const LANES: u32 = 1u;
+
+fn row_sum(lane: u32, v: f32) -> f32 {
+    return v;
+}
+#endif
+
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = gid.x + gid.y * nwg.x * 64u;
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+#if ROW_WORKGROUP
+    let row = wid.x + wid.y * nwg.x;
+    let lane = lid;
+#else
+    let row = (wid.x + wid.y * nwg.x) * 64u + lid;
+    let lane = 0u;
+#endif
     if (row >= p.rows) {
         return;
     }
     let base = p.x_off + row * p.x_ld;
     var sum = 0.0;
-    for (var i = 0u; i < p.d; i++) {
+    for (var i = lane; i < p.d; i += LANES) {
         sum += f32(x[base + i]);
     }
-    let mean = sum / f32(p.d);
+    let mean = row_sum(lane, sum) / f32(p.d);
     var sq = 0.0;
-    for (var i = 0u; i < p.d; i++) {
+    for (var i = lane; i < p.d; i += LANES) {
         let t = f32(x[base + i]) - mean;
         sq += t * t;
     }
-    let rstd = inverseSqrt(sq / f32(p.d) + p.eps);
+    let rstd = inverseSqrt(row_sum(lane, sq) / f32(p.d) + p.eps);
     let out = row * p.d;
-    for (var i = 0u; i < p.d; i++) {
+    for (var i = lane; i < p.d; i += LANES) {
         y[out + i] = (f32(x[base + i]) - mean) * rstd * gamma[i] + beta[i];
     }
 }

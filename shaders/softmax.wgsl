@@ -1,5 +1,9 @@
 // Row-wise softmax of the logits, [rows, classes] -> probabilities. Subtracts the row maximum
 // first so large logits cannot overflow exp.
+// Rows are covered as layernorm.wgsl covers them (`RowKernel`): ROW_WORKGROUP (real GPUs) gives
+// each row a workgroup whose 64 invocations stride the classes together (ImageNet's 1,000 at
+// batch 1 are one workgroup's 16 steps, not one invocation's 3,000); otherwise one invocation
+// per row, without barriers (CPU rasterisers).
 
 struct Params {
     rows: u32,
@@ -12,22 +16,73 @@ struct Params {
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> probs: array<f32>;
 
+#if ROW_WORKGROUP
+const LANES: u32 = 64u;
+var<workgroup> partial: array<f32, LANES>;
+
+// The row's lanes' `v` combined by max or sum, the same value in each (see layernorm.wgsl).
+fn row_max(lane: u32, v: f32) -> f32 {
+    partial[lane] = v;
+    workgroupBarrier();
+    var m = partial[0];
+    for (var i = 1u; i < LANES; i++) {
+        m = max(m, partial[i]);
+    }
+    workgroupBarrier();
+    return m;
+}
+
+fn row_sum(lane: u32, v: f32) -> f32 {
+    partial[lane] = v;
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < LANES; i++) {
+        total += partial[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+#else
+const LANES: u32 = 1u;
+
+fn row_max(lane: u32, v: f32) -> f32 {
+    return v;
+}
+
+fn row_sum(lane: u32, v: f32) -> f32 {
+    return v;
+}
+#endif
+
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let row = gid.x;
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+#if ROW_WORKGROUP
+    let row = wid.x + wid.y * nwg.x;
+    let lane = lid;
+#else
+    let row = (wid.x + wid.y * nwg.x) * 64u + lid;
+    let lane = 0u;
+#endif
     if (row >= p.rows) {
         return;
     }
     let base = row * p.classes;
-    var mx = logits[base];
-    for (var i = 1u; i < p.classes; i++) {
+    // A lane with no class of its own (classes < 64) contributes the identity of each reduction.
+    var mx = bitcast<f32>(0xff7fffffu); // -f32::MAX
+    for (var i = lane; i < p.classes; i += LANES) {
         mx = max(mx, logits[base + i]);
     }
+    mx = row_max(lane, mx);
     var sum = 0.0;
-    for (var i = 0u; i < p.classes; i++) {
+    for (var i = lane; i < p.classes; i += LANES) {
         sum += exp(logits[base + i] - mx);
     }
-    for (var i = 0u; i < p.classes; i++) {
+    sum = row_sum(lane, sum);
+    for (var i = lane; i < p.classes; i += LANES) {
         probs[base + i] = exp(logits[base + i] - mx) / sum;
     }
 }

@@ -16,6 +16,9 @@ pub struct Env {
     /// subgroup, register, tiled, tiled128, tiled32, splitk, coop, coop-emulated; checked when the device is made). Also
     /// turns the autotuner off.
     pub gemm: Option<String>,
+    /// `TOKENMIX_ROWS`: how LayerNorm and softmax cover rows, `invocation` or `workgroup`,
+    /// instead of the adapter's default (checked when the device is made).
+    pub rows: Option<String>,
     /// `TOKENMIX_PRECISION`: f32 (default) or f16 GEMM weights and hidden activations on the
     /// GPU (`--precision` wins).
     pub precision: Option<String>,
@@ -64,6 +67,7 @@ fn read() -> Env {
     Env {
         backend: var("TOKENMIX_BACKEND"),
         gemm: var("TOKENMIX_GEMM"),
+        rows: var("TOKENMIX_ROWS"),
         autotune: var("TOKENMIX_AUTOTUNE"),
         precision: var("TOKENMIX_PRECISION"),
         gemm_tile: var("TOKENMIX_GEMM_TILE"),

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{all_variants, all_variants_f16, conv_reference as cpu_conv, gelu, gpu, limited, max_abs, max_abs_diff, random, tol, wanted};
-use tokenmix::gpu::{GemmVariant, Precision};
+use tokenmix::gpu::{GemmVariant, Precision, RowKernel};
 use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
 
@@ -330,28 +330,77 @@ fn f16_activations_match_cpu_reference() {
     assert!(ran > 0, "no f16 device ran");
 }
 
-/// gMLP's gate LayerNorm reads the second half of f16 hidden rows: against the f64 reference
-/// on the values as stored.
-#[test]
-fn layer_norm_reads_f16_rows() {
-    let gpu = all_variants_f16().remove(0);
-    let (rows, d) = (29, 40);
-    let z = rounded(&random(rows * 2 * d, 990).iter().map(|v| v * 3.0 + 1.0).collect::<Vec<_>>());
-    let (gamma, beta) = (random(d, 991), random(d, 992));
-    let (zb, gb, bb, y) = (gpu.storage_f16("z", &z).unwrap(), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", rows * d).unwrap());
-    let x = ops::norm::Rows { buf: &zb, off: d, ld: 2 * d, half: true };
-    gpu.run_ops(&[ops::norm::layer_norm_rows(&gpu, rows, d, 1e-5, x, &gb, &bb, &y).unwrap()]).unwrap();
+/// f64 LayerNorm of `rows` rows of width `d` read at `off + r * ld` in `x`; dense [rows, d].
+fn layer_norm_reference(x: &[f32], rows: usize, d: usize, off: usize, ld: usize, gamma: &[f32], beta: &[f32]) -> Vec<f32> {
     let mut want = vec![0f32; rows * d];
     for r in 0..rows {
-        let row: Vec<f64> = z[r * 2 * d + d..(r + 1) * 2 * d].iter().map(|&v| v as f64).collect();
+        let row: Vec<f64> = x[off + r * ld..off + r * ld + d].iter().map(|&v| v as f64).collect();
         let mean = row.iter().sum::<f64>() / d as f64;
         let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
         for c in 0..d {
             want[r * d + c] = ((row[c] - mean) / (var + 1e-5).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
         }
     }
-    let diff = max_abs_diff(&read(&gpu, &y, rows * d), &want);
-    assert!(diff <= tol::NORM * max_abs(&want).max(1.0), "layer norm of f16 rows: diff {diff}");
+    want
+}
+
+/// A device at `precision` running each way of covering rows (the adapter's own and the
+/// other), so that lavapipe tests both LayerNorm kernels directly.
+fn row_kernel_devices(precision: Precision) -> Vec<Gpu> {
+    [RowKernel::Invocation, RowKernel::Workgroup]
+        .into_iter()
+        .map(|rows| {
+            let mut gpu = pollster::block_on(Gpu::new_at(precision)).expect("a wgpu adapter (lavapipe on CI)");
+            gpu.rows = rows;
+            gpu
+        })
+        .collect()
+}
+
+/// Both LayerNorm kernels on rows narrower than, as wide as, one past and many times a
+/// workgroup of 64, strided views at odd offsets, and more rows than one grid dimension holds
+/// (65,535 on every adapter wgpu knows), so the fold into a second dimension runs (rows of 8:
+/// with 2, two near-equal values leave eps to set the scale and fp32 rounding the error):
+/// against the f64 reference.
+#[test]
+fn layer_norm_matches_cpu_reference_on_every_row_width() {
+    for gpu in row_kernel_devices(Precision::F32) {
+        let fold = gpu.limits.max_compute_workgroups_per_dimension as usize + 3;
+        // (rows, d, off, ld)
+        let cases = [(5, 1, 0, 1), (7, 63, 0, 63), (3, 64, 0, 64), (9, 65, 5, 80), (4, 1000, 0, 1000), (2, 3072, 100, 3200), (fold, 8, 1, 9)];
+        for (i, &(rows, d, off, ld)) in cases.iter().enumerate() {
+            let x: Vec<f32> = random(off + rows * ld, 1000 + i as u64).iter().map(|v| v * 3.0 + 1.0).collect();
+            let (gamma, beta) = (random(d, 1100 + i as u64), random(d, 1200 + i as u64));
+            let (xb, gb, bb, y) = (upload(&gpu, &x), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", rows * d).unwrap());
+            let view = ops::norm::Rows { buf: &xb, off, ld, half: false };
+            gpu.run_ops(&[ops::norm::layer_norm_rows(&gpu, rows, d, 1e-5, view, &gb, &bb, &y).unwrap()]).unwrap();
+            let want = layer_norm_reference(&x, rows, d, off, ld, &gamma, &beta);
+            let diff = max_abs_diff(&read(&gpu, &y, rows * d), &want);
+            assert!(
+                diff <= tol::NORM * max_abs(&want).max(1.0),
+                "{:?}: layer norm of {rows} rows of {d} (offset {off}, stride {ld}): diff {diff}",
+                gpu.rows
+            );
+        }
+    }
+}
+
+/// gMLP's gate LayerNorm reads the second half of f16 hidden rows (both kernels): against the
+/// f64 reference on the values as stored.
+#[test]
+fn layer_norm_reads_f16_rows() {
+    for gpu in row_kernel_devices(Precision::F16) {
+        assert_eq!(gpu.precision, Precision::F16, "the test adapter has shader-f16");
+        let (rows, d) = (29, 40);
+        let z = rounded(&random(rows * 2 * d, 990).iter().map(|v| v * 3.0 + 1.0).collect::<Vec<_>>());
+        let (gamma, beta) = (random(d, 991), random(d, 992));
+        let (zb, gb, bb, y) = (gpu.storage_f16("z", &z).unwrap(), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", rows * d).unwrap());
+        let x = ops::norm::Rows { buf: &zb, off: d, ld: 2 * d, half: true };
+        gpu.run_ops(&[ops::norm::layer_norm_rows(&gpu, rows, d, 1e-5, x, &gb, &bb, &y).unwrap()]).unwrap();
+        let want = layer_norm_reference(&z, rows, d, d, 2 * d, &gamma, &beta);
+        let diff = max_abs_diff(&read(&gpu, &y, rows * d), &want);
+        assert!(diff <= tol::NORM * max_abs(&want).max(1.0), "{:?}: layer norm of f16 rows: diff {diff}", gpu.rows);
+    }
 }
 
 /// Reference token mixing: `C[b][t, d] = C0 + gelu(W[t, s] · X[b][s, d] + bias[t]) * scale[d]`.
@@ -451,38 +500,44 @@ fn convolution_matches_cpu_reference() {
     }
 }
 
+/// Mean over tokens, then softmax over the classes (both row kernels; fewer classes than a
+/// workgroup's lanes, one past them, ImageNet's 1,000): against the f64 reference.
 #[test]
 fn mean_and_softmax_match_cpu_reference() {
-    let gpu = gpu();
-    let (batch, tokens, d) = (3, 49, 10);
-    let x: Vec<f32> = random(batch * tokens * d, 5).iter().map(|v| v * 30.0).collect();
-    let xb = gpu.storage_init("x", &x).unwrap();
-    let pooled = gpu.storage("pooled", batch * d).unwrap();
-    let probs = gpu.storage("probs", batch * d).unwrap();
-    gpu.run_ops(&[
-        ops::reduce::mean_tokens(&gpu, batch, tokens, d, &xb, &pooled).unwrap(),
-        ops::reduce::softmax(&gpu, batch, d, &pooled, &probs).unwrap(),
-    ])
-    .unwrap();
-    let got_mean = pollster::block_on(gpu.read_buffer(&pooled, batch * d)).unwrap();
-    let got_probs = pollster::block_on(gpu.read_buffer(&probs, batch * d)).unwrap();
-    let mut want_mean = vec![0f32; batch * d];
-    for b in 0..batch {
-        for c in 0..d {
-            want_mean[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
+    for gpu in row_kernel_devices(Precision::F32) {
+        for (batch, tokens, d) in [(3, 49, 10), (2, 5, 65), (2, 7, 1000)] {
+            let x: Vec<f32> = random(batch * tokens * d, 5 + d as u64).iter().map(|v| v * 30.0).collect();
+            let xb = gpu.storage_init("x", &x).unwrap();
+            let pooled = gpu.storage("pooled", batch * d).unwrap();
+            let probs = gpu.storage("probs", batch * d).unwrap();
+            gpu.run_ops(&[
+                ops::reduce::mean_tokens(&gpu, batch, tokens, d, &xb, &pooled).unwrap(),
+                ops::reduce::softmax(&gpu, batch, d, &pooled, &probs).unwrap(),
+            ])
+            .unwrap();
+            let got_mean = read(&gpu, &pooled, batch * d);
+            let got_probs = read(&gpu, &probs, batch * d);
+            let mut want_mean = vec![0f32; batch * d];
+            for b in 0..batch {
+                for c in 0..d {
+                    want_mean[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
+                }
+            }
+            let diff = max_abs_diff(&got_mean, &want_mean);
+            assert!(diff <= tol::NORM * max_abs(&want_mean).max(1.0), "{:?}: mean of {batch}x{tokens}x{d}: diff {diff}", gpu.rows);
+            let mut want_probs = vec![0f32; batch * d];
+            for b in 0..batch {
+                let row = &want_mean[b * d..(b + 1) * d];
+                let mx = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
+                let sum: f64 = row.iter().map(|&v| (v as f64 - mx).exp()).sum();
+                for c in 0..d {
+                    want_probs[b * d + c] = ((row[c] as f64 - mx).exp() / sum) as f32;
+                }
+            }
+            let diff = max_abs_diff(&got_probs, &want_probs);
+            assert!(diff <= tol::NORM, "{:?}: softmax of {batch}x{d}: diff {diff}", gpu.rows);
         }
     }
-    assert!(max_abs_diff(&got_mean, &want_mean) <= tol::NORM * max_abs(&want_mean).max(1.0));
-    let mut want_probs = vec![0f32; batch * d];
-    for b in 0..batch {
-        let row = &want_mean[b * d..(b + 1) * d];
-        let mx = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
-        let sum: f64 = row.iter().map(|&v| (v as f64 - mx).exp()).sum();
-        for c in 0..d {
-            want_probs[b * d + c] = ((row[c] as f64 - mx).exp() / sum) as f32;
-        }
-    }
-    assert!(max_abs_diff(&got_probs, &want_probs) <= tol::NORM);
 }
 
 #[test]

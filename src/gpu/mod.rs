@@ -76,6 +76,31 @@ pub struct Pipeline {
     pub name: String,
 }
 
+/// How the row-wise kernels (LayerNorm) cover a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKernel {
+    /// One invocation per row, looping over it: no barriers, which CPU rasterisers (lavapipe,
+    /// SwiftShader) charge dearly for. Their default.
+    Invocation,
+    /// One workgroup of 64 per row, striding it together and reducing through workgroup memory:
+    /// neighbouring invocations read neighbouring elements, and batch 1's 196 rows run as 196
+    /// workgroups rather than 4 invocations' serial loops. The default on real GPUs.
+    Workgroup,
+}
+
+impl RowKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            RowKernel::Invocation => "invocation",
+            RowKernel::Workgroup => "workgroup",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [RowKernel::Invocation, RowKernel::Workgroup].into_iter().find(|r| r.name() == s)
+    }
+}
+
 /// Which GEMM kernel runs (see `ops::gemm`). The adapter has a default ([`Gpu::gemm`]); on
 /// real GPUs the autotuner ([`tune`]) picks one per shape class among [`Gpu::gemm_variants`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -259,6 +284,8 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub gemm: GemmVariant,
+    /// How LayerNorm covers its rows: by workgroup on real GPUs, by invocation on CPU rasterisers.
+    pub rows: RowKernel,
     /// How GEMM weights and hidden activations are stored (f16 only where the device has
     /// `SHADER_F16`).
     pub precision: Precision,
@@ -370,6 +397,11 @@ impl Gpu {
             p => (p, None),
         };
         let tuning = tune::Tuning::new(&info, precision, fixed.is_none());
+        let rows = match crate::env::env().rows.as_deref() {
+            Some(s) => RowKernel::parse(s).ok_or_else(|| Error::Input(format!("TOKENMIX_ROWS={s}: expected invocation or workgroup")))?,
+            None if crate::exec::is_software(&info) => RowKernel::Invocation,
+            None => RowKernel::Workgroup,
+        };
         let gpu = Gpu {
             instance,
             adapter,
@@ -378,6 +410,7 @@ impl Gpu {
             info,
             limits,
             gemm,
+            rows,
             precision,
             precision_note,
             tuning,

@@ -257,12 +257,20 @@ pub(crate) fn groups(n: u32, per: u32) -> u32 {
 /// Workgroups of 64 for `n` independent items, folded into two dimensions when one would pass
 /// the adapter's per-dimension limit; the kernels index `gid.x + gid.y * num_workgroups.x * 64`.
 pub(crate) fn grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {
-    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
-    let wg = n.div_ceil(64).max(1);
-    let x = wg.min(max);
-    let y = wg.div_ceil(x);
-    if y > max || n > u32::MAX as usize {
+    if n > u32::MAX as usize {
         return Err(Error::Input(format!("{n} items is more than one dispatch can cover")));
+    }
+    workgroup_grid(gpu, n.div_ceil(64))
+}
+
+/// `n` workgroups (one per row, say), folded into two dimensions as [`grid`] folds; the kernels
+/// index `wid.x + wid.y * num_workgroups.x`.
+pub(crate) fn workgroup_grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {
+    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
+    let x = n.clamp(1, max);
+    let y = n.max(1).div_ceil(x);
+    if y > max {
+        return Err(Error::Input(format!("{n} workgroups is more than one dispatch can cover")));
     }
     Ok([x as u32, y as u32, 1])
 }

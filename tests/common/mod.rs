@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use tokenmix::gpu::{GemmVariant, Precision};
+use tokenmix::gpu::{GemmVariant, Precision, RowKernel};
 use tokenmix::{Device, Gpu};
 
 /// Named tolerances (Burn-style presets) instead of magic numbers in each test.
@@ -28,10 +28,20 @@ pub fn fixtures() -> PathBuf {
 pub fn gpu_with(variant: Option<GemmVariant>) -> Arc<Gpu> {
     let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
     if let Some(v) = variant {
-        gpu.fix_gemm(v);
+        fix_gemm(&mut gpu, v);
     }
     eprintln!("adapter: {} (gemm: {})", gpu.describe(), gpu.gemm.name());
     Arc::new(gpu)
+}
+
+/// Fixes the GEMM kernel and pairs it with the LayerNorm its kind of adapter runs: the
+/// barrier-free GEMMs (CPU rasterisers' defaults) with one invocation per row, the shared-memory
+/// and tensor-core ones (real GPUs') with one workgroup per row. So the suites that run every
+/// GEMM variant on lavapipe run both row kernels too, each beside the GEMMs it meets on an adapter.
+pub fn fix_gemm(gpu: &mut Gpu, v: GemmVariant) {
+    gpu.fix_gemm(v);
+    let barrier_free = matches!(v, GemmVariant::Register | GemmVariant::Subgroup | GemmVariant::Texture);
+    gpu.rows = if barrier_free { RowKernel::Invocation } else { RowKernel::Workgroup };
 }
 
 /// One shared default device per test binary.
@@ -44,7 +54,7 @@ pub fn gpu() -> Arc<Gpu> {
 /// `limit` bytes (to exercise batch chunking and weight splitting on a small limit).
 pub fn limited(variant: GemmVariant, limit: u64) -> Arc<Gpu> {
     let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
-    gpu.fix_gemm(variant);
+    fix_gemm(&mut gpu, variant);
     gpu.limits.max_storage_buffer_binding_size = limit;
     Arc::new(gpu)
 }
@@ -87,7 +97,7 @@ pub fn all_variants_f16() -> Vec<Arc<Gpu>> {
         .filter(|&v| wanted(v.name()) && base.supports(v).is_ok())
         .map(|v| {
             let mut gpu = pollster::block_on(Gpu::new_at(Precision::F16)).expect("a wgpu adapter (lavapipe on CI)");
-            gpu.fix_gemm(v);
+            fix_gemm(&mut gpu, v);
             Arc::new(gpu)
         })
         .collect();
