@@ -16,8 +16,8 @@ pub struct Env {
     /// subgroup, register, tiled, tiled128, tiled32, splitk, coop, coop-emulated; checked when the device is made). Also
     /// turns the autotuner off.
     pub gemm: Option<String>,
-    /// `TOKENMIX_ROWS`: how LayerNorm and softmax cover rows, `invocation` or `workgroup`,
-    /// instead of the adapter's default (checked when the device is made).
+    /// `TOKENMIX_ROWS`: how the norms and softmax spread over the GPU (`gpu::RowKernel`),
+    /// `invocation` or `workgroup`, instead of the adapter's default (checked when the device is made).
     pub rows: Option<String>,
     /// `TOKENMIX_PRECISION`: f32 (default) or f16 GEMM weights and hidden activations on the
     /// GPU (`--precision` wins).

@@ -500,6 +500,41 @@ fn convolution_matches_cpu_reference() {
     }
 }
 
+/// GroupNorm (one group) on both row kernels — by whole images on CPU rasterisers' and on
+/// images of one chunk, in chunks on real GPUs' otherwise: images of one element, of one chunk,
+/// of one element past a chunk, and PoolFormer-S12's first stage (56x56 tokens x 64 channels,
+/// ~100 chunks), several to a batch, values far from zero (the combined variance must not
+/// cancel): against the f64 reference.
+#[test]
+fn group_norm_matches_cpu_reference_whole_and_in_chunks() {
+    for gpu in row_kernel_devices(Precision::F32) {
+        let mut most = 0;
+        for (i, &(batch, tokens, d)) in [(2, 1, 1), (1, 32, 64), (3, 2049, 1), (2, 7, 65), (2, 3136, 64)].iter().enumerate() {
+            let n = tokens * d;
+            most = most.max(ops::norm::group_norm_chunks(gpu.rows, n));
+            let x: Vec<f32> = random(batch * n, 1300 + i as u64).iter().map(|v| v * 2.0 + 5.0).collect();
+            let (gamma, beta) = (random(d, 1400 + i as u64), random(d, 1500 + i as u64));
+            let (xb, gb, bb, y) = (upload(&gpu, &x), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", batch * n).unwrap());
+            gpu.run_ops(&[ops::norm::group_norm(&gpu, batch, tokens, d, 1e-5, &xb, &gb, &bb, &y).unwrap()]).unwrap();
+            let mut want = vec![0f32; batch * n];
+            for b in 0..batch {
+                let img: Vec<f64> = x[b * n..(b + 1) * n].iter().map(|&v| v as f64).collect();
+                let mean = img.iter().sum::<f64>() / n as f64;
+                let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+                for (j, v) in img.iter().enumerate() {
+                    want[b * n + j] = ((v - mean) / (var + 1e-5).sqrt() * gamma[j % d] as f64 + beta[j % d] as f64) as f32;
+                }
+            }
+            let diff = max_abs_diff(&read(&gpu, &y, batch * n), &want);
+            assert!(diff <= tol::NORM * max_abs(&want).max(1.0), "{:?}: group norm of {batch}x{tokens}x{d}: diff {diff}", gpu.rows);
+        }
+        match gpu.rows {
+            RowKernel::Invocation => assert_eq!(most, 1, "whole images on a CPU rasteriser"),
+            RowKernel::Workgroup => assert!(most > 50, "a case in many chunks"),
+        }
+    }
+}
+
 /// Mean over tokens, then softmax over the classes (both row kernels; fewer classes than a
 /// workgroup's lanes, one past them, ImageNet's 1,000): against the f64 reference.
 #[test]

@@ -7,7 +7,7 @@
 #   (mixer_s16/b16/l16, gmlp_s16, resmlp_12, poolformer_s12/m48), each followed by where tokenmix's
 #   time went per kind of step (`bench --profile`: GPU timestamps around each step, so the gap
 #   between the steps' sum and the median shows what batch 1 loses between them); gmlp_s16's
-#   LayerNorms by workgroup and by invocation (TOKENMIX_ROWS), back to back; the tuner's choices.
+#   and poolformer_s12's norms in both row kernels (TOKENMIX_ROWS), back to back; the tuner's choices.
 # SESSION=train:
 #   1. trains the four Fashion-MNIST default models in parallel (tools/train.py, CUDA),
 #   2. checks them with `tokenmix eval` (Vulkan on the GPU) against PyTorch's own counts,
@@ -29,7 +29,7 @@ if [ -n "${REHEARSE:-}" ]; then
 else
   DEVICE=cuda SHAPES="1568x512x2048 12544x512x2048 4096x4096x4096" BATCHES=1,8,64 ITERS=20
   MODELS="mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48"
-  ROWS_AB=gmlp_s16_224
+  ROWS_AB="gmlp_s16_224 poolformer_s12"
   for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 fi
 # TOKENMIX_BACKEND=gpu: the WGSL path is what this script measures, whatever auto would pick.
@@ -71,12 +71,13 @@ if [ "${SESSION:-kernels}" = kernels ]; then
     for p in f32 f16; do
       python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device $DEVICE --batch $BATCHES --iters $ITERS --precision "$p" --profile
     done
-    # LayerNorm and softmax one workgroup per row (the GPU default) or one invocation per row
-    # (CPU rasterisers'), back to back on the model with the most LayerNorms (gMLP: 2 a block).
-    if [ "$m" = "$ROWS_AB" ]; then
+    # LayerNorm and softmax one workgroup per row and GroupNorm in chunks (the GPU default), or
+    # one invocation per row and a workgroup per image (CPU rasterisers'), back to back on the
+    # model with the most LayerNorms (gMLP: 2 a block), and on PoolFormer-S12 for GroupNorm.
+    if [[ " $ROWS_AB " == *" $m "* ]]; then
       for r in workgroup invocation; do
         echo "TOKENMIX_ROWS=$r"
-        TOKENMIX_ROWS=$r $TM bench --weights "/tmp/$m.safetensors" --batch "$BATCHES" --iters $ITERS --profile | grep -E "median|layer_norm|softmax"
+        TOKENMIX_ROWS=$r $TM bench --weights "/tmp/$m.safetensors" --batch "$BATCHES" --iters $ITERS --profile | grep -E "median|layer_norm|group_norm|softmax"
       done
     fi
     rm -f "/tmp/$m.safetensors"

@@ -76,7 +76,8 @@ pub struct Pipeline {
     pub name: String,
 }
 
-/// How the row-wise kernels (LayerNorm) cover a row.
+/// How the row-wise kernels (LayerNorm, softmax) cover a row, and whether GroupNorm cuts large
+/// images into chunks (with `Workgroup`; see `ops::norm::group_norm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowKernel {
     /// One invocation per row, looping over it: no barriers, which CPU rasterisers (lavapipe,
@@ -284,7 +285,8 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub gemm: GemmVariant,
-    /// How LayerNorm covers its rows: by workgroup on real GPUs, by invocation on CPU rasterisers.
+    /// How LayerNorm and softmax cover their rows (and GroupNorm its images): by workgroup on
+    /// real GPUs, by invocation on CPU rasterisers.
     pub rows: RowKernel,
     /// How GEMM weights and hidden activations are stored (f16 only where the device has
     /// `SHADER_F16`).

@@ -9,8 +9,13 @@ use super::{check_extent, check_extent_of, grid, workgroup_grid, Op};
 const LAYERNORM: &str = include_str!("../../shaders/layernorm.wgsl");
 const AFFINE: &str = include_str!("../../shaders/affine.wgsl");
 const GROUPNORM: &str = include_str!("../../shaders/groupnorm.wgsl");
-/// params, x, weight, bias, y — the same for all three.
+const GROUPNORM_CHUNKS: &str = include_str!("../../shaders/groupnorm_chunks.wgsl");
+/// params, x, weight, bias, y — LayerNorm's, Affine's and GroupNorm's by whole images.
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
+/// Chunked GroupNorm's statistics pass: params, x, partial sums.
+const GROUPNORM_STATS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::ReadWrite];
+/// Chunked GroupNorm's normalising pass: params, x, weight, bias, partial sums, y.
+const GROUPNORM_APPLY: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 
 /// A strided view of rows: row r starts at element `off + r * ld` (f32, or f16 when `half`).
 #[derive(Clone, Copy)]
@@ -73,7 +78,13 @@ pub fn affine(gpu: &Gpu, rows: usize, d: usize, x: &wgpu::Buffer, alpha: &wgpu::
     Op::new(gpu, pipeline, &[rows as u32, d as u32, 0, 0], &[x, alpha, beta, y], grid(gpu, rows * d)?)
 }
 
-/// GroupNorm with one group over each of `batch` images of [tokens, d] (channels-last).
+/// GroupNorm with one group over each of `batch` images of [tokens, d] (channels-last). On a
+/// real GPU an image of more than one chunk is normalised in chunks, so that batch 1 spreads
+/// over the GPU: per chunk its mean and centred sum of squares into a scratch buffer, then per
+/// chunk the image's statistics combined from all chunks and the normalising pass (two
+/// dispatches of one `Op`, `groupnorm_chunks.wgsl`). Otherwise one workgroup per image
+/// (`groupnorm.wgsl`): on CPU rasterisers the chunked form's extra dispatch cost more than it
+/// spread (measured: the Fashion-MNIST PoolFormer's 20 GroupNorms on lavapipe).
 pub fn group_norm(
     gpu: &Gpu,
     batch: usize,
@@ -89,7 +100,29 @@ pub fn group_norm(
     check_extent("group_norm x", x, 0, n)?;
     check_extent("group_norm y", y, 0, n)?;
     check_params("group_norm", d, gamma, beta)?;
-    let pipeline = gpu.pipeline(&Kernel::new("groupnorm", GROUPNORM, BINDINGS))?;
-    let params = [batch as u32, tokens as u32, d as u32, eps.to_bits()];
-    Op::new(gpu, pipeline, &params, &[x, gamma, beta, y], [batch as u32, 1, 1])
+    let parts = group_norm_chunks(gpu.rows, tokens * d);
+    if parts == 1 {
+        let pipeline = gpu.pipeline(&Kernel::new("groupnorm", GROUPNORM, BINDINGS))?;
+        let params = [batch as u32, tokens as u32, d as u32, eps.to_bits()];
+        return Op::new(gpu, pipeline, &params, &[x, gamma, beta, y], [batch as u32, 1, 1]);
+    }
+    let partial = gpu.storage("group norm partial sums", 2 * batch * parts)?;
+    let groups = workgroup_grid(gpu, batch * parts)?;
+    let params = [batch as u32, tokens as u32, d as u32, eps.to_bits(), parts as u32, GROUPNORM_CHUNK as u32, 0, 0];
+    let stats = gpu.pipeline(&Kernel::new("groupnorm_stats", GROUPNORM_CHUNKS, GROUPNORM_STATS).flag("STATS", true))?;
+    let apply = gpu.pipeline(&Kernel::new("groupnorm_chunks", GROUPNORM_CHUNKS, GROUPNORM_APPLY))?;
+    let sums = Op::new(gpu, stats, &params, &[x, &partial], groups)?;
+    sums.then(Op::new(gpu, apply, &params, &[x, gamma, beta, &partial, y], groups)?)
+}
+
+/// Elements of one chunk of a chunked GroupNorm: 32 for each of a workgroup's 64 invocations.
+pub const GROUPNORM_CHUNK: usize = 64 * 32;
+
+/// How many chunks GroupNorm cuts an image of `n` elements into on a device whose row kernel is
+/// `rows`: one (a workgroup per image) on CPU rasterisers, else one per [`GROUPNORM_CHUNK`].
+pub fn group_norm_chunks(rows: RowKernel, n: usize) -> usize {
+    match rows {
+        RowKernel::Invocation => 1,
+        RowKernel::Workgroup => n.div_ceil(GROUPNORM_CHUNK).max(1),
+    }
 }
