@@ -109,6 +109,10 @@ export interface AdapterInfo {
    * (classes whose choice came from the Cache API are not timed). */
   autotune: boolean;
   gemmTimed: number;
+  /** How the norms and softmax spread over the GPU: 'workgroup' (one per row, GroupNorm in
+   * chunks; hardware adapters) or 'invocation' (one per row, no barriers; software ones such
+   * as SwiftShader); null on the CPU executor. */
+  rows: 'workgroup' | 'invocation' | null;
   /** How GEMM weights are stored: 'f32' or 'f16'. */
   precision: 'f32' | 'f16';
   /** Why the precision is not the one asked for, when it is not. */

@@ -401,6 +401,7 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         v["backend_reason"] = sel.reason.clone().into();
         v["backend_detail"] = sel.detail.clone().into();
         v["kernels"] = sel.device.kernels().into();
+        v["rows"] = sel.device.rows().into();
         let (precision, note) = sel.device.precision();
         v["precision"] = precision.into();
         v["precision_note"] = note.into();
@@ -440,6 +441,9 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
     println!("runs on:     {adapter}");
     println!("kernels:     {}", sel.device.kernels());
+    if let Some(rows) = sel.device.rows() {
+        println!("norm rows:   one {rows} per row (LayerNorm, softmax){}", if rows == "workgroup" { "; GroupNorm in chunks" } else { "" });
+    }
     let halves = model.f16_activations();
     let stored =
         if halves.is_empty() { String::new() } else { format!(": GEMM weights and the {} activations in f16, all sums in f32", halves.join(", ")) };
@@ -582,7 +586,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
             "{}",
             serde_json::json!({
                 "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
-                "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
+                "rows": dev.rows(), "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
                 "precision": precision, "precision_note": precision_note, "f16_activations": model.f16_activations(),
                 "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
             })

@@ -267,6 +267,7 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
         "apiBackend": api,
         "deviceType": device_type,
         "gemm": d.kernels(),
+        "rows": d.rows(),
         "autotune": d.gpu().is_some_and(|g| g.tuning.enabled()),
         "gemmTimed": d.gpu().map_or(0, |g| g.tuning.timed()),
         "precision": d.precision().0,

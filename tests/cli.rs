@@ -194,7 +194,7 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
     let _ = std::fs::remove_dir_all(&cache);
     let run = |args: &[&str], envs: &[(&str, &str)]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
-        cmd.args(args).env("TOKENMIX_CACHE_DIR", &cache).env_remove("TOKENMIX_GEMM").env_remove("TOKENMIX_AUTOTUNE");
+        cmd.args(args).env("TOKENMIX_CACHE_DIR", &cache).env_remove("TOKENMIX_GEMM").env_remove("TOKENMIX_AUTOTUNE").env_remove("TOKENMIX_ROWS");
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -226,6 +226,24 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
     assert!(!out.status.success());
     assert_clean_error(&out);
     assert!(String::from_utf8_lossy(&out.stderr).contains("tiled128"), "{}", String::from_utf8_lossy(&out.stderr));
+    // The norms' row kernel: the software adapter's by default, TOKENMIX_ROWS's when set, a
+    // name that is neither a one-line error.
+    let rows_of = |envs: &[(&str, &str)]| {
+        let out = run(&bench, envs);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["rows"].as_str().map(str::to_string)
+    };
+    assert_eq!(rows_of(&[]).as_deref(), Some("invocation"), "lavapipe is a CPU rasteriser");
+    assert_eq!(rows_of(&[("TOKENMIX_ROWS", "workgroup")]).as_deref(), Some("workgroup"));
+    let out = run(&bench, &[("TOKENMIX_ROWS", "warp")]);
+    assert!(!out.status.success());
+    assert_clean_error(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("TOKENMIX_ROWS=warp: expected invocation or workgroup"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `--backend` and `TOKENMIX_BACKEND` choose the executor; `info` and `bench --json` say which

@@ -45,7 +45,7 @@ python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm._
 if ! $TM info >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
-$TM info | grep -E "runs on|kernels|precision"
+$TM info | grep -E "runs on|kernels|norm rows|precision"
 # Cooperative matrices (tensor cores): under f16 the `coop` and `coop128` kernels (64x64 and
 # 128x128 tiles) join `bench --gemm` below, with their error against the CPU GEMM; the autotuner
 # admits each per shape class only once it matched the tiled kernel ("rejected: …" in `gemm`).

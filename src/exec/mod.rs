@@ -213,6 +213,15 @@ impl Device {
         }
     }
 
+    /// How the norms and softmax spread over the GPU (`gpu::RowKernel`: "workgroup" or
+    /// "invocation"); None on the CPU executor.
+    pub fn rows(&self) -> Option<&'static str> {
+        match self {
+            Device::Gpu(g) => Some(g.rows.name()),
+            Device::Cpu(_) => None,
+        }
+    }
+
     /// The GEMM autotuner's choices (shape class → kernel) and whether it is on; empty and
     /// false on the CPU executor and wherever the kernel is fixed.
     pub fn gemm_tuning(&self) -> (bool, std::collections::BTreeMap<String, String>) {

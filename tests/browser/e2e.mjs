@@ -597,10 +597,12 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
       refused = e.message;
     }
     await api.loadModel(null, { precision: 'f32' });
-    return { before, after: info.precision, note: info.precisionNote, backend: info.backend, refused, halves: described.f16Activations };
+    return { before, after: info.precision, note: info.precisionNote, backend: info.backend, rows: info.rows, refused, halves: described.f16Activations };
   });
   console.log(`[i] precision: ${JSON.stringify(p)}`);
   assert.deepEqual([p.before, p.after, p.backend], ['f32', 'f32', 'gpu']);
+  // A software rasteriser: the norms' barrier-free row kernels, as the GEMM's.
+  assert.equal(p.rows, 'invocation');
   assert.deepEqual(p.halves, [], 'an f32 device stores no activations in f16');
   assert.match(p.note, /f16 was asked for.*shader-f16/);
   assert.match(p.refused, /precision f64: expected f32 or f16/);
