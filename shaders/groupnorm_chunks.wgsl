@@ -5,7 +5,8 @@
 // Each image is cut into `parts` chunks of `chunk` elements (the last one shorter), so that a
 // batch-1 image fills the GPU rather than one workgroup (PoolFormer-S12's first stage: 98
 // workgroups, not 1). Each chunk has a workgroup whose 64 invocations stride it together
-// (neighbouring invocations, neighbouring elements). Two dispatches:
+// (neighbouring invocations, neighbouring elements; LANES, row_index, row_sum: row_common.wgsl, compiled
+// with ROW_WORKGROUP). Two dispatches:
 // - STATS: per chunk, its mean and centred sum of squares M2 (two passes over the chunk, as in
 //   layernorm.wgsl), into `partial` [batch, parts, 2];
 // - otherwise: per chunk, the image's mean and M2 combined from every chunk's (Chan et al.:
@@ -34,28 +35,13 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;
 #endif
 
-const LANES: u32 = 64u;
-var<workgroup> lanes: array<f32, LANES>;
-
-// Sum of the chunk's lanes' `v`, the same value in each (see layernorm.wgsl).
-fn chunk_sum(lane: u32, v: f32) -> f32 {
-    lanes[lane] = v;
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < LANES; i++) {
-        total += lanes[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-
 @compute @workgroup_size(64)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let g = wid.x + wid.y * nwg.x;
+    let g = row_index(wid, nwg, lid);
     let lane = lid;
     if (g >= p.batch * p.parts) {
         return;
@@ -72,13 +58,13 @@ fn main(
         sum += x[image + i];
     }
     let count = f32(end - start);
-    let mean = chunk_sum(lane, sum) / count;
+    let mean = row_sum(lane, sum) / count;
     var sq = 0.0;
     for (var i = start + lane; i < end; i += LANES) {
         let t = x[image + i] - mean;
         sq += t * t;
     }
-    let m2 = chunk_sum(lane, sq);
+    let m2 = row_sum(lane, sq);
     if (lane == 0u) {
         partial[2u * g] = mean;
         partial[2u * g + 1u] = m2;

@@ -9,6 +9,7 @@
 //   together, so neighbouring invocations read neighbouring elements and batch 1's 196 rows fill
 //   196 workgroups; the sums are reduced through workgroup memory.
 // - otherwise (CPU rasterisers, where barriers are dear): one invocation per row, no barriers.
+// LANES, row_index, row_sum: row_common.wgsl.
 
 struct Params {
     rows: u32,
@@ -33,44 +34,14 @@ enable f16;
 @group(0) @binding(3) var<storage, read> beta: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-#if ROW_WORKGROUP
-const LANES: u32 = 64u;
-var<workgroup> partial: array<f32, LANES>;
-
-// Sum of the row's lanes' `v`, the same value in each: one barrier to publish the partial sums,
-// each invocation adds all 64 in the same order (broadcast reads), one barrier before `partial`
-// is written again. Two barriers where a halving tree takes seven.
-fn row_sum(lane: u32, v: f32) -> f32 {
-    partial[lane] = v;
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < LANES; i++) {
-        total += partial[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-#else
-const LANES: u32 = 1u;
-
-fn row_sum(lane: u32, v: f32) -> f32 {
-    return v;
-}
-#endif
-
 @compute @workgroup_size(64)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-#if ROW_WORKGROUP
-    let row = wid.x + wid.y * nwg.x;
-    let lane = lid;
-#else
-    let row = (wid.x + wid.y * nwg.x) * 64u + lid;
-    let lane = 0u;
-#endif
+    let row = row_index(wid, nwg, lid);
+    let lane = lid % LANES;
     if (row >= p.rows) {
         return;
     }

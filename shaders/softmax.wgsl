@@ -3,7 +3,7 @@
 // Rows are covered as layernorm.wgsl covers them (`RowKernel`): ROW_WORKGROUP (real GPUs) gives
 // each row a workgroup whose 64 invocations stride the classes together (ImageNet's 1,000 at
 // batch 1 are one workgroup's 16 steps, not one invocation's 3,000); otherwise one invocation
-// per row, without barriers (CPU rasterisers).
+// per row, without barriers (CPU rasterisers). LANES, row_index, row_max, row_sum: row_common.wgsl.
 
 struct Params {
     rows: u32,
@@ -16,57 +16,14 @@ struct Params {
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> probs: array<f32>;
 
-#if ROW_WORKGROUP
-const LANES: u32 = 64u;
-var<workgroup> partial: array<f32, LANES>;
-
-// The row's lanes' `v` combined by max or sum, the same value in each (see layernorm.wgsl).
-fn row_max(lane: u32, v: f32) -> f32 {
-    partial[lane] = v;
-    workgroupBarrier();
-    var m = partial[0];
-    for (var i = 1u; i < LANES; i++) {
-        m = max(m, partial[i]);
-    }
-    workgroupBarrier();
-    return m;
-}
-
-fn row_sum(lane: u32, v: f32) -> f32 {
-    partial[lane] = v;
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < LANES; i++) {
-        total += partial[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-#else
-const LANES: u32 = 1u;
-
-fn row_max(lane: u32, v: f32) -> f32 {
-    return v;
-}
-
-fn row_sum(lane: u32, v: f32) -> f32 {
-    return v;
-}
-#endif
-
 @compute @workgroup_size(64)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-#if ROW_WORKGROUP
-    let row = wid.x + wid.y * nwg.x;
-    let lane = lid;
-#else
-    let row = (wid.x + wid.y * nwg.x) * 64u + lid;
-    let lane = 0u;
-#endif
+    let row = row_index(wid, nwg, lid);
+    let lane = lid % LANES;
     if (row >= p.rows) {
         return;
     }

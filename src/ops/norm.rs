@@ -6,10 +6,10 @@ use crate::gpu::{Binding, Gpu, Kernel, RowKernel};
 
 use super::{check_extent, check_extent_of, grid, workgroup_grid, Op};
 
-const LAYERNORM: &str = include_str!("../../shaders/layernorm.wgsl");
+const LAYERNORM: &str = concat!(include_str!("../../shaders/row_common.wgsl"), include_str!("../../shaders/layernorm.wgsl"));
 const AFFINE: &str = include_str!("../../shaders/affine.wgsl");
 const GROUPNORM: &str = include_str!("../../shaders/groupnorm.wgsl");
-const GROUPNORM_CHUNKS: &str = include_str!("../../shaders/groupnorm_chunks.wgsl");
+const GROUPNORM_CHUNKS: &str = concat!(include_str!("../../shaders/row_common.wgsl"), include_str!("../../shaders/groupnorm_chunks.wgsl"));
 /// params, x, weight, bias, y — LayerNorm's, Affine's and GroupNorm's by whole images.
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::Read, Binding::Read, Binding::ReadWrite];
 /// Chunked GroupNorm's statistics pass: params, x, partial sums.
@@ -109,8 +109,8 @@ pub fn group_norm(
     let partial = gpu.storage("group norm partial sums", 2 * batch * parts)?;
     let groups = workgroup_grid(gpu, batch * parts)?;
     let params = [batch as u32, tokens as u32, d as u32, eps.to_bits(), parts as u32, GROUPNORM_CHUNK as u32, 0, 0];
-    let stats = gpu.pipeline(&Kernel::new("groupnorm_stats", GROUPNORM_CHUNKS, GROUPNORM_STATS).flag("STATS", true))?;
-    let apply = gpu.pipeline(&Kernel::new("groupnorm_chunks", GROUPNORM_CHUNKS, GROUPNORM_APPLY))?;
+    let stats = gpu.pipeline(&Kernel::new("groupnorm_stats", GROUPNORM_CHUNKS, GROUPNORM_STATS).flag("STATS", true).flag("ROW_WORKGROUP", true))?;
+    let apply = gpu.pipeline(&Kernel::new("groupnorm_chunks", GROUPNORM_CHUNKS, GROUPNORM_APPLY).flag("ROW_WORKGROUP", true))?;
     let sums = Op::new(gpu, stats, &params, &[x, &partial], groups)?;
     sums.then(Op::new(gpu, apply, &params, &[x, gamma, beta, &partial, y], groups)?)
 }

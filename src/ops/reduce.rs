@@ -6,7 +6,7 @@ use crate::gpu::{Binding, Gpu, Kernel, RowKernel};
 use super::{check_extent, grid, groups, workgroup_grid, Op};
 
 const MEAN: &str = include_str!("../../shaders/mean_tokens.wgsl");
-const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
+const SOFTMAX: &str = concat!(include_str!("../../shaders/row_common.wgsl"), include_str!("../../shaders/softmax.wgsl"));
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::ReadWrite];
 
 /// `y[b, c] = mean_t x[b, t, c]`.

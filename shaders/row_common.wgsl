@@ -1,0 +1,60 @@
+// Shared by the row kernels (layernorm.wgsl, softmax.wgsl, groupnorm_chunks.wgsl), concatenated
+// in front of each: how many invocations cover a row (or a GroupNorm chunk), and reductions over
+// the row whose result every one of them gets. `RowKernel` picks the form per adapter:
+// - ROW_WORKGROUP (real GPUs): a workgroup of LANES = 64 per row, striding it together. A
+//   reduction publishes each lane's value in workgroup memory (one barrier), every invocation
+//   combines all 64 in the same order (broadcast reads), and a second barrier lets the memory be
+//   written again: two barriers where a halving tree takes seven.
+// - otherwise (CPU rasterisers, where barriers are dear): one invocation per row, LANES = 1,
+//   and a reduction is the value itself.
+// A kernel's invocation works on row `row_index(..)`, as lane `lid % LANES` (0 when it holds
+// the row alone), and returns early past the last row: in the workgroup form the whole
+// workgroup does, so its barriers stay in uniform control flow.
+
+#if ROW_WORKGROUP
+const LANES: u32 = 64u;
+var<workgroup> row_lanes: array<f32, LANES>;
+
+fn row_sum(lane: u32, v: f32) -> f32 {
+    row_lanes[lane] = v;
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < LANES; i++) {
+        total += row_lanes[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+
+fn row_max(lane: u32, v: f32) -> f32 {
+    row_lanes[lane] = v;
+    workgroupBarrier();
+    var m = row_lanes[0];
+    for (var i = 1u; i < LANES; i++) {
+        m = max(m, row_lanes[i]);
+    }
+    workgroupBarrier();
+    return m;
+}
+#else
+const LANES: u32 = 1u;
+
+fn row_sum(lane: u32, v: f32) -> f32 {
+    return v;
+}
+
+fn row_max(lane: u32, v: f32) -> f32 {
+    return v;
+}
+#endif
+
+// The row a workgroup (ROW_WORKGROUP: from workgroup ids alone, which WGSL's uniformity
+// analysis follows through the call) or an invocation works on; rows past one grid dimension
+// fold into the second, as `ops::workgroup_grid` and `ops::grid` lay them out.
+fn row_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+#if ROW_WORKGROUP
+    return wid.x + wid.y * nwg.x;
+#else
+    return (wid.x + wid.y * nwg.x) * 64u + lid;
+#endif
+}
