@@ -263,6 +263,24 @@ pub(crate) fn grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {
     workgroup_grid(gpu, n.div_ceil(64))
 }
 
+/// A row kernel (`row_common.wgsl` in front of `source`) over `rows` rows, in the device's
+/// [`RowKernel`](crate::gpu::RowKernel) form: the kernel named `names[0]` (one invocation per row)
+/// or `names[1]` (one workgroup per row, `ROW_WORKGROUP`), and its grid.
+pub(crate) fn row_kernel(
+    gpu: &Gpu,
+    names: [&'static str; 2],
+    source: &'static str,
+    bindings: &'static [crate::gpu::Binding],
+    rows: usize,
+) -> Result<(crate::gpu::Kernel, [u32; 3])> {
+    Ok(match gpu.rows {
+        crate::gpu::RowKernel::Invocation => (crate::gpu::Kernel::new(names[0], source, bindings), grid(gpu, rows)?),
+        crate::gpu::RowKernel::Workgroup => {
+            (crate::gpu::Kernel::new(names[1], source, bindings).flag("ROW_WORKGROUP", true), workgroup_grid(gpu, rows)?)
+        }
+    })
+}
+
 /// `n` workgroups (one per row, say), folded into two dimensions as [`grid`] folds; the kernels
 /// index `wid.x + wid.y * num_workgroups.x`.
 pub(crate) fn workgroup_grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {

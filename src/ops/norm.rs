@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::gpu::{Binding, Gpu, Kernel, RowKernel};
 
-use super::{check_extent, check_extent_of, grid, workgroup_grid, Op};
+use super::{check_extent, check_extent_of, grid, row_kernel, workgroup_grid, Op};
 
 const LAYERNORM: &str = concat!(include_str!("../../shaders/row_common.wgsl"), include_str!("../../shaders/layernorm.wgsl"));
 const AFFINE: &str = include_str!("../../shaders/affine.wgsl");
@@ -60,11 +60,8 @@ pub fn layer_norm_rows(
     check_extent_of("layer_norm x", x.buf, (x.off + (rows.max(1) - 1) * x.ld + d) as u64, if x.half { 2 } else { 4 })?;
     check_extent("layer_norm y", y, 0, (rows * d) as u64)?;
     check_params("layer_norm", d, gamma, beta)?;
-    let (name, per_workgroup, groups) = match gpu.rows {
-        RowKernel::Invocation => ("layernorm", false, grid(gpu, rows)?),
-        RowKernel::Workgroup => ("layernorm_wg", true, workgroup_grid(gpu, rows)?),
-    };
-    let kernel = Kernel::new(name, LAYERNORM, BINDINGS).flag("X_F16", x.half).flag("ROW_WORKGROUP", per_workgroup);
+    let (kernel, groups) = row_kernel(gpu, ["layernorm", "layernorm_wg"], LAYERNORM, BINDINGS, rows)?;
+    let kernel = kernel.flag("X_F16", x.half);
     let params = [rows as u32, d as u32, eps.to_bits(), x.ld as u32, x.off as u32, 0, 0, 0];
     Op::new(gpu, gpu.pipeline(&kernel)?, &params, &[x.buf, gamma, beta, y], groups)
 }

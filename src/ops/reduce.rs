@@ -1,9 +1,9 @@
 //! Reductions over one axis: mean over tokens (`mean_tokens.wgsl`), softmax (`softmax.wgsl`).
 
 use crate::error::Result;
-use crate::gpu::{Binding, Gpu, Kernel, RowKernel};
+use crate::gpu::{Binding, Gpu, Kernel};
 
-use super::{check_extent, grid, groups, workgroup_grid, Op};
+use super::{check_extent, groups, row_kernel, Op};
 
 const MEAN: &str = include_str!("../../shaders/mean_tokens.wgsl");
 const SOFTMAX: &str = concat!(include_str!("../../shaders/row_common.wgsl"), include_str!("../../shaders/softmax.wgsl"));
@@ -22,11 +22,8 @@ pub fn mean_tokens(gpu: &Gpu, batch: usize, tokens: usize, d: usize, x: &wgpu::B
 pub fn softmax(gpu: &Gpu, rows: usize, classes: usize, logits: &wgpu::Buffer, probs: &wgpu::Buffer) -> Result<Op> {
     check_extent("softmax logits", logits, 0, (rows * classes) as u64)?;
     check_extent("softmax probs", probs, 0, (rows * classes) as u64)?;
-    let (name, per_workgroup, groups) = match gpu.rows {
-        RowKernel::Invocation => ("softmax", false, grid(gpu, rows)?),
-        RowKernel::Workgroup => ("softmax_wg", true, workgroup_grid(gpu, rows)?),
-    };
-    let pipeline = gpu.pipeline(&Kernel::new(name, SOFTMAX, BINDINGS).flag("ROW_WORKGROUP", per_workgroup))?;
+    let (kernel, groups) = row_kernel(gpu, ["softmax", "softmax_wg"], SOFTMAX, BINDINGS, rows)?;
+    let pipeline = gpu.pipeline(&kernel)?;
     let params = [rows as u32, classes as u32, 0, 0];
     Op::new(gpu, pipeline, &params, &[logits, probs], groups)
 }
