@@ -34,10 +34,11 @@ pub fn gpu_with(variant: Option<GemmVariant>) -> Arc<Gpu> {
     Arc::new(gpu)
 }
 
-/// Fixes the GEMM kernel and pairs it with the LayerNorm its kind of adapter runs: the
-/// barrier-free GEMMs (CPU rasterisers' defaults) with one invocation per row, the shared-memory
-/// and tensor-core ones (real GPUs') with one workgroup per row. So the suites that run every
-/// GEMM variant on lavapipe run both row kernels too, each beside the GEMMs it meets on an adapter.
+/// Fixes the GEMM kernel and pairs it with the row kernels (LayerNorm, softmax, GroupNorm) its
+/// kind of adapter runs: the barrier-free GEMMs (CPU rasterisers' defaults) with one invocation
+/// per row, the shared-memory and tensor-core ones (real GPUs') with one workgroup per row and
+/// GroupNorm in chunks. So the suites that run every GEMM variant on lavapipe run both forms too,
+/// each beside the GEMMs it meets on an adapter.
 pub fn fix_gemm(gpu: &mut Gpu, v: GemmVariant) {
     gpu.fix_gemm(v);
     let barrier_free = matches!(v, GemmVariant::Register | GemmVariant::Subgroup | GemmVariant::Texture);
