@@ -12,10 +12,9 @@ fn tokenmix(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(args).output().expect("runs tokenmix")
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tokenmix-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A test's own scratch folder, removed when the test ends (pass or fail).
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("tokenmix-cli-").tempdir().expect("a temporary folder")
 }
 
 fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
@@ -43,12 +42,13 @@ fn assert_clean_error(out: &Output) {
 
 #[test]
 fn logits_command_matches_timm() {
+    let tmp = scratch();
     for name in ["mixer_p4_rgb", "mixer_p8_grey_nonsquare"] {
         let io = read_tensors(&fixtures().join(format!("{name}.io.safetensors")), &["input", "logits"]);
         let (shape, input) = &io[0];
         let (eshape, expected) = &io[1];
-        let x = tmp(&format!("{name}.x.npy"));
-        let y = tmp(&format!("{name}.y.npy"));
+        let x = tmp.path().join(format!("{name}.x.npy"));
+        let y = tmp.path().join(format!("{name}.y.npy"));
         write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), input);
         let weights = fixtures().join(format!("{name}.safetensors"));
         let out = tokenmix(&["logits", "--weights", weights.to_str().unwrap(), "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
@@ -77,7 +77,8 @@ fn info_names_family_and_counts() {
 
 #[test]
 fn classify_prints_json_for_each_image() {
-    let img = tmp("grey.png");
+    let tmp = scratch();
+    let img = tmp.path().join("grey.png");
     image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let out = tokenmix(&["classify", "--weights", weights.to_str().unwrap(), "--json", "--top-k", "3", img.to_str().unwrap(), img.to_str().unwrap()]);
@@ -94,22 +95,24 @@ fn classify_prints_json_for_each_image() {
 
 #[test]
 fn errors_are_one_line() {
+    let tmp = scratch();
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let w = weights.to_str().unwrap();
     // Missing file, truncated weights, wrong input rank, not an image.
     assert_clean_error(&tokenmix(&["info", "--weights", "/nonexistent/model.safetensors"]));
-    let truncated = tmp("trunc.safetensors");
+    let truncated = tmp.path().join("trunc.safetensors");
     std::fs::write(&truncated, &std::fs::read(&weights).unwrap()[..500]).unwrap();
     assert_clean_error(&tokenmix(&["info", "--weights", truncated.to_str().unwrap()]));
-    let bad = tmp("rank2.npy");
+    let bad = tmp.path().join("rank2.npy");
     write_npy(&bad, &[2, 3], &[0.0; 6]);
-    assert_clean_error(&tokenmix(&["logits", "--weights", w, "--input", bad.to_str().unwrap(), "--out", tmp("o.npy").to_str().unwrap()]));
-    let notimg = tmp("not.png");
+    assert_clean_error(&tokenmix(&["logits", "--weights", w, "--input", bad.to_str().unwrap(), "--out", tmp.path().join("o.npy").to_str().unwrap()]));
+    let notimg = tmp.path().join("not.png");
     std::fs::write(&notimg, b"hello").unwrap();
     assert_clean_error(&tokenmix(&["classify", "--weights", w, notimg.to_str().unwrap()]));
-    let wrong_size = tmp("wrongsize.npy");
+    let wrong_size = tmp.path().join("wrongsize.npy");
     write_npy(&wrong_size, &[1, 3, 20, 16], &[0.0; 960]);
-    assert_clean_error(&tokenmix(&["logits", "--weights", w, "--input", wrong_size.to_str().unwrap(), "--out", tmp("o2.npy").to_str().unwrap()]));
+    let out = tmp.path().join("o2.npy");
+    assert_clean_error(&tokenmix(&["logits", "--weights", w, "--input", wrong_size.to_str().unwrap(), "--out", out.to_str().unwrap()]));
 }
 
 #[test]
@@ -189,8 +192,9 @@ fn bench_profile_says_where_the_time_goes() {
 /// turns it off; a bad kernel name is a one-line error naming the valid ones.
 #[test]
 fn autotuned_gemm_choices_are_reported_and_cached() {
+    let tmp = scratch();
     let weights = fixtures().join("gmlp_p4_rgb.safetensors");
-    let cache = tmp("tune-cache");
+    let cache = tmp.path().join("tune-cache");
     let _ = std::fs::remove_dir_all(&cache);
     let run = |args: &[&str], envs: &[(&str, &str)]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
@@ -251,6 +255,7 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
 /// same logits; a bad value is a one-line error.
 #[test]
 fn backend_is_chosen_reported_and_consistent() {
+    let tmp = scratch();
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let w = weights.to_str().unwrap();
     let info = |args: &[&str], env: Option<&str>| -> serde_json::Value {
@@ -278,11 +283,11 @@ fn backend_is_chosen_reported_and_consistent() {
     // Same logits from both executors through the `logits` command.
     let io = read_tensors(&fixtures().join("mixer_p4_rgb.io.safetensors"), &["input", "logits"]);
     let (shape, input) = &io[0];
-    let x = tmp("backend.x.npy");
+    let x = tmp.path().join("backend.x.npy");
     write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), input);
     let mut got = Vec::new();
     for b in ["cpu", "gpu"] {
-        let y = tmp(&format!("backend.{b}.npy"));
+        let y = tmp.path().join(format!("backend.{b}.npy"));
         let out = tokenmix(&["--backend", b, "logits", "--weights", w, "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         got.push(read_npy(&y).1);
@@ -298,15 +303,16 @@ fn backend_is_chosen_reported_and_consistent() {
 /// (tools/make_goldens.py --explain) and `Y.sum((2, 3)) + B` is timm's logits.
 #[test]
 fn explain_raw_mode_matches_timm_on_both_backends() {
+    let tmp = scratch();
     for name in ["mixer_p8_grey_nonsquare", "poolformer_rgb", "resmlp_p4_bf16"] {
         let io = read_tensors(&fixtures().join(format!("{name}.io.safetensors")), &["input", "logits"]);
         let ex = read_tensors(&fixtures().join(format!("{name}.explain.safetensors")), &["evidence", "bias"]);
         let ((shape, input), (_, logits)) = (&io[0], &io[1]);
-        let x = tmp(&format!("{name}.ex.x.npy"));
+        let x = tmp.path().join(format!("{name}.ex.x.npy"));
         write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), input);
         let weights = fixtures().join(format!("{name}.safetensors"));
         for backend in ["gpu", "cpu"] {
-            let (y, b) = (tmp(&format!("{name}.{backend}.ev.npy")), tmp(&format!("{name}.{backend}.bias.npy")));
+            let (y, b) = (tmp.path().join(format!("{name}.{backend}.ev.npy")), tmp.path().join(format!("{name}.{backend}.bias.npy")));
             let args = ["--backend", backend, "explain", "--weights", weights.to_str().unwrap(), "--input", x.to_str().unwrap()];
             let out = tokenmix(&[&args[..], &["--out", y.to_str().unwrap(), "--bias", b.to_str().unwrap()]].concat());
             assert!(out.status.success(), "{name} {backend}: {}", String::from_utf8_lossy(&out.stderr));
@@ -320,11 +326,12 @@ fn explain_raw_mode_matches_timm_on_both_backends() {
     }
     // Raw mode needs both files; a missing input is one clear line.
     assert!(!tokenmix(&["explain", "--input", "x.npy"]).status.success());
-    assert_clean_error(&tokenmix(&["explain", "--input", "/nonexistent.npy", "--out", tmp("never.npy").to_str().unwrap()]));
+    assert_clean_error(&tokenmix(&["explain", "--input", "/nonexistent.npy", "--out", tmp.path().join("never.npy").to_str().unwrap()]));
 }
 
 #[test]
 fn explain_json_and_insight_json_and_png() {
+    let tmp = scratch();
     let img = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/samples/fmnist-0000-boot.png");
     let out = tokenmix(&["--backend", "cpu", "explain", img.to_str().unwrap(), "--top-k", "3", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -341,7 +348,7 @@ fn explain_json_and_insight_json_and_png() {
         assert!((sum - c["logit"].as_f64().unwrap()).abs() < 1e-4, "{sum} vs {}", c["logit"]);
     }
     // insight --json: every layer with figures beside the initialisation's; --png: files.
-    let dir = tmp("insight-png");
+    let dir = tmp.path().join("insight-png");
     let out = tokenmix(&["insight", "--json", "--png", dir.to_str().unwrap(), "--image", img.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -366,6 +373,7 @@ fn explain_json_and_insight_json_and_png() {
 /// says so; a bad value is a one-line error. The f16 logits stay within the f16 bound of f32's.
 #[test]
 fn precision_is_chosen_and_reported() {
+    let tmp = scratch();
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let w = weights.to_str().unwrap();
     let info = |args: &[&str]| -> serde_json::Value {
@@ -388,11 +396,11 @@ fn precision_is_chosen_and_reported() {
     // The same inputs through f32 and f16 weights on the GPU: logits within the f16 bound.
     let io = read_tensors(&fixtures().join("mixer_p4_rgb.io.safetensors"), &["input"]);
     let (shape, data) = &io[0];
-    let x = tmp("prec_x.npy");
+    let x = tmp.path().join("prec_x.npy");
     write_npy(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), data);
     let mut logits = Vec::new();
     for p in ["f32", "f16"] {
-        let y = tmp(&format!("prec_{p}.npy"));
+        let y = tmp.path().join(format!("prec_{p}.npy"));
         let out =
             tokenmix(&["logits", "--backend", "gpu", "--precision", p, "--weights", w, "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

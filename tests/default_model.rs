@@ -100,8 +100,8 @@ fn eval_command_counts_what_pytorch_counts() {
     let mut label_file = vec![0, 0, 8, 1];
     label_file.extend((n as u32).to_be_bytes());
     label_file.extend(labels.iter().map(|&l| l as u8));
-    let dir = std::env::temp_dir().join(format!("tokenmix-eval-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new().prefix("tokenmix-eval-").tempdir().unwrap();
+    let dir = scratch.path();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&images).unwrap();
     std::fs::write(dir.join("t10k-images-idx3-ubyte.gz"), gz.finish().unwrap()).unwrap();

@@ -119,9 +119,8 @@ fn switching_models_and_layers_redraws_the_views() {
 
 #[test]
 fn a_corrupt_model_file_shows_an_error_and_the_previous_model_keeps_working() {
-    let dir = std::env::temp_dir().join(format!("tokenmix-desktop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bad = dir.join("corrupt.safetensors");
+    let dir = tempfile::Builder::new().prefix("tokenmix-desktop-").tempdir().unwrap();
+    let bad = dir.path().join("corrupt.safetensors");
     let mut bytes = std::fs::read(root().join("weights/gmlp_fmnist.safetensors")).unwrap();
     bytes.truncate(bytes.len() / 2);
     std::fs::write(&bad, &bytes).unwrap();
@@ -172,10 +171,10 @@ fn serve(body: Vec<u8>) -> String {
 
 #[test]
 fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
-    let cache = std::env::temp_dir().join(format!("tokenmix-hub-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&cache);
+    let cache_dir = tempfile::Builder::new().prefix("tokenmix-hub-cache-").tempdir().unwrap();
+    let cache = cache_dir.path();
     // Only this test reads the variable (the cache folder of `desktop::hub`).
-    std::env::set_var("TOKENMIX_CACHE_DIR", &cache);
+    std::env::set_var("TOKENMIX_CACHE_DIR", cache);
     let base = serve(std::fs::read(root().join("tests/fixtures/poolformer_rgb.safetensors")).unwrap());
     let mut v = viewer();
     v.hub_base = base;

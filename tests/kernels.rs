@@ -726,8 +726,8 @@ fn split_weights_match_cpu_reference() {
 /// cache, not an error.
 #[test]
 fn autotuner_times_once_per_class_and_caches_per_adapter() {
-    let dir = std::env::temp_dir().join(format!("tokenmix-tune-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = tempfile::Builder::new().prefix("tokenmix-tune-").tempdir().unwrap();
+    let dir = scratch.path().join("cache");
     let file = dir.join("gemm-tuning.json");
     let tuned = |file: &std::path::Path| {
         let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter");
