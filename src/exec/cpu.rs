@@ -697,32 +697,109 @@ pub fn erf(x: f32) -> f32 {
     x * p / q
 }
 
+/// What [`moment`] adds up over a row or image: its values, or their squared distances from
+/// its mean.
+#[derive(Clone, Copy)]
+enum Moment {
+    Sum,
+    SquaresAbout(f64),
+}
+
+/// The sum of `x`'s values or squared deviations, in f64. Kept in 16 independent partial
+/// sums so that it vectorises (one running f64 sum is a chain of dependent adds, one per
+/// element: the norms' statistics were 10 % of a gMLP or PoolFormer forward on the CPU that
+/// way), and, like the epilogue, compiled again for AVX2 and chosen at run time. The same
+/// order of additions on every call.
+fn moment(x: &[f32], m: Moment) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); the function is otherwise safe.
+        return unsafe { moment_avx2(x, m) };
+    }
+    moment_any(x, m)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn moment_avx2(x: &[f32], m: Moment) -> f64 {
+    moment_any(x, m)
+}
+
+#[inline(always)]
+fn moment_any(x: &[f32], m: Moment) -> f64 {
+    #[inline(always)]
+    fn lanes(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+        const LANES: usize = 16;
+        let mut acc = [0f64; LANES];
+        let mut chunks = x.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (a, &v) in acc.iter_mut().zip(c) {
+                *a += f(v as f64);
+            }
+        }
+        let tail: f64 = chunks.remainder().iter().map(|&v| f(v as f64)).sum();
+        acc.iter().sum::<f64>() + tail
+    }
+    match m {
+        Moment::Sum => lanes(x, |v| v),
+        Moment::SquaresAbout(mean) => lanes(x, |v| (v - mean) * (v - mean)),
+    }
+}
+
+/// [`moment`] over a whole image: fixed pieces summed in parallel, then added in order, so
+/// the result does not depend on how the threads split the work.
+fn par_moment(x: &[f32], m: Moment) -> f64 {
+    const PIECE: usize = 1 << 13;
+    #[cfg(not(target_arch = "wasm32"))]
+    if x.len() >= PAR_MIN {
+        use rayon::prelude::*;
+        let parts: Vec<f64> = x.par_chunks(PIECE).map(|c| moment(c, m)).collect();
+        return parts.iter().sum();
+    }
+    x.chunks(PIECE).map(|c| moment(c, m)).sum()
+}
+
+/// `y = (x - mean) * inv * gamma + beta` over one row, compiled again for AVX2 as [`moment`].
+fn normalise(x: &[f32], y: &mut [f32], mean: f32, inv: f32, gamma: &[f32], beta: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); the function is otherwise safe.
+        unsafe { normalise_avx2(x, y, mean, inv, gamma, beta) };
+        return;
+    }
+    normalise_any(x, y, mean, inv, gamma, beta);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn normalise_avx2(x: &[f32], y: &mut [f32], mean: f32, inv: f32, gamma: &[f32], beta: &[f32]) {
+    normalise_any(x, y, mean, inv, gamma, beta);
+}
+
+#[inline(always)]
+fn normalise_any(x: &[f32], y: &mut [f32], mean: f32, inv: f32, gamma: &[f32], beta: &[f32]) {
+    for (((y, &x), &g), &b) in y.iter_mut().zip(x).zip(gamma).zip(beta) {
+        *y = (x - mean) * inv * g + b;
+    }
+}
+
 /// LayerNorm of one row, statistics in f64 (two passes, so a large common offset cannot
 /// cancel the variance).
 fn layer_norm(x: &[f32], y: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     let d = x.len() as f64;
-    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / d;
-    let var = x.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / d;
+    let mean = moment(x, Moment::Sum) / d;
+    let var = moment(x, Moment::SquaresAbout(mean)) / d;
     let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
-    let mean = mean as f32;
-    for i in 0..x.len() {
-        y[i] = (x[i] - mean) * inv * gamma[i] + beta[i];
-    }
+    normalise(x, y, mean as f32, inv, gamma, beta);
 }
 
 /// GroupNorm with one group over one image's [tokens, d].
 fn group_norm(x: &[f32], y: &mut [f32], d: usize, gamma: &[f32], beta: &[f32], eps: f32) {
     let n = x.len() as f64;
-    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let var = x.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / n;
+    let mean = par_moment(x, Moment::Sum) / n;
+    let var = par_moment(x, Moment::SquaresAbout(mean)) / n;
     let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
-    let mean = mean as f32;
-    for_rows(y, d, |t, yo| {
-        let xi = &x[t * d..(t + 1) * d];
-        for c in 0..d {
-            yo[c] = (xi[c] - mean) * inv * gamma[c] + beta[c];
-        }
-    });
+    for_rows(y, d, |t, yo| normalise(&x[t * d..(t + 1) * d], yo, mean as f32, inv, gamma, beta));
 }
 
 /// `x += scale * (AvgPool3x3(xn) - xn)` over one channels-last [h, w, d] image,
