@@ -108,6 +108,9 @@ bench-web: web
 	node_modules/.bin/wasm-opt $(WASM_OPT_FLAGS) js/pkg/tokenmix_bg.wasm -o $(BENCH_DIR)/tokenmix_bg.opt.wasm
 	@for f in js/pkg/tokenmix_bg.wasm $(BENCH_DIR)/tokenmix_bg.opt.wasm; do \
 	  echo "$$f: $$(stat -c %s $$f) bytes, $$(gzip -9c $$f | wc -c) gzipped"; done
+	@missing=; for m in $(BENCH_MODELS); do [ -f $(BENCH_DIR)/$$m.onnx ] || missing=1; done; \
+	  [ -z "$$missing" ] || python3 -c 'import torch, timm, onnx' 2>/dev/null || \
+	  { echo "bench-web: exporting the models needs torch, timm and onnx: pip install -r tools/requirements.txt" >&2; exit 1; }
 	for m in $(BENCH_MODELS); do [ -f $(BENCH_DIR)/$$m.onnx ] || \
 	  (cd tools && python3 timm_checkpoint.py $$m $(BENCH_DIR)/$$m.safetensors --onnx $(BENCH_DIR)/$$m.onnx) || exit 1; done
 	node tests/browser/bench.mjs --backend $(BENCH_BACKEND) --iters 5 $(foreach m,mixer gmlp poolformer,$(m)_fmnist=weights/$(m)_fmnist.safetensors)

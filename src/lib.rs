@@ -33,5 +33,9 @@ pub use models::{inspect, Explained, Inspected, Model, ModelInfo, Output};
 
 /// The default model, embedded so everything works offline: an MLP-Mixer trained on
 /// Fashion-MNIST by `tools/train.py` (timm names, F16, metadata with preprocessing and labels).
-pub const DEFAULT_MODEL: &[u8] = include_bytes!("../weights/mixer_fmnist.safetensors");
+/// The bytes are a `static` item of their own: a `const`'s data, or data a static only points
+/// to, is copied into each codegen unit that refers to it (the wasm build carried the 2.3 MB
+/// model twice, the desktop binary too).
+pub static DEFAULT_MODEL: &[u8] = &DEFAULT_MODEL_FILE;
+static DEFAULT_MODEL_FILE: [u8; include_bytes!("../weights/mixer_fmnist.safetensors").len()] = *include_bytes!("../weights/mixer_fmnist.safetensors");
 pub const DEFAULT_MODEL_NAME: &str = "mixer_fmnist (embedded)";

@@ -123,3 +123,21 @@ fn eval_command_counts_what_pytorch_counts() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.starts_with("error: ") && err.contains("t10k-images"), "{err}");
 }
+
+/// How often a 256-byte piece from the middle of `model` occurs in `binary`.
+fn copies(binary: &[u8], model: &[u8]) -> usize {
+    let piece = &model[model.len() / 2..][..256];
+    binary.windows(piece.len()).filter(|w| *w == piece).count()
+}
+
+/// The default model is in the binary exactly once: `tokenmix::DEFAULT_MODEL` as a `const`
+/// (or a static that only points at its bytes) put a copy in every codegen unit that used it.
+/// The wasm package is checked the same way by the browser tests (e2e.mjs, m).
+#[test]
+fn the_binary_embeds_the_default_model_once() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = std::fs::read(root.join("weights/mixer_fmnist.safetensors")).expect("weights/mixer_fmnist.safetensors");
+    assert_eq!(tokenmix::DEFAULT_MODEL, &model[..], "the embedded model is weights/mixer_fmnist.safetensors");
+    let binary = std::fs::read(env!("CARGO_BIN_EXE_tokenmix")).expect("the tokenmix binary");
+    assert_eq!(copies(&binary, &model), 1, "copies of the default model in {}", env!("CARGO_BIN_EXE_tokenmix"));
+}

@@ -26,7 +26,8 @@ use crate::preprocess;
 use camera::Camera;
 
 /// The models the app ships (the same files as `weights/`; the Mixer is the embedded default).
-pub const SHIPPED: &[(&str, &[u8])] = &[
+/// A `static`, so each is in the binary once (see [`crate::DEFAULT_MODEL`]).
+pub static SHIPPED: &[(&str, &[u8])] = &[
     ("mixer_fmnist (embedded default)", crate::DEFAULT_MODEL),
     ("gmlp_fmnist", include_bytes!("../../weights/gmlp_fmnist.safetensors")),
     ("poolformer_fmnist", include_bytes!("../../weights/poolformer_fmnist.safetensors")),

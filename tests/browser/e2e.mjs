@@ -794,3 +794,13 @@ test('l. clicking a class lays its per-token evidence over the image; the figure
   assert.deepEqual(pageErrors, []);
   await page.close();
 });
+
+test('m. the package wasm embeds the default model exactly once', () => {
+  const wasm = fs.readFileSync(path.join(ROOT, 'js', 'pkg', 'tokenmix_bg.wasm'));
+  const model = fs.readFileSync(path.join(ROOT, 'weights', 'mixer_fmnist.safetensors'));
+  const piece = model.subarray(model.length >> 1, (model.length >> 1) + 256);
+  let copies = 0;
+  for (let at = wasm.indexOf(piece); at >= 0; at = wasm.indexOf(piece, at + 1)) copies += 1;
+  console.log(`[m] js/pkg/tokenmix_bg.wasm: ${wasm.length} bytes, ${copies} copy of the ${model.length}-byte default model`);
+  assert.equal(copies, 1, 'a second copy costs every page load 2.3 MB (a const\'s data is copied per codegen unit)');
+});
