@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{all_devices, conv_reference, gelu, max_abs, max_abs_diff, pool_reference, random, tol};
+use common::{
+    all_devices, conv_reference, gelu, group_norm_reference, layer_norm_reference, max_abs, max_abs_diff, mean_tokens_reference, pool_reference,
+    random, tol,
+};
 use tokenmix::exec::run_slots;
 use tokenmix::net::{self, ConvGeometry, Gemm, GemmKind, Slot, Step, Tensor, View, W};
 
@@ -189,22 +192,6 @@ fn convolution_matches_reference() {
     }
 }
 
-/// f64 LayerNorm of the second half of each of `rows` rows of width `2 * d` (gMLP's gate half,
-/// read in place).
-fn gate_layer_norm_reference(z: &[f32], rows: usize, d: usize, gamma: &[f32], beta: &[f32], eps: f32) -> Vec<f32> {
-    let ld = 2 * d;
-    let mut want = vec![0f32; rows * d];
-    for r in 0..rows {
-        let row: Vec<f64> = z[r * ld + d..r * ld + 2 * d].iter().map(|&v| v as f64).collect();
-        let mean = row.iter().sum::<f64>() / d as f64;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
-        for c in 0..d {
-            want[r * d + c] = ((row[c] - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
-        }
-    }
-    want
-}
-
 #[test]
 fn layer_norm_on_a_strided_view_matches_reference() {
     // gMLP reads the second half of each hidden row in place: off = half, ld = 2 * half.
@@ -215,7 +202,7 @@ fn layer_norm_on_a_strided_view_matches_reference() {
         let eps = 1e-5f32;
         let step = Step::LayerNorm { rows, d, eps, x: View { slot: Slot::Hidden, off: d, ld, bs: rows * ld }, gamma: W(0), beta: W(1), y: Slot::Aux };
         let weights = || vec![tensor("g", &[d], gamma.clone()), tensor("b", &[d], beta.clone())];
-        let want = gate_layer_norm_reference(&z, batch * rows, d, &gamma, &beta, eps);
+        let want = layer_norm_reference(&z, batch * rows, d, (d, ld), &gamma, &beta, eps);
         on_every_executor(weights, step, batch, &[(Slot::Hidden, z.clone())], |dev, slots| {
             let diff = max_abs_diff(&slots[Slot::Aux.index()][..want.len()], &want);
             // fp32 rounding of values near `offset`, as in the WGSL kernel test.
@@ -239,15 +226,7 @@ fn group_norm_affine_pooling_and_mean_match_reference() {
         let eps = 1e-5f32;
 
         // GroupNorm(1 group) over each image's [tokens, d].
-        let mut want = vec![0f32; n];
-        for b in 0..batch {
-            let img: Vec<f64> = x[b * tokens * d..(b + 1) * tokens * d].iter().map(|&v| v as f64).collect();
-            let mean = img.iter().sum::<f64>() / img.len() as f64;
-            let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / img.len() as f64;
-            for (j, v) in img.iter().enumerate() {
-                want[b * tokens * d + j] = ((v - mean) / (var + eps as f64).sqrt() * gamma[j % d] as f64 + beta[j % d] as f64) as f32;
-            }
-        }
+        let want = group_norm_reference(&x, tokens * d, d, &gamma, &beta, eps);
         let step = Step::GroupNorm { tokens, d, eps, x: Slot::X, gamma: W(0), beta: W(1), y: Slot::Xn };
         on_every_executor(weights, step, batch, &[(Slot::X, x.clone())], |dev, slots| {
             let diff = max_abs_diff(&slots[Slot::Xn.index()][..n], &want);
@@ -272,12 +251,7 @@ fn group_norm_affine_pooling_and_mean_match_reference() {
         });
 
         // Mean over tokens.
-        let mut want = vec![0f32; batch * d];
-        for b in 0..batch {
-            for c in 0..d {
-                want[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
-            }
-        }
+        let want = mean_tokens_reference(&x, batch, tokens, d);
         let step = Step::MeanTokens { tokens, d, x: Slot::X, y: Slot::Pooled };
         on_every_executor(weights, step, batch, &[(Slot::X, x.clone())], |dev, slots| {
             assert!(max_abs_diff(&slots[Slot::Pooled.index()][..batch * d], &want) <= tol::NORM * max_abs(&want).max(1.0), "{dev} mean case {i}");
@@ -336,7 +310,7 @@ fn an_f16_device_stores_the_hidden_slot_in_f16() {
     let eps = 1e-5f32;
     let step = Step::LayerNorm { rows, d, eps, x: View { slot: Slot::Hidden, off: d, ld, bs: rows * ld }, gamma: W(0), beta: W(1), y: Slot::Aux };
     let weights = || vec![tensor("g", &[d], gamma.clone()), tensor("b", &[d], beta.clone())];
-    let want = gate_layer_norm_reference(&rounded, batch * rows, d, &gamma, &beta, eps);
+    let want = layer_norm_reference(&rounded, batch * rows, d, (d, ld), &gamma, &beta, eps);
     let net = net::from_parts(weights(), vec![step.clone()], 1, 1).expect("valid");
     let slots = run_slots(&dev, net, batch, &[(Slot::Hidden, z.clone())]).unwrap_or_else(|e| panic!("{}: {e}", dev.label()));
     assert_eq!(&slots[Slot::Hidden.index()][..z.len()], &rounded[..], "the hidden slot reads back as the f16-rounded input");

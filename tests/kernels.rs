@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{all_variants, all_variants_f16, conv_reference as cpu_conv, gelu, gpu, limited, max_abs, max_abs_diff, random, tol, wanted};
+use common::{
+    all_variants, all_variants_f16, conv_reference as cpu_conv, gelu, gpu, group_norm_reference, layer_norm_reference, limited, max_abs,
+    max_abs_diff, mean_tokens_reference, random, tol, wanted,
+};
 use tokenmix::gpu::{GemmVariant, Precision, RowKernel};
 use tokenmix::ops::{self, ActTexture, Axis, ConvGeometry, Gemm, Matrix, Op, Operand};
 use tokenmix::Gpu;
@@ -330,20 +333,6 @@ fn f16_activations_match_cpu_reference() {
     assert!(ran > 0, "no f16 device ran");
 }
 
-/// f64 LayerNorm of `rows` rows of width `d` read at `off + r * ld` in `x`; dense [rows, d].
-fn layer_norm_reference(x: &[f32], rows: usize, d: usize, off: usize, ld: usize, gamma: &[f32], beta: &[f32]) -> Vec<f32> {
-    let mut want = vec![0f32; rows * d];
-    for r in 0..rows {
-        let row: Vec<f64> = x[off + r * ld..off + r * ld + d].iter().map(|&v| v as f64).collect();
-        let mean = row.iter().sum::<f64>() / d as f64;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
-        for c in 0..d {
-            want[r * d + c] = ((row[c] - mean) / (var + 1e-5).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
-        }
-    }
-    want
-}
-
 /// A device at `precision` running each way of covering rows (the adapter's own and the
 /// other), so that lavapipe tests both LayerNorm kernels directly.
 fn row_kernel_devices(precision: Precision) -> Vec<Gpu> {
@@ -374,7 +363,7 @@ fn layer_norm_matches_cpu_reference_on_every_row_width() {
             let (xb, gb, bb, y) = (upload(&gpu, &x), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", rows * d).unwrap());
             let view = ops::norm::Rows { buf: &xb, off, ld, half: false };
             gpu.run_ops(&[ops::norm::layer_norm_rows(&gpu, rows, d, 1e-5, view, &gb, &bb, &y).unwrap()]).unwrap();
-            let want = layer_norm_reference(&x, rows, d, off, ld, &gamma, &beta);
+            let want = layer_norm_reference(&x, rows, d, (off, ld), &gamma, &beta, 1e-5);
             let diff = max_abs_diff(&read(&gpu, &y, rows * d), &want);
             assert!(
                 diff <= tol::NORM * max_abs(&want).max(1.0),
@@ -397,7 +386,7 @@ fn layer_norm_reads_f16_rows() {
         let (zb, gb, bb, y) = (gpu.storage_f16("z", &z).unwrap(), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", rows * d).unwrap());
         let x = ops::norm::Rows { buf: &zb, off: d, ld: 2 * d, half: true };
         gpu.run_ops(&[ops::norm::layer_norm_rows(&gpu, rows, d, 1e-5, x, &gb, &bb, &y).unwrap()]).unwrap();
-        let want = layer_norm_reference(&z, rows, d, d, 2 * d, &gamma, &beta);
+        let want = layer_norm_reference(&z, rows, d, (d, 2 * d), &gamma, &beta, 1e-5);
         let diff = max_abs_diff(&read(&gpu, &y, rows * d), &want);
         assert!(diff <= tol::NORM * max_abs(&want).max(1.0), "{:?}: layer norm of f16 rows: diff {diff}", gpu.rows);
     }
@@ -516,15 +505,7 @@ fn group_norm_matches_cpu_reference_whole_and_in_chunks() {
             let (gamma, beta) = (random(d, 1400 + i as u64), random(d, 1500 + i as u64));
             let (xb, gb, bb, y) = (upload(&gpu, &x), upload(&gpu, &gamma), upload(&gpu, &beta), gpu.storage("y", batch * n).unwrap());
             gpu.run_ops(&[ops::norm::group_norm(&gpu, batch, tokens, d, 1e-5, &xb, &gb, &bb, &y).unwrap()]).unwrap();
-            let mut want = vec![0f32; batch * n];
-            for b in 0..batch {
-                let img: Vec<f64> = x[b * n..(b + 1) * n].iter().map(|&v| v as f64).collect();
-                let mean = img.iter().sum::<f64>() / n as f64;
-                let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
-                for (j, v) in img.iter().enumerate() {
-                    want[b * n + j] = ((v - mean) / (var + 1e-5).sqrt() * gamma[j % d] as f64 + beta[j % d] as f64) as f32;
-                }
-            }
+            let want = group_norm_reference(&x, n, d, &gamma, &beta, 1e-5);
             let diff = max_abs_diff(&read(&gpu, &y, batch * n), &want);
             assert!(diff <= tol::NORM * max_abs(&want).max(1.0), "{:?}: group norm of {batch}x{tokens}x{d}: diff {diff}", gpu.rows);
         }
@@ -552,12 +533,7 @@ fn mean_and_softmax_match_cpu_reference() {
             .unwrap();
             let got_mean = read(&gpu, &pooled, batch * d);
             let got_probs = read(&gpu, &probs, batch * d);
-            let mut want_mean = vec![0f32; batch * d];
-            for b in 0..batch {
-                for c in 0..d {
-                    want_mean[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
-                }
-            }
+            let want_mean = mean_tokens_reference(&x, batch, tokens, d);
             let diff = max_abs_diff(&got_mean, &want_mean);
             assert!(diff <= tol::NORM * max_abs(&want_mean).max(1.0), "{:?}: mean of {batch}x{tokens}x{d}: diff {diff}", gpu.rows);
             let mut want_probs = vec![0f32; batch * d];

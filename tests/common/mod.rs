@@ -253,3 +253,43 @@ pub fn pool_reference(xn: &[f32], x0: &[f32], ls: &[f32], (batch, h, w, d): (usi
     }
     want
 }
+
+/// f64 LayerNorm of `rows` rows of width `d` read at `off + r * ld` in `x`; dense [rows, d].
+pub fn layer_norm_reference(x: &[f32], rows: usize, d: usize, (off, ld): (usize, usize), gamma: &[f32], beta: &[f32], eps: f32) -> Vec<f32> {
+    let mut want = vec![0f32; rows * d];
+    for r in 0..rows {
+        let row: Vec<f64> = x[off + r * ld..off + r * ld + d].iter().map(|&v| v as f64).collect();
+        let mean = row.iter().sum::<f64>() / d as f64;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        for c in 0..d {
+            want[r * d + c] = ((row[c] - mean) / (var + eps as f64).sqrt() * gamma[c] as f64 + beta[c] as f64) as f32;
+        }
+    }
+    want
+}
+
+/// f64 GroupNorm with one group over each of the images of `n` values (channels-last, `d`
+/// channels) in `x`.
+pub fn group_norm_reference(x: &[f32], n: usize, d: usize, gamma: &[f32], beta: &[f32], eps: f32) -> Vec<f32> {
+    let mut want = vec![0f32; x.len()];
+    for (img, out) in x.chunks(n).zip(want.chunks_mut(n)) {
+        let img: Vec<f64> = img.iter().map(|&v| v as f64).collect();
+        let mean = img.iter().sum::<f64>() / n as f64;
+        let var = img.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+        for (j, v) in img.iter().enumerate() {
+            out[j] = ((v - mean) / (var + eps as f64).sqrt() * gamma[j % d] as f64 + beta[j % d] as f64) as f32;
+        }
+    }
+    want
+}
+
+/// f64 mean over the tokens of `batch` [tokens, d] images: [batch, d].
+pub fn mean_tokens_reference(x: &[f32], batch: usize, tokens: usize, d: usize) -> Vec<f32> {
+    let mut want = vec![0f32; batch * d];
+    for b in 0..batch {
+        for c in 0..d {
+            want[b * d + c] = ((0..tokens).map(|t| x[(b * tokens + t) * d + c] as f64).sum::<f64>() / tokens as f64) as f32;
+        }
+    }
+    want
+}
