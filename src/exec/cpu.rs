@@ -613,59 +613,68 @@ enum Bias<'a> {
     Row(f32),
 }
 
-/// `out (+)= gate ⊙ (act(prod + bias) * scale)` for one row. The crate is built for baseline
-/// x86-64 (SSE2, 4 lanes); where the CPU has AVX2 the same code runs compiled for it (8 lanes),
-/// chosen at run time as matrixmultiply chooses its kernels.
-fn epilogue_row(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above); the function is otherwise safe.
-        unsafe { epilogue_row_avx2(prod, out, bias, scale, gelu, gate, residual) };
-        return;
-    }
-    epilogue_row_any(prod, out, bias, scale, gelu, gate, residual);
+/// Defines `fn $name` whose body is compiled twice on x86-64: for the baseline the crate is
+/// built for (SSE2, 4 f32 lanes) and for AVX2 (8 lanes), the AVX2 build chosen at run time
+/// where the CPU has it, as matrixmultiply chooses its kernels. Elsewhere (wasm, with simd128
+/// from the build flags) the body once. For the loops around the GEMMs that LLVM vectorises.
+macro_rules! avx2_at_run_time {
+    ($(#[$attr:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$attr])*
+        fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn any($($arg: $ty),*) $(-> $ret)? $body
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            fn avx2($($arg: $ty),*) $(-> $ret)? {
+                any($($arg),*)
+            }
+
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above); the function is otherwise safe.
+                return unsafe { avx2($($arg),*) };
+            }
+            any($($arg),*)
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn epilogue_row_avx2(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
-    epilogue_row_any(prod, out, bias, scale, gelu, gate, residual);
-}
-
-/// The epilogue in chunks of 64 that stay in registers/L1, one tight loop per stage so each
-/// vectorises (GELU included).
-#[inline(always)]
-fn epilogue_row_any(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
-    const CHUNK: usize = 64;
-    let mut tmp = [0f32; CHUNK];
-    let n = prod.len();
-    let mut j0 = 0;
-    while j0 < n {
-        let len = CHUNK.min(n - j0);
-        let range = j0..j0 + len;
-        let t = &mut tmp[..len];
-        t.copy_from_slice(&prod[range.clone()]);
-        match bias {
-            Bias::Columns(b) => t.iter_mut().zip(&b[range.clone()]).for_each(|(v, b)| *v += b),
-            Bias::Row(b) => t.iter_mut().for_each(|v| *v += b),
-            Bias::None => {}
+avx2_at_run_time! {
+    /// `out (+)= gate ⊙ (act(prod + bias) * scale)` for one row, in chunks of 64 that stay in
+    /// registers/L1, one tight loop per stage so each vectorises (GELU included).
+    fn epilogue_row(prod: &[f32], out: &mut [f32], bias: Bias, scale: Option<&[f32]>, gelu: bool, gate: Option<&[f32]>, residual: bool) {
+        const CHUNK: usize = 64;
+        let mut tmp = [0f32; CHUNK];
+        let n = prod.len();
+        let mut j0 = 0;
+        while j0 < n {
+            let len = CHUNK.min(n - j0);
+            let range = j0..j0 + len;
+            let t = &mut tmp[..len];
+            t.copy_from_slice(&prod[range.clone()]);
+            match bias {
+                Bias::Columns(b) => t.iter_mut().zip(&b[range.clone()]).for_each(|(v, b)| *v += b),
+                Bias::Row(b) => t.iter_mut().for_each(|v| *v += b),
+                Bias::None => {}
+            }
+            if gelu {
+                t.iter_mut().for_each(|v| *v = gelu_erf(*v));
+            }
+            if let Some(s) = scale {
+                t.iter_mut().zip(&s[range.clone()]).for_each(|(v, s)| *v *= s);
+            }
+            if let Some(g) = gate {
+                t.iter_mut().zip(&g[range.clone()]).for_each(|(v, g)| *v *= g);
+            }
+            let o = &mut out[range];
+            if residual {
+                o.iter_mut().zip(t.iter()).for_each(|(o, v)| *o += v);
+            } else {
+                o.copy_from_slice(t);
+            }
+            j0 += len;
         }
-        if gelu {
-            t.iter_mut().for_each(|v| *v = gelu_erf(*v));
-        }
-        if let Some(s) = scale {
-            t.iter_mut().zip(&s[range.clone()]).for_each(|(v, s)| *v *= s);
-        }
-        if let Some(g) = gate {
-            t.iter_mut().zip(&g[range.clone()]).for_each(|(v, g)| *v *= g);
-        }
-        let o = &mut out[range];
-        if residual {
-            o.iter_mut().zip(t.iter()).for_each(|(o, v)| *o += v);
-        } else {
-            o.copy_from_slice(t);
-        }
-        j0 += len;
     }
 }
 
@@ -705,44 +714,29 @@ enum Moment {
     SquaresAbout(f64),
 }
 
-/// The sum of `x`'s values or squared deviations, in f64. Kept in 16 independent partial
-/// sums so that it vectorises (one running f64 sum is a chain of dependent adds, one per
-/// element: the norms' statistics were 10 % of a gMLP or PoolFormer forward on the CPU that
-/// way), and, like the epilogue, compiled again for AVX2 and chosen at run time. The same
-/// order of additions on every call.
-fn moment(x: &[f32], m: Moment) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above); the function is otherwise safe.
-        return unsafe { moment_avx2(x, m) };
-    }
-    moment_any(x, m)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn moment_avx2(x: &[f32], m: Moment) -> f64 {
-    moment_any(x, m)
-}
-
-#[inline(always)]
-fn moment_any(x: &[f32], m: Moment) -> f64 {
-    #[inline(always)]
-    fn lanes(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
-        const LANES: usize = 16;
-        let mut acc = [0f64; LANES];
-        let mut chunks = x.chunks_exact(LANES);
-        for c in &mut chunks {
-            for (a, &v) in acc.iter_mut().zip(c) {
-                *a += f(v as f64);
+avx2_at_run_time! {
+    /// The sum of `x`'s values or squared deviations, in f64. Kept in 16 independent partial
+    /// sums so that it vectorises (one running f64 sum is a chain of dependent adds, one per
+    /// element: the norms' statistics were 10 % of a gMLP or PoolFormer forward on the CPU
+    /// that way), and compiled for AVX2 too. The same order of additions on every call.
+    fn moment(x: &[f32], m: Moment) -> f64 {
+        #[inline(always)]
+        fn lanes(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+            const LANES: usize = 16;
+            let mut acc = [0f64; LANES];
+            let mut chunks = x.chunks_exact(LANES);
+            for c in &mut chunks {
+                for (a, &v) in acc.iter_mut().zip(c) {
+                    *a += f(v as f64);
+                }
             }
+            let tail: f64 = chunks.remainder().iter().map(|&v| f(v as f64)).sum();
+            acc.iter().sum::<f64>() + tail
         }
-        let tail: f64 = chunks.remainder().iter().map(|&v| f(v as f64)).sum();
-        acc.iter().sum::<f64>() + tail
-    }
-    match m {
-        Moment::Sum => lanes(x, |v| v),
-        Moment::SquaresAbout(mean) => lanes(x, |v| (v - mean) * (v - mean)),
+        match m {
+            Moment::Sum => lanes(x, |v| v),
+            Moment::SquaresAbout(mean) => lanes(x, |v| (v - mean) * (v - mean)),
+        }
     }
 }
 
@@ -759,27 +753,12 @@ fn par_moment(x: &[f32], m: Moment) -> f64 {
     x.chunks(PIECE).map(|c| moment(c, m)).sum()
 }
 
-/// `y = (x - mean) * inv * gamma + beta` over one row, compiled again for AVX2 as [`moment`].
-fn normalise(x: &[f32], y: &mut [f32], mean: f32, inv: f32, gamma: &[f32], beta: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above); the function is otherwise safe.
-        unsafe { normalise_avx2(x, y, mean, inv, gamma, beta) };
-        return;
-    }
-    normalise_any(x, y, mean, inv, gamma, beta);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn normalise_avx2(x: &[f32], y: &mut [f32], mean: f32, inv: f32, gamma: &[f32], beta: &[f32]) {
-    normalise_any(x, y, mean, inv, gamma, beta);
-}
-
-#[inline(always)]
-fn normalise_any(x: &[f32], y: &mut [f32], mean: f32, inv: f32, gamma: &[f32], beta: &[f32]) {
-    for (((y, &x), &g), &b) in y.iter_mut().zip(x).zip(gamma).zip(beta) {
-        *y = (x - mean) * inv * g + b;
+avx2_at_run_time! {
+    /// `y = (x - mean) * inv * gamma + beta` over one row, compiled for AVX2 too.
+    fn normalise(x: &[f32], y: &mut [f32], mean: f32, inv: f32, gamma: &[f32], beta: &[f32]) {
+        for (((y, &x), &g), &b) in y.iter_mut().zip(x).zip(gamma).zip(beta) {
+            *y = (x - mean) * inv * g + b;
+        }
     }
 }
 
