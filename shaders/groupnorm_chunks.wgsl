@@ -42,7 +42,7 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let g = row_index(wid, nwg, lid);
-    let lane = lid;
+    let lane = lid % LANES;
     if (g >= p.batch * p.parts) {
         return;
     }
