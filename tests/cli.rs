@@ -6,15 +6,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{fixtures, max_abs, max_abs_diff, read_tensors, tol};
+use common::{fixtures, max_abs, max_abs_diff, read_tensors, scratch, tol};
 
 fn tokenmix(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(args).output().expect("runs tokenmix")
-}
-
-/// A test's own scratch folder, removed when the test ends (pass or fail).
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("tokenmix-cli-").tempdir().expect("a temporary folder")
 }
 
 fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
@@ -42,7 +37,7 @@ fn assert_clean_error(out: &Output) {
 
 #[test]
 fn logits_command_matches_timm() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     for name in ["mixer_p4_rgb", "mixer_p8_grey_nonsquare"] {
         let io = read_tensors(&fixtures().join(format!("{name}.io.safetensors")), &["input", "logits"]);
         let (shape, input) = &io[0];
@@ -77,7 +72,7 @@ fn info_names_family_and_counts() {
 
 #[test]
 fn classify_prints_json_for_each_image() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     let img = tmp.path().join("grey.png");
     image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
@@ -95,7 +90,7 @@ fn classify_prints_json_for_each_image() {
 
 #[test]
 fn errors_are_one_line() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let w = weights.to_str().unwrap();
     // Missing file, truncated weights, wrong input rank, not an image.
@@ -192,7 +187,7 @@ fn bench_profile_says_where_the_time_goes() {
 /// turns it off; a bad kernel name is a one-line error naming the valid ones.
 #[test]
 fn autotuned_gemm_choices_are_reported_and_cached() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     let weights = fixtures().join("gmlp_p4_rgb.safetensors");
     let cache = tmp.path().join("tune-cache");
     let _ = std::fs::remove_dir_all(&cache);
@@ -255,7 +250,7 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
 /// same logits; a bad value is a one-line error.
 #[test]
 fn backend_is_chosen_reported_and_consistent() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let w = weights.to_str().unwrap();
     let info = |args: &[&str], env: Option<&str>| -> serde_json::Value {
@@ -303,7 +298,7 @@ fn backend_is_chosen_reported_and_consistent() {
 /// (tools/make_goldens.py --explain) and `Y.sum((2, 3)) + B` is timm's logits.
 #[test]
 fn explain_raw_mode_matches_timm_on_both_backends() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     for name in ["mixer_p8_grey_nonsquare", "poolformer_rgb", "resmlp_p4_bf16"] {
         let io = read_tensors(&fixtures().join(format!("{name}.io.safetensors")), &["input", "logits"]);
         let ex = read_tensors(&fixtures().join(format!("{name}.explain.safetensors")), &["evidence", "bias"]);
@@ -331,7 +326,7 @@ fn explain_raw_mode_matches_timm_on_both_backends() {
 
 #[test]
 fn explain_json_and_insight_json_and_png() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     let img = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/samples/fmnist-0000-boot.png");
     let out = tokenmix(&["--backend", "cpu", "explain", img.to_str().unwrap(), "--top-k", "3", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -373,7 +368,7 @@ fn explain_json_and_insight_json_and_png() {
 /// says so; a bad value is a one-line error. The f16 logits stay within the f16 bound of f32's.
 #[test]
 fn precision_is_chosen_and_reported() {
-    let tmp = scratch();
+    let tmp = scratch("cli");
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let w = weights.to_str().unwrap();
     let info = |args: &[&str]| -> serde_json::Value {

@@ -100,7 +100,7 @@ fn eval_command_counts_what_pytorch_counts() {
     let mut label_file = vec![0, 0, 8, 1];
     label_file.extend((n as u32).to_be_bytes());
     label_file.extend(labels.iter().map(|&l| l as u8));
-    let scratch = tempfile::Builder::new().prefix("tokenmix-eval-").tempdir().unwrap();
+    let scratch = common::scratch("eval");
     let dir = scratch.path();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&images).unwrap();

@@ -119,7 +119,7 @@ fn switching_models_and_layers_redraws_the_views() {
 
 #[test]
 fn a_corrupt_model_file_shows_an_error_and_the_previous_model_keeps_working() {
-    let dir = tempfile::Builder::new().prefix("tokenmix-desktop-").tempdir().unwrap();
+    let dir = common::scratch("desktop");
     let bad = dir.path().join("corrupt.safetensors");
     let mut bytes = std::fs::read(root().join("weights/gmlp_fmnist.safetensors")).unwrap();
     bytes.truncate(bytes.len() / 2);
@@ -171,7 +171,7 @@ fn serve(body: Vec<u8>) -> String {
 
 #[test]
 fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
-    let cache_dir = tempfile::Builder::new().prefix("tokenmix-hub-cache-").tempdir().unwrap();
+    let cache_dir = common::scratch("hub-cache");
     let cache = cache_dir.path();
     // Only this test reads the variable (the cache folder of `desktop::hub`).
     std::env::set_var("TOKENMIX_CACHE_DIR", cache);

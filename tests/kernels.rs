@@ -702,7 +702,7 @@ fn split_weights_match_cpu_reference() {
 /// cache, not an error.
 #[test]
 fn autotuner_times_once_per_class_and_caches_per_adapter() {
-    let scratch = tempfile::Builder::new().prefix("tokenmix-tune-").tempdir().unwrap();
+    let scratch = common::scratch("tune");
     let dir = scratch.path().join("cache");
     let file = dir.join("gemm-tuning.json");
     let tuned = |file: &std::path::Path| {

@@ -45,6 +45,12 @@ pub fn fix_gemm(gpu: &mut Gpu, v: GemmVariant) {
     gpu.rows = if barrier_free { RowKernel::Invocation } else { RowKernel::Workgroup };
 }
 
+/// A test's own scratch folder (`tokenmix-{what}-…` in the temporary directory), removed when
+/// the test ends, pass or fail.
+pub fn scratch(what: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("tokenmix-{what}-")).tempdir().expect("a temporary folder")
+}
+
 /// One shared default device per test binary.
 pub fn gpu() -> Arc<Gpu> {
     static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
