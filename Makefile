@@ -70,7 +70,12 @@ test-coop: setup
 	  $(CARGO) test $(TEST_PROFILE) --features desktop --test kernels --test golden -- --nocapture
 
 # The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).
+# The runner ends chromedriver without closing its session, so Chromium's profile
+# (org.chromium.Chromium.scoped_dir.*, 8 MB) and singleton folder stay behind in $$TMPDIR: the
+# run gets a TMPDIR of its own, removed when it ends, pass or fail.
 test-wasm: setup
+	t=$$(mktemp -d -t tokenmix-wasm-test.XXXXXX) && trap 'rm -rf "$$t"' EXIT && \
+	TMPDIR=$$t \
 	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=$(TOOLS)/bin/wasm-bindgen-test-runner \
 	CHROMEDRIVER=$$(command -v chromedriver) \
 	WASM_BINDGEN_TEST_WEBDRIVER_JSON=$(CURDIR)/tests/browser/webdriver.json \
