@@ -261,8 +261,8 @@ impl CpuExec {
                     let mut out = std::mem::take(&mut ws.slots[y.index()]);
                     let (src, d) = (&ws.slots[x.index()][..n], *d);
                     for_rows(&mut out[..n], d, |r, o| {
-                        for c in 0..d {
-                            o[c] = alpha[c] * src[r * d + c] + beta[c];
+                        for (((o, x), a), b) in o.iter_mut().zip(&src[r * d..][..d]).zip(alpha).zip(beta) {
+                            *o = a * x + b;
                         }
                     });
                     ws.slots[y.index()] = out;
