@@ -50,6 +50,7 @@ lint: setup
 	$(CARGO) clippy --release --all-targets --features desktop -- -D warnings
 	$(CARGO) clippy --release --bins -- -D warnings
 	$(CARGO) clippy --release --lib --target wasm32-unknown-unknown -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --release --no-deps --lib --features desktop
 
 # With the desktop app, whose tests (tests/desktop.rs, egui_kittest) render on the adapter.
 # Then the subgroup kernels (and coop's lane-by-lane double) again at another subgroup width:

@@ -5,7 +5,7 @@
 use crate::preprocess::Preprocess;
 
 /// The model-file loader up to the GPU: safetensors header and tensor table, duplicate keys,
-/// dtypes, metadata JSON, config inference and bounds ([`crate::inspect`]), then every tensor
+/// dtypes, metadata JSON, config inference and bounds ([`crate::inspect()`]), then every tensor
 /// converted to f32 as an upload would.
 pub fn load_weights(data: &[u8]) {
     if let Ok(model) = crate::inspect(data, None) {

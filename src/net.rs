@@ -15,8 +15,8 @@ use crate::weights::Weights;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct W(pub usize);
 
-/// A weight tensor as the file named it. Matrices are [rows, cols] = [shape[0], the rest]
-/// (a conv weight flattens to [out, in * kh * kw]).
+/// A weight tensor as the file named it. Matrices are `[rows, cols] = [shape[0], the rest]`
+/// (a conv weight flattens to `[out, in * kh * kw]`).
 pub struct Tensor {
     pub name: String,
     pub shape: Vec<usize>,

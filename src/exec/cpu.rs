@@ -1,12 +1,12 @@
 //! The CPU executor: runs a [`Net`] where the GPU is software or missing. GEMMs go to
 //! `matrixmultiply` (SIMD microkernels: AVX2/FMA, AVX-512, NEON natively, simd128 in wasm;
-//! threads natively) and, natively for one image's rows, to `gemm` (see [`sgemm`]); both take
+//! threads natively) and, natively for one image's rows, to `gemm` (see `sgemm`); both take
 //! any row and column stride, so Linear layers read PyTorch's [out, in] weights transposed in
 //! place, token mixing reads the activations in their own layout and convolutions run on an
 //! im2col copy. Epilogues, norms, pooling and reductions are
 //! plain loops over contiguous rows that the compiler vectorises; GELU is the exact erf.
 //!
-//! Weights are f32 from load on; activations live in a per-batch [`Workspace`] made once and
+//! Weights are f32 from load on; activations live in a per-batch `Workspace` made once and
 //! reused, so a forward pass allocates nothing but its outputs.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use crate::preprocess::{Geometry, Preprocess};
 
 use super::{Output, Profile, RunTimes, MAX_BATCH};
 
-/// The GEMM crates the CPU executor uses here (see [`sgemm`]).
+/// The GEMM crates the CPU executor uses here (see `sgemm` in this module's source).
 #[cfg(not(target_arch = "wasm32"))]
 pub const GEMM_NAME: &str = "gemm+matrixmultiply";
 #[cfg(target_arch = "wasm32")]

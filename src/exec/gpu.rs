@@ -1,6 +1,6 @@
 //! The wgpu executor: runs a [`Net`] as WGSL compute shaders. Weights are uploaded once
 //! (GEMM weights as [`Matrix`], split into row blocks past the binding limit, with texture
-//! copies where the adapter's GEMM gathers from textures); per batch size a [`Plan`] owns the
+//! copies where the adapter's GEMM gathers from textures); per batch size a `Plan` owns the
 //! slot buffers, the texture mirrors and the recorded ops, so a forward pass is one command
 //! encoder, one submission and one read-back of logits and probabilities.
 //!

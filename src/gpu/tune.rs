@@ -112,7 +112,7 @@ impl Tuning {
     }
 
     /// Whether a GEMM's first build times the kernels on the spot (natively), or leaves its
-    /// class to [`crate::exec::GpuExec::autotune`], which can wait for the GPU (the browser,
+    /// class to [`crate::exec::gpu::GpuExec::autotune`], which can wait for the GPU (the browser,
     /// where a plan is built synchronously).
     pub fn times_at_build(&self) -> bool {
         cfg!(not(target_arch = "wasm32"))

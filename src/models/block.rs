@@ -41,8 +41,8 @@ impl Stream {
     }
 }
 
-/// A Linear layer's weight [out, in] and bias [out]. `conv1x1` reads PoolFormer's 1x1
-/// convolutions, whose weights are [out, in, 1, 1] — on channels-last tokens the same GEMM.
+/// A Linear layer's weight `[out, in]` and bias `[out]`. `conv1x1` reads PoolFormer's 1x1
+/// convolutions, whose weights are `[out, in, 1, 1]` — on channels-last tokens the same GEMM.
 #[derive(Clone, Copy)]
 pub struct Linear {
     pub w: W,
@@ -135,7 +135,7 @@ impl ChannelMixer {
 pub struct Branch<M> {
     pub norm: Norm,
     pub mixer: M,
-    /// Per-channel layer scale [dim] (ResMLP's ls1/ls2, PoolFormer's layer_scale1/2).
+    /// Per-channel layer scale `[dim]` (ResMLP's ls1/ls2, PoolFormer's layer_scale1/2).
     pub layer_scale: Option<W>,
 }
 

@@ -12,7 +12,7 @@ use crate::net::{Builder, Gemm, GemmKind, View, W};
 
 use super::block::{Linear, Stream};
 
-/// timm `ResBlock.linear_tokens`: weight [tokens, tokens], bias [tokens].
+/// timm `ResBlock.linear_tokens`: weight `[tokens, tokens]`, bias `[tokens]`.
 pub struct LinearTokens(pub Linear);
 
 impl LinearTokens {
