@@ -72,7 +72,7 @@ test-coop: setup
 
 # The wasm build's golden logits in headless Chromium (wasm-bindgen-test-runner + chromedriver).
 # The runner ends chromedriver without closing its session, so Chromium's profile
-# (org.chromium.Chromium.scoped_dir.*, 8 MB) and singleton folder stay behind in $$TMPDIR: the
+# (org.chromium.Chromium.scoped_dir.*, 8 MB) and singleton folder stay behind in TMPDIR: the
 # run gets a TMPDIR of its own, removed when it ends, pass or fail.
 test-wasm: setup
 	t=$$(mktemp -d -t tokenmix-wasm-test.XXXXXX) && trap 'rm -rf "$$t"' EXIT && \
