@@ -2,7 +2,7 @@
 // through the page's own wasm module, beside onnxruntime-web (WebGPU and wasm execution
 // providers) on the same models, in the same browser, in the same run.
 //
-//   node tests/browser/bench.mjs [--iters 5] [--ort-iters 3] [name=path.safetensors ...]
+//   node tests/browser/bench.mjs [--iters 5] [--ort-iters 3] [--cpu-profile] [name=path.safetensors ...]
 //
 // Without model arguments it measures the shipped Fashion-MNIST models. Pass timm checkpoints
 // made by tools/timm_checkpoint.py for ImageNet sizes; when `path.onnx` sits beside
@@ -13,6 +13,9 @@
 // Per engine: time to first result (tokenmix: loadModel, which creates the pipelines and the
 // batch-1 plan, plus the first classify; ORT: InferenceSession.create plus the first run) and
 // the median of the warm calls. Prints one JSON line per model and a table at the end.
+// --cpu-profile then samples V8's CPU profiler (DevTools protocol, 100 µs) over `iters` more
+// tokenmix classify calls and prints the functions with the most self time (the wasm keeps
+// its name section, so these are the Rust functions' names): where the wasm path spends it.
 // `make bench-web` installs onnxruntime-web and binaryen (npm, not in package.json: the tests
 // do not need them), makes the timm files and runs this. Nothing else should run beside it.
 
@@ -33,12 +36,14 @@ let iters = 5;
 let ortIters = 3;
 let backend = 'auto';
 let ortEps = ['wasm'];
+let cpuProfile = false;
 const models = [];
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === '--iters') iters = Number(argv[++i]);
   else if (argv[i] === '--ort-iters') ortIters = Number(argv[++i]);
   else if (argv[i] === '--backend') backend = argv[++i];
   else if (argv[i] === '--ort-eps') ortEps = argv[++i].split(',').filter(Boolean);
+  else if (argv[i] === '--cpu-profile') cpuProfile = true;
   else {
     const [name, file] = argv[i].split('=');
     if (!file) throw new Error(`expected name=path.safetensors, got ${argv[i]}`);
@@ -97,11 +102,13 @@ try {
       }
       times.sort((a, b) => a - b);
       window.benchInput = out.input.data; // what ORT is fed
+      window.benchInputSize = [w, h];
       return { backend: adapter.backend, adapter: `${adapter.name || 'unnamed adapter'} [${adapter.apiBackend}, ${adapter.deviceType}] gemm ${adapter.gemm}`,
         preset: info.preset, family: info.family, input: info.inputSize, first_result_ms: first, load_ms: load,
         warm_median_ms: times[Math.floor(times.length / 2)], iters, top5: out.predictions.map((p) => [p.index, p.probability]) };
     }, { url: `${base}/model.safetensors`, iters, backend });
     const row = { model: m.name, ...tm };
+    if (cpuProfile) row.cpu_profile = await sampleClassify(page, iters);
     if (m.onnx) {
       // ORT fixes the wasm thread count at its first use: one fresh page per configuration, wasm
       // at tokenmix's thread count (1) and, where the page is cross-origin isolated, at 2.
@@ -155,7 +162,41 @@ try {
   fs.rmSync(userDir, { recursive: true, force: true });
 }
 
+// V8's sampling profiler over `iters` warm classify calls of the loaded model: the 15
+// functions with the most self time, as a share of all samples (idle and GC included).
+async function sampleClassify(page, iters) {
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Profiler.enable');
+  await cdp.send('Profiler.setSamplingInterval', { interval: 100 });
+  await cdp.send('Profiler.start');
+  await page.evaluate(async (iters) => {
+    const api = await import('/js/pkg/tokenmix.js');
+    const pixels = new Uint8ClampedArray(window.benchInputSize[0] * window.benchInputSize[1] * 4).map((_, i) => (i * 104729) % 251);
+    const image = new ImageData(pixels, window.benchInputSize[0], window.benchInputSize[1]);
+    for (let i = 0; i < iters; i++) await api.classify(image, 5);
+  }, iters);
+  const { profile } = await cdp.send('Profiler.stop');
+  await cdp.detach();
+  const self = new Map();
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  let total = 0;
+  profile.samples.forEach((id, i) => {
+    const dt = profile.timeDeltas[i] ?? 0;
+    const f = byId.get(id).callFrame;
+    const name = f.functionName || `(${f.url ? path.basename(f.url) : 'anonymous'})`;
+    self.set(name, (self.get(name) ?? 0) + dt);
+    total += dt;
+  });
+  if (profile.samples.length === 0) throw new Error('--cpu-profile: the profiler took no samples');
+  return [...self].sort((a, b) => b[1] - a[1]).slice(0, 15)
+    .map(([name, us]) => ({ function: name, self_ms: us / 1000 / iters, share: us / total }));
+}
+
 const ms = (v) => (v === undefined ? '–' : v >= 10_000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(0)} ms`);
+for (const r of rows.filter((r) => r.cpu_profile)) {
+  console.log(`\n${r.model}: self time per classify (${r.iters} calls sampled)`);
+  for (const f of r.cpu_profile) console.log(`${(100 * f.share).toFixed(1).padStart(5)} %  ${f.self_ms.toFixed(1).padStart(7)} ms  ${f.function}`);
+}
 console.log(`\ntokenmix backend ${rows[0]?.backend ?? '?'}: ${rows[0]?.adapter ?? ''}`);
 console.log('| model | tokenmix first | tokenmix warm | ORT wasm 1 thread warm | ORT wasm 2 threads warm | ORT WebGPU warm | tokenmix / ORT wasm 1t | tokenmix / ORT wasm 2t | tokenmix / ORT WebGPU | first / warm | agree (top-1, max Δp) |');
 console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
