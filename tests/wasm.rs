@@ -79,3 +79,41 @@ async fn golden_logits_match_timm_in_the_browser() {
 async fn golden_logits_match_timm_on_the_wasm_cpu_backend() {
     goldens_on(Device::cpu()).await;
 }
+
+/// The wasm CPU executor's GEMM (`exec/gemm128.rs`, simd128 intrinsics) against an f64
+/// reference, in both layouts the executor uses, at shapes that cut its 4×8 register tiles and
+/// its 64-row, 256-deep and 512-column blocks (the goldens' small models reach few of them).
+#[wasm_bindgen_test]
+fn cpu_gemm_matches_an_f64_reference_in_wasm() {
+    use tokenmix::exec::cpu::{linear, weight_times};
+    let value = |i: usize| ((i * 7919 + 13) % 2003) as f32 / 1001.5 - 1.0;
+    let mut checked = 0;
+    for (m, k, n) in [(1, 1, 1), (3, 5, 7), (4, 256, 8), (5, 257, 9), (65, 300, 513), (196, 64, 33), (7, 513, 1030)] {
+        let a: Vec<f32> = (0..m * k).map(value).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| value(i + 101)).collect();
+        let mut c = vec![f32::NAN; m * n];
+        // C = A · Bᵀ with B as [n, k] (a Linear layer's weight).
+        linear(m, k, n, &a, &b, &mut c).expect("extents fit");
+        let tol = 1e-6 * (k as f64 + 1.0);
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|p| a[i * k + p] as f64 * b[j * k + p] as f64).sum();
+                assert!((c[i * n + j] as f64 - want).abs() <= tol, "linear {m}x{k}x{n}: C[{i},{j}] {} vs {want}", c[i * n + j]);
+            }
+        }
+        // C = A · B with B as [k, n] (token mixing: the weight times the activations).
+        c.fill(f32::NAN);
+        weight_times(m, k, n, &a, &b, &mut c).expect("extents fit");
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum();
+                assert!((c[i * n + j] as f64 - want).abs() <= tol, "weight_times {m}x{k}x{n}: C[{i},{j}] {} vs {want}", c[i * n + j]);
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 7);
+    web_sys::console::log_1(
+        &format!("wasm CPU GEMM ({}): {checked} shapes in 2 layouts within 1e-6·(k+1) of f64", tokenmix::exec::cpu::GEMM_NAME).into(),
+    );
+}

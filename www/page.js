@@ -114,7 +114,7 @@ export function reloadModel() {
   return loadModelSource(last.source, last.opts);
 }
 
-/** "CPU: 1 thread, wasm simd128 (matrixmultiply) · backend cpu" or the GPU adapter and its GEMM. */
+/** "CPU: 1 thread, wasm simd128 (gemm128 4x8) · backend cpu" or the GPU adapter and its GEMM. */
 export function adapterText(a) {
   return a.backend === 'cpu'
     ? [a.name, 'backend: cpu'].join(' · ')

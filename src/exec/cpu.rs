@@ -1,8 +1,8 @@
-//! The CPU executor: runs a [`Net`] where the GPU is software or missing. GEMMs go to
-//! `matrixmultiply` (SIMD microkernels: AVX2/FMA, AVX-512, NEON natively, simd128 in wasm;
-//! threads natively) and, natively for one image's rows, to `gemm` (see `sgemm`); both take
-//! any row and column stride, so Linear layers read PyTorch's [out, in] weights transposed in
-//! place, token mixing reads the activations in their own layout and convolutions run on an
+//! The CPU executor: runs a [`Net`] where the GPU is software or missing. GEMMs go natively to
+//! `matrixmultiply` (SIMD microkernels: AVX2/FMA, AVX-512, NEON; threads) and, for one image's
+//! rows, to `gemm` (see `sgemm`), and in wasm to tokenmix's own simd128 kernel (`gemm128`); all
+//! take any row and column stride, so Linear layers read PyTorch's [out, in] weights transposed
+//! in place, token mixing reads the activations in their own layout and convolutions run on an
 //! im2col copy. Epilogues, norms, pooling and reductions are
 //! plain loops over contiguous rows that the compiler vectorises; GELU is the exact erf.
 //!
@@ -18,11 +18,11 @@ use crate::preprocess::{Geometry, Preprocess};
 
 use super::{Output, Profile, RunTimes, MAX_BATCH};
 
-/// The GEMM crates the CPU executor uses here (see `sgemm` in this module's source).
+/// The GEMMs the CPU executor uses here (see `sgemm` in this module's source).
 #[cfg(not(target_arch = "wasm32"))]
 pub const GEMM_NAME: &str = "gemm+matrixmultiply";
 #[cfg(target_arch = "wasm32")]
-pub const GEMM_NAME: &str = "matrixmultiply";
+pub const GEMM_NAME: &str = "gemm128 4x8";
 
 /// The CPU as a device: its thread count and SIMD level, for reports.
 #[derive(Clone, Debug)]
@@ -530,58 +530,62 @@ fn sgemm(
     debug_assert!(a.len() > (m - 1) * rsa + (k - 1) * csa);
     debug_assert!(b.len() > (k - 1) * rsb + (n - 1) * csb);
     debug_assert!(c.len() >= (m - 1) * ldc + n);
+    // In wasm: tokenmix's own simd128 kernel (see `gemm128`: matrixmultiply's spills in V8).
+    #[cfg(target_arch = "wasm32")]
+    super::gemm128::sgemm(m, k, n, a, (rsa, csa), b, (rsb, csb), c, ldc, accumulate);
     // Natively, few rows (one image's tokens: 196 at 224²) go to the `gemm` crate, which
     // measured 1.1-1.6x matrixmultiply there (196x512x2048: 150-180 vs 110 GFLOP/s, 2 threads);
-    // at 1568 rows matrixmultiply was as fast or faster (162 vs 102-155), and it alone has
-    // simd128 kernels for wasm.
+    // at 1568 rows matrixmultiply was as fast or faster (162 vs 102-155).
     #[cfg(not(target_arch = "wasm32"))]
-    if m <= SMALL_M {
-        // SAFETY: as below; `gemm` takes the same pointers and strides (column stride first).
+    {
+        if m <= SMALL_M {
+            // SAFETY: as below; `gemm` takes the same pointers and strides (column stride first).
+            unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    c.as_mut_ptr(),
+                    1,
+                    ldc as isize,
+                    accumulate,
+                    a.as_ptr(),
+                    csa as isize,
+                    rsa as isize,
+                    b.as_ptr(),
+                    csb as isize,
+                    rsb as isize,
+                    if accumulate { 1.0 } else { 0.0 },
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::Rayon(rayon::current_num_threads()),
+                );
+            }
+            return;
+        }
+        // SAFETY: the extents above are checked by the callers (`check`) for every operand: each
+        // pointer plus its largest offset stays inside its slice, and C does not alias A or B
+        // (they are different slices; `CpuExec::new` refuses GEMMs that read the slot they write).
         unsafe {
-            gemm::gemm(
+            matrixmultiply::sgemm(
                 m,
-                n,
                 k,
-                c.as_mut_ptr(),
-                1,
-                ldc as isize,
-                accumulate,
-                a.as_ptr(),
-                csa as isize,
-                rsa as isize,
-                b.as_ptr(),
-                csb as isize,
-                rsb as isize,
-                if accumulate { 1.0 } else { 0.0 },
+                n,
                 1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::Rayon(rayon::current_num_threads()),
+                a.as_ptr(),
+                rsa as isize,
+                csa as isize,
+                b.as_ptr(),
+                rsb as isize,
+                csb as isize,
+                if accumulate { 1.0 } else { 0.0 },
+                c.as_mut_ptr(),
+                ldc as isize,
+                1,
             );
         }
-        return;
-    }
-    // SAFETY: the extents above are checked by the callers (`check`) for every operand: each
-    // pointer plus its largest offset stays inside its slice, and C does not alias A or B
-    // (they are different slices; `CpuExec::new` refuses GEMMs that read the slot they write).
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            rsa as isize,
-            csa as isize,
-            b.as_ptr(),
-            rsb as isize,
-            csb as isize,
-            if accumulate { 1.0 } else { 0.0 },
-            c.as_mut_ptr(),
-            ldc as isize,
-            1,
-        );
     }
 }
 

@@ -5,6 +5,8 @@
 //! software rasteriser (lavapipe/llvmpipe, SwiftShader, WebGPU's fallback adapter), else the GPU.
 
 pub mod cpu;
+#[cfg(any(test, target_arch = "wasm32"))]
+mod gemm128;
 pub mod gpu;
 
 use std::sync::Arc;

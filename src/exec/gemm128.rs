@@ -1,0 +1,304 @@
+//! The CPU executor's GEMM in WebAssembly: 128-bit SIMD (simd128), one thread, written for
+//! the code V8 makes of it.
+//!
+//! V8 compiles wasm SIMD to SSE/AVX on x86-64 with 16 xmm registers, one of them its scratch,
+//! and allocates them in about the order LLVM emits the instructions, which loads every operand
+//! of a loop step first. matrixmultiply's simd128 kernel keeps an 8×8 tile in 16 accumulators
+//! and broadcasts A's values with shuffles, so V8's code moves values to and from the stack 18
+//! times on every step of k (see `node --print-wasm-code`); with a 6×8 tile, 10 times. Here
+//! the register tile is [`MR`]×[`NR`] = 4×8: 8 accumulators, B's two vectors and A's four
+//! values, each broadcast from memory (`v128.load32_splat`, a `vbroadcastss`): 14 registers,
+//! no stack traffic and no shuffles, 6 loads and 16 arithmetic operations for 32 multiply-adds.
+//! (Unrolling k by two brings the stack back: 17 moves per two steps.)
+//!
+//! The rest is the usual blocking (Goto and van de Geijn; BLIS's loop order): B in [`KC`]×[`NC`]
+//! blocks packed into panels of [`NR`] columns, A in [`MC`]×[`KC`] blocks packed into panels of
+//! [`MR`] rows, both padded with zeros so every tile is whole, and the valid part of each tile
+//! written or added to C. Any row and column stride, as `matrixmultiply`.
+//!
+//! Natively this module is compiled for its tests only, with a 4-lane array standing in for
+//! `v128`, so that the blocking, packing and edges are tested on every platform; the wasm
+//! tests (`tests/wasm.rs`) run the real thing.
+
+use std::cell::RefCell;
+
+/// Rows of A (and of C) per register tile.
+pub const MR: usize = 4;
+/// Columns of B (and of C) per register tile: two vectors.
+pub const NR: usize = 8;
+/// Depth of a packed block: an A panel (4 KB) and a B panel (8 KB) fit L1 together.
+pub const KC: usize = 256;
+/// Rows of A per packed block (64 KB at [`KC`]), reused from L2 across a B block.
+pub const MC: usize = 16 * MR;
+/// Columns of B per packed block (512 KB at [`KC`]).
+pub const NC: usize = 64 * NR;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod lanes {
+    use core::arch::wasm32::*;
+    pub type V = v128;
+
+    #[inline(always)]
+    pub fn zero() -> V {
+        f32x4_splat(0.0)
+    }
+
+    #[inline(always)]
+    pub fn load(x: &[f32; 4]) -> V {
+        // SAFETY: reads the 16 bytes of `x`; wasm loads need no alignment.
+        unsafe { v128_load(x.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
+    pub fn broadcast(x: &f32) -> V {
+        // SAFETY: reads the 4 bytes of `x`.
+        unsafe { v128_load32_splat((x as *const f32).cast()) }
+    }
+
+    /// `acc + a * b`, rounded twice (as the multiply and add of any f32 code).
+    #[inline(always)]
+    pub fn mul_add(acc: V, a: V, b: V) -> V {
+        f32x4_add(acc, f32x4_mul(a, b))
+    }
+
+    #[inline(always)]
+    pub fn store(v: V, out: &mut [f32; 4]) {
+        // SAFETY: writes the 16 bytes of `out`.
+        unsafe { v128_store(out.as_mut_ptr().cast(), v) }
+    }
+}
+
+/// Plain arrays: natively for the tests, and in a wasm build without simd128 (the project's
+/// `.cargo/config.toml` turns it on; a crate that builds tokenmix may not).
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+mod lanes {
+    pub type V = [f32; 4];
+
+    pub fn zero() -> V {
+        [0.0; 4]
+    }
+
+    pub fn load(x: &[f32; 4]) -> V {
+        *x
+    }
+
+    pub fn broadcast(x: &f32) -> V {
+        [*x; 4]
+    }
+
+    pub fn mul_add(acc: V, a: V, b: V) -> V {
+        std::array::from_fn(|i| acc[i] + a[i] * b[i])
+    }
+
+    pub fn store(v: V, out: &mut [f32; 4]) {
+        *out = v;
+    }
+}
+
+use lanes::V;
+
+/// One vector's worth of values.
+type Quad = [f32; 4];
+/// One step of k of a packed B panel, or one row of a tile: NR values as vectors.
+type Row = [Quad; NR / 4];
+
+thread_local! {
+    /// The packed A and B blocks, kept between calls so a forward pass does not allocate them.
+    static PACKED: RefCell<(Vec<[f32; MR]>, Vec<Row>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `C = A · B`, or `C += A · B` with `accumulate`: A [m, k] and B [k, n] with (row, column)
+/// strides, C [m, n] with row stride `ldc`. Panics if an operand is shorter than its extents
+/// say (the CPU executor checks them first).
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    (rsa, csa): (usize, usize),
+    b: &[f32],
+    (rsb, csb): (usize, usize),
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                c[i * ldc..][..n].fill(0.0);
+            }
+        }
+        return;
+    }
+    PACKED.with_borrow_mut(|(ap, bp)| {
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                // The first block of k writes C unless the caller accumulates; the others add.
+                let add = accumulate || pc > 0;
+                pack_b(bp, b, (rsb, csb), pc, kc, jc, nc);
+                for ic in (0..m).step_by(MC) {
+                    let mc = MC.min(m - ic);
+                    pack_a(ap, a, (rsa, csa), ic, mc, pc, kc);
+                    for (jr, b_panel) in bp.chunks_exact(kc).enumerate() {
+                        let j0 = jc + jr * NR;
+                        let nr = NR.min(n - j0);
+                        for (ir, a_panel) in ap.chunks_exact(kc).enumerate() {
+                            let i0 = ic + ir * MR;
+                            let tile = kernel(a_panel, b_panel);
+                            for (i, row) in tile.iter().enumerate().take(MR.min(m - i0)) {
+                                let row = row.as_flattened();
+                                let out = &mut c[(i0 + i) * ldc + j0..][..nr];
+                                if add {
+                                    out.iter_mut().zip(row).for_each(|(o, t)| *o += t);
+                                } else {
+                                    out.copy_from_slice(&row[..nr]);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The MR×NR tile of one A panel times one B panel, summed over their common depth.
+#[inline(never)]
+fn kernel(a: &[[f32; MR]], b: &[Row]) -> [Row; MR] {
+    let mut acc: [[V; NR / 4]; MR] = [[lanes::zero(); NR / 4]; MR];
+    for (a, b) in a.iter().zip(b) {
+        let b: [V; NR / 4] = std::array::from_fn(|j| lanes::load(&b[j]));
+        for (acc, a) in acc.iter_mut().zip(a) {
+            let a = lanes::broadcast(a);
+            for (acc, b) in acc.iter_mut().zip(b) {
+                *acc = lanes::mul_add(*acc, a, b);
+            }
+        }
+    }
+    let mut tile = [[[0f32; 4]; NR / 4]; MR];
+    for (row, acc) in tile.iter_mut().zip(&acc) {
+        for (q, acc) in row.iter_mut().zip(acc) {
+            lanes::store(*acc, q);
+        }
+    }
+    tile
+}
+
+/// A's rows `i0..i0 + mc`, columns `p0..p0 + kc` as panels of MR rows, each `kc` steps of MR
+/// values, zero past row `mc`. Reads along whichever of A's dimensions is contiguous.
+#[inline(never)]
+fn pack_a(out: &mut Vec<[f32; MR]>, a: &[f32], (rs, cs): (usize, usize), i0: usize, mc: usize, p0: usize, kc: usize) {
+    out.clear();
+    for ir in (0..mc).step_by(MR) {
+        let rows = MR.min(mc - ir);
+        let at = out.len();
+        out.resize(at + kc, [0.0; MR]);
+        let panel = &mut out[at..];
+        if cs == 1 {
+            // Rows contiguous (activations): one row of the panel at a time.
+            for i in 0..rows {
+                let row = &a[(i0 + ir + i) * rs + p0..][..kc];
+                panel.iter_mut().zip(row).for_each(|(step, &v)| step[i] = v);
+            }
+        } else {
+            for (p, step) in panel.iter_mut().enumerate() {
+                let base = (i0 + ir) * rs + (p0 + p) * cs;
+                step[..rows].iter_mut().enumerate().for_each(|(i, v)| *v = a[base + i * rs]);
+            }
+        }
+    }
+}
+
+/// B's rows `p0..p0 + kc`, columns `j0..j0 + nc` as panels of NR columns, each `kc` steps of
+/// NR values, zero past column `nc`. Reads along whichever of B's dimensions is contiguous.
+#[inline(never)]
+fn pack_b(out: &mut Vec<Row>, b: &[f32], (rs, cs): (usize, usize), p0: usize, kc: usize, j0: usize, nc: usize) {
+    out.clear();
+    for jr in (0..nc).step_by(NR) {
+        let cols = NR.min(nc - jr);
+        let at = out.len();
+        out.resize(at + kc, [[0.0; 4]; NR / 4]);
+        let panel = &mut out[at..];
+        if rs == 1 && cs != 1 {
+            // Columns contiguous (a Linear layer's [out, in] weight read as its transpose).
+            for j in 0..cols {
+                let col = &b[(j0 + jr + j) * cs + p0..][..kc];
+                panel.iter_mut().zip(col).for_each(|(step, &v)| step[j / 4][j % 4] = v);
+            }
+        } else if cs == 1 {
+            // Rows contiguous (token mixing's activations).
+            for (p, step) in panel.iter_mut().enumerate() {
+                let row = &b[(p0 + p) * rs + j0 + jr..][..cols];
+                step.as_flattened_mut()[..cols].copy_from_slice(row);
+            }
+        } else {
+            for (p, step) in panel.iter_mut().enumerate() {
+                let base = (p0 + p) * rs + (j0 + jr) * cs;
+                step.as_flattened_mut()[..cols].iter_mut().enumerate().for_each(|(j, v)| *v = b[base + j * cs]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic pseudo-random value in [-1, 1).
+    fn value(seed: usize) -> f32 {
+        let x = (seed as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    /// Every shape class the blocking has (tiles cut at MR and NR, blocks at MC, KC and NC,
+    /// k = 0 and 1), each layout the executor uses (row-major A, transposed B as a Linear
+    /// layer's weight, token mixing's W · X) and every packing path (a transposed A, strides
+    /// on both dimensions), a padded C, against an f64 reference, with and without accumulating.
+    #[test]
+    fn matches_an_f64_reference_at_every_edge() {
+        let dims = |full: usize| [1, 5, full - 1, full, full + 1, 2 * full + 3];
+        let mut cases = 0;
+        for m in dims(MR).into_iter().chain([MC - 1, MC + MR + 1]) {
+            for k in [0, 1, 7, KC, KC + 3] {
+                for n in dims(NR).into_iter().chain([NC + NR + 3]) {
+                    // (A strides, B strides): activations · weightᵀ, W · X, a transposed A, and
+                    // neither operand contiguous.
+                    for (sa, sb) in [((k, 1), (1, k)), ((k, 1), (n, 1)), ((1, m), (1, k)), ((2 * k, 2), (2 * n, 2))] {
+                        let a: Vec<f32> = (0..2 * m * k).map(|i| value(i + 1)).collect();
+                        let b: Vec<f32> = (0..2 * k * n).map(|i| value(i + 7919)).collect();
+                        let ldc = n + 3;
+                        for accumulate in [false, true] {
+                            let mut c: Vec<f32> = (0..m * ldc).map(|i| value(i + 104_729)).collect();
+                            let before = c.clone();
+                            sgemm(m, k, n, &a, sa, &b, sb, &mut c, ldc, accumulate);
+                            for i in 0..m {
+                                for j in 0..ldc {
+                                    let got = c[i * ldc + j];
+                                    if j >= n {
+                                        assert_eq!(got, before[i * ldc + j], "wrote past column {n}");
+                                        continue;
+                                    }
+                                    let dot: f64 = (0..k).map(|p| a[i * sa.0 + p * sa.1] as f64 * b[p * sb.0 + j * sb.1] as f64).sum();
+                                    let want = dot + if accumulate { before[i * ldc + j] as f64 } else { 0.0 };
+                                    let tol = 1e-6 * (k as f64 + 1.0);
+                                    assert!(
+                                        (got as f64 - want).abs() <= tol,
+                                        "m {m} k {k} n {n} strides {sa:?} {sb:?} accumulate {accumulate}: C[{i},{j}] {got} vs {want}"
+                                    );
+                                }
+                            }
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 8 * 5 * 7 * 4 * 2);
+    }
+}
