@@ -225,8 +225,14 @@ fn pack_b(out: &mut Vec<Row>, b: &[f32], (rs, cs): (usize, usize), p0: usize, kc
         let at = out.len();
         out.resize(at + kc, [[0.0; 4]; NR / 4]);
         let panel = &mut out[at..];
-        if rs == 1 && cs != 1 {
-            // Columns contiguous (a Linear layer's [out, in] weight read as its transpose).
+        if rs == 1 && cs != 1 && cols == NR {
+            // Columns contiguous (a Linear layer's [out, in] weight read as its transpose): the
+            // panel's NR columns read side by side, each step written whole.
+            let col: [&[f32]; NR] = std::array::from_fn(|j| &b[(j0 + jr + j) * cs + p0..][..kc]);
+            for (p, step) in panel.iter_mut().enumerate() {
+                *step = std::array::from_fn(|q| std::array::from_fn(|l| col[4 * q + l][p]));
+            }
+        } else if rs == 1 && cs != 1 {
             for j in 0..cols {
                 let col = &b[(j0 + jr + j) * cs + p0..][..kc];
                 panel.iter_mut().zip(col).for_each(|(step, &v)| step[j / 4][j % 4] = v);
