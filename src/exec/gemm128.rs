@@ -23,7 +23,7 @@
 
 use std::cell::RefCell;
 
-/// Rows of A (and of C) per register tile.
+/// Rows of A (and of C) per register tile. (`cpu::GEMM_NAME` names the tile for reports.)
 pub const MR: usize = 4;
 /// Columns of B (and of C) per register tile: two vectors.
 pub const NR: usize = 8;
