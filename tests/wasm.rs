@@ -91,23 +91,18 @@ fn cpu_gemm_matches_an_f64_reference_in_wasm() {
     for (m, k, n) in [(1, 1, 1), (3, 5, 7), (4, 256, 8), (5, 257, 9), (65, 300, 513), (196, 64, 33), (7, 513, 1030)] {
         let a: Vec<f32> = (0..m * k).map(value).collect();
         let b: Vec<f32> = (0..k * n).map(|i| value(i + 101)).collect();
-        let mut c = vec![f32::NAN; m * n];
-        // C = A · Bᵀ with B as [n, k] (a Linear layer's weight).
-        linear(m, k, n, &a, &b, &mut c).expect("extents fit");
-        let tol = 1e-6 * (k as f64 + 1.0);
-        for i in 0..m {
-            for j in 0..n {
-                let want: f64 = (0..k).map(|p| a[i * k + p] as f64 * b[j * k + p] as f64).sum();
-                assert!((c[i * n + j] as f64 - want).abs() <= tol, "linear {m}x{k}x{n}: C[{i},{j}] {} vs {want}", c[i * n + j]);
-            }
-        }
-        // C = A · B with B as [k, n] (token mixing: the weight times the activations).
-        c.fill(f32::NAN);
-        weight_times(m, k, n, &a, &b, &mut c).expect("extents fit");
-        for i in 0..m {
-            for j in 0..n {
-                let want: f64 = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum();
-                assert!((c[i * n + j] as f64 - want).abs() <= tol, "weight_times {m}x{k}x{n}: C[{i},{j}] {} vs {want}", c[i * n + j]);
+        // C = A · Bᵀ with B as [n, k] (a Linear layer's weight), then C = A · B with B as [k, n]
+        // (token mixing: the weight times the activations); B's (row, column) strides as read.
+        type Gemm = fn(usize, usize, usize, &[f32], &[f32], &mut [f32]) -> tokenmix::Result<()>;
+        for (name, gemm, (rs, cs)) in [("linear", linear as Gemm, (1, k)), ("weight_times", weight_times as Gemm, (n, 1))] {
+            let mut c = vec![f32::NAN; m * n];
+            gemm(m, k, n, &a, &b, &mut c).expect("extents fit");
+            let tol = 1e-6 * (k as f64 + 1.0);
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k).map(|p| a[i * k + p] as f64 * b[p * rs + j * cs] as f64).sum();
+                    assert!((c[i * n + j] as f64 - want).abs() <= tol, "{name} {m}x{k}x{n}: C[{i},{j}] {} vs {want}", c[i * n + j]);
+                }
             }
         }
         checked += 1;

@@ -216,6 +216,9 @@ fn pack_a(out: &mut Vec<[f32; MR]>, a: &[f32], (rs, cs): (usize, usize), i0: usi
     }
 }
 
+/// The padding columns of a B panel that is cut at `n`.
+static ZEROS: [f32; KC] = [0.0; KC];
+
 /// B's rows `p0..p0 + kc`, columns `j0..j0 + nc` as panels of NR columns, each `kc` steps of
 /// NR values, zero past column `nc`. Reads along whichever of B's dimensions is contiguous.
 #[inline(never)]
@@ -226,17 +229,12 @@ fn pack_b(out: &mut Vec<Row>, b: &[f32], (rs, cs): (usize, usize), p0: usize, kc
         let at = out.len();
         out.resize(at + kc, [[0.0; 4]; NR / 4]);
         let panel = &mut out[at..];
-        if rs == 1 && cs != 1 && cols == NR {
+        if rs == 1 && cs != 1 {
             // Columns contiguous (a Linear layer's [out, in] weight read as its transpose): the
-            // panel's NR columns read side by side, each step written whole.
-            let col: [&[f32]; NR] = std::array::from_fn(|j| &b[(j0 + jr + j) * cs + p0..][..kc]);
+            // panel's NR columns read side by side, zeros past column `nc`, each step written whole.
+            let col: [&[f32]; NR] = std::array::from_fn(|j| if j < cols { &b[(j0 + jr + j) * cs + p0..][..kc] } else { &ZEROS[..kc] });
             for (p, step) in panel.iter_mut().enumerate() {
                 *step = std::array::from_fn(|q| std::array::from_fn(|l| col[4 * q + l][p]));
-            }
-        } else if rs == 1 && cs != 1 {
-            for j in 0..cols {
-                let col = &b[(j0 + jr + j) * cs + p0..][..kc];
-                panel.iter_mut().zip(col).for_each(|(step, &v)| step[j / 4][j % 4] = v);
             }
         } else if cs == 1 {
             // Rows contiguous (token mixing's activations).

@@ -177,6 +177,7 @@ async function sampleClassify(page, iters) {
   }, iters);
   const { profile } = await cdp.send('Profiler.stop');
   await cdp.detach();
+  if (profile.samples.length === 0) throw new Error('--cpu-profile: the profiler took no samples');
   const self = new Map();
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   let total = 0;
@@ -187,7 +188,6 @@ async function sampleClassify(page, iters) {
     self.set(name, (self.get(name) ?? 0) + dt);
     total += dt;
   });
-  if (profile.samples.length === 0) throw new Error('--cpu-profile: the profiler took no samples');
   return [...self].sort((a, b) => b[1] - a[1]).slice(0, 15)
     .map(([name, us]) => ({ function: name, self_ms: us / 1000 / iters, share: us / total }));
 }
