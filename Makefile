@@ -30,10 +30,25 @@ desktop: setup
 	@echo "tokenmix desktop app: $(BIN) view [--weights W] [IMAGE]   (headless: $(BIN) view --image IMG --screenshot OUT.png)"
 
 # The wasm module and its JS glue, inside the npm package js/ (js/pkg/tokenmix.js +
-# tokenmix_bg.wasm); the page imports the package.
+# tokenmix_bg.wasm); the page imports the package. Then the threaded build, js/pkg-threads,
+# which js/core.js loads in a worker of a cross-origin-isolated page: the crate with the
+# `threads` feature (rayon on Web Workers), compiled for shared memory (atomics, bulk-memory)
+# against a std rebuilt with those features (-Z build-std: rust-src, from tools/setup.sh; the
+# stable compiler accepts the flag with RUSTC_BOOTSTRAP=1, so no second toolchain). Its own
+# target dir keeps the two builds from invalidating each other. The link arguments make the
+# memory shared and imported (the workers receive it) with the thread-local storage symbols
+# wasm-bindgen sets up per thread; it may grow to 4 GiB (mixer_l16 needs more than 1 GiB).
+WASM_THREADS_FLAGS := -C target-feature=+simd128,+atomics,+bulk-memory,+mutable-globals \
+  -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
+  -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
+  -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base
+WASM_THREADS_DIR := target/wasm-threads
+WASM_THREADS := $(WASM_THREADS_DIR)/wasm32-unknown-unknown/release/tokenmix.wasm
 web: setup
 	$(CARGO) build --release --lib --target wasm32-unknown-unknown
 	$(WASM_BINDGEN) --target web --out-dir js/pkg --out-name tokenmix $(WASM)
+	RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$(WASM_THREADS_FLAGS)" $(CARGO) build --release --lib --target wasm32-unknown-unknown --features threads -Z build-std=std,panic_abort --target-dir $(WASM_THREADS_DIR)
+	$(WASM_BINDGEN) --target web --out-dir js/pkg-threads --out-name tokenmix $(WASM_THREADS)
 
 # The demo: the page (index.html) served on localhost with the embedded default model.
 demo: build web
@@ -50,6 +65,8 @@ lint: setup
 	$(CARGO) clippy --release --all-targets --features desktop -- -D warnings
 	$(CARGO) clippy --release --bins -- -D warnings
 	$(CARGO) clippy --release --lib --target wasm32-unknown-unknown -- -D warnings
+	RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$(WASM_THREADS_FLAGS)" $(CARGO) clippy --release --lib \
+	  --target wasm32-unknown-unknown --features threads -Z build-std=std,panic_abort --target-dir $(WASM_THREADS_DIR) -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --release --no-deps --lib --features desktop
 
 # With the desktop app, whose tests (tests/desktop.rs, egui_kittest) render on the adapter.
@@ -74,14 +91,18 @@ test-coop: setup
 # The runner ends chromedriver without closing its session, so Chromium's profile
 # (org.chromium.Chromium.scoped_dir.*, 8 MB) and singleton folder stay behind in TMPDIR: the
 # run gets a TMPDIR of its own, removed when it ends, pass or fail.
-test-wasm: setup
-	t=$$(mktemp -d -t tokenmix-wasm-test.XXXXXX) && trap 'rm -rf "$$t"' EXIT && \
-	TMPDIR=$$t \
-	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=$(TOOLS)/bin/wasm-bindgen-test-runner \
+WASM_TEST_ENV = CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=$(TOOLS)/bin/wasm-bindgen-test-runner \
 	CHROMEDRIVER=$$(command -v chromedriver) \
 	WASM_BINDGEN_TEST_WEBDRIVER_JSON=$(CURDIR)/tests/browser/webdriver.json \
-	WASM_BINDGEN_TEST_TIMEOUT=600 \
-	$(CARGO) test --release --target wasm32-unknown-unknown --test wasm
+	WASM_BINDGEN_TEST_TIMEOUT=600
+# Twice: the one-thread build on a page, then the threaded build (as `make web` makes it) in a
+# dedicated worker on a pool of two threads (the runner serves it cross-origin isolated).
+test-wasm: setup
+	t=$$(mktemp -d -t tokenmix-wasm-test.XXXXXX) && trap 'rm -rf "$$t"' EXIT && \
+	TMPDIR=$$t $(WASM_TEST_ENV) $(CARGO) test --release --target wasm32-unknown-unknown --test wasm && \
+	TMPDIR=$$t $(WASM_TEST_ENV) RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$(WASM_THREADS_FLAGS)" \
+	  $(CARGO) test --release --target wasm32-unknown-unknown --features threads -Z build-std=std,panic_abort \
+	  --target-dir $(WASM_THREADS_DIR) --test wasm
 
 # The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core, beside
 # the native CLI's answers. The CLI is asked for as the integration tests build it (through

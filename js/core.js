@@ -13,21 +13,71 @@ export async function toImageData(image) {
   return ctx.getImageData(0, 0, w, h);
 }
 
-/** Loads the wasm module and returns the methods both modes expose. */
-export async function createCore(moduleUrl = new URL('./pkg/tokenmix.js', import.meta.url)) {
-  const tm = await import(moduleUrl.href);
-  await tm.default();
+/** How long the threaded build's workers may take to start before the one-thread build runs. */
+const POOL_START_MS = 30_000;
+
+/** The thread count `threads: undefined` asks for: the cores, at most 8. */
+export const defaultThreads = () => Math.max(1, Math.min(8, globalThis.navigator?.hardwareConcurrency || 1));
+
+/**
+ * Why the threaded build cannot run here, or null when it can. It needs shared memory
+ * (SharedArrayBuffer, which browsers give only to cross-origin-isolated pages: served with
+ * Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp) and
+ * a worker: the threads' work is waited for with Atomics.wait, which a page's own thread may
+ * not call.
+ */
+function threadsUnavailable() {
+  if (typeof WorkerGlobalScope === 'undefined' || !(self instanceof WorkerGlobalScope)) return "on the page's thread (worker: false); the threads need a worker";
+  if (!globalThis.crossOriginIsolated || typeof SharedArrayBuffer === 'undefined') {
+    return 'the page is not cross-origin isolated (serve it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp)';
+  }
+  return null;
+}
+
+/**
+ * Loads the wasm module and returns the methods both modes expose. With `threads` > 1 where
+ * that can run (see `threadsUnavailable`), the threaded build (./pkg-threads: the CPU
+ * executor's GEMMs, epilogues and norms on a rayon pool of `threads` Web Workers); else, or if
+ * it fails to start, the one-thread build (./pkg), saying why in `adapterInfo().threadsNote`.
+ */
+export async function createCore({ threads = defaultThreads() } = {}) {
+  let tm = null;
+  let note = threads > 1 ? threadsUnavailable() : null;
+  if (threads > 1 && note === null) {
+    try {
+      const t = await import(new URL('./pkg-threads/tokenmix.js', import.meta.url).href);
+      await t.default();
+      // A worker that never starts (no nested workers, say) would otherwise wait for ever.
+      let timer;
+      const stalled = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`its ${threads} workers did not start within ${POOL_START_MS / 1000} s`)), POOL_START_MS);
+      });
+      try {
+        await Promise.race([t.initThreadPool(threads), stalled]);
+      } finally {
+        clearTimeout(timer);
+      }
+      tm = t;
+    } catch (e) {
+      note = `the threaded build did not start (${e?.message ?? e}); running on one thread`;
+    }
+  }
+  if (!tm) {
+    tm = await import(new URL('./pkg/tokenmix.js', import.meta.url).href);
+    await tm.default();
+  }
+  const adapterInfo = async () => ({ ...(await tm.adapterInfo()), threadsNote: note });
   return {
     async init({ backend = 'auto', precision = 'f32', autotune } = {}) {
       tm.setBackend(backend);
       tm.setPrecision(precision);
       tm.setAutotune(autotune);
-      return tm.adapterInfo();
+      return adapterInfo();
     },
-    adapterInfo: () => tm.adapterInfo(),
+    adapterInfo,
     modelInfo: () => tm.modelInfo(),
     async info() {
-      return { adapter: await tm.adapterInfo(), model: await tm.modelInfo() };
+      return { adapter: await adapterInfo(), model: await tm.modelInfo() };
     },
     loadModel: (source, options = {}) => tm.loadModel(source ?? null, options),
     classify: async (image, topK = 5) => tm.classify(await toImageData(image), topK),

@@ -18,6 +18,12 @@ export interface ClassifierOptions {
    * per adapter in the Cache API, so a later load times nothing). Default: on for hardware
    * GPUs, off for software adapters. */
   autotune?: boolean;
+  /** Threads of the CPU executor (1 to 64; default: the cores, at most 8). More than one runs
+   * the threaded build (js/pkg-threads), which needs a worker (the default) and a
+   * cross-origin-isolated page (Cross-Origin-Opener-Policy: same-origin,
+   * Cross-Origin-Embedder-Policy: require-corp); elsewhere one thread, and
+   * `adapterInfo().threadsNote` says why. */
+  threads?: number;
 }
 
 /** What {@link Classifier.classify} accepts. */
@@ -117,6 +123,10 @@ export interface AdapterInfo {
   precision: 'f32' | 'f16';
   /** Why the precision is not the one asked for, when it is not. */
   precisionNote: string | null;
+  /** The CPU executor's threads (rayon's pool in the threaded build; 1 in the other). */
+  threads: number;
+  /** Why it runs on one thread although more were asked for (or allowed by default), else null. */
+  threadsNote: string | null;
 }
 
 export interface TokenMixing {

@@ -10,11 +10,14 @@ const checkAutotune = (a) => {
 };
 
 /** @param {import('./index.js').ClassifierOptions} [options] */
-export async function createClassifier({ worker = true, backend = 'auto', precision = 'f32', autotune } = {}) {
+export async function createClassifier({ worker = true, backend = 'auto', precision = 'f32', autotune, threads } = {}) {
   if (!BACKENDS.includes(backend)) throw new Error(`backend ${backend}: expected auto, gpu or cpu`);
   if (!PRECISIONS.includes(precision)) throw new Error(`precision ${precision}: expected f32 or f16`);
   checkAutotune(autotune);
-  const call = worker && typeof Worker !== 'undefined' ? workerCalls() : await inlineCalls();
+  if (threads !== undefined && !(Number.isInteger(threads) && threads >= 1 && threads <= 64)) {
+    throw new Error(`threads ${threads}: expected a whole number from 1 to 64`);
+  }
+  const call = worker && typeof Worker !== 'undefined' ? workerCalls(threads) : await inlineCalls(threads);
   await call('init', [{ backend, precision, autotune }]);
 
   // In a worker an image travels as an ImageBitmap (transferred) or an ImageData (copied).
@@ -67,9 +70,9 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
   };
 }
 
-/** Calls on this thread. */
-async function inlineCalls() {
-  const core = await createCore();
+/** Calls on this thread (the one-thread build: a page's thread may not wait on others). */
+async function inlineCalls(threads) {
+  const core = await createCore({ threads });
   let disposed = false;
   const call = async (method, args) => {
     if (disposed) throw new Error('tokenmix: this classifier was disposed');
@@ -81,8 +84,10 @@ async function inlineCalls() {
 }
 
 /** Calls into a dedicated module worker, one message each, answered by id. */
-function workerCalls() {
-  const w = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'tokenmix' });
+function workerCalls(threads) {
+  const url = new URL('./worker.js', import.meta.url);
+  if (threads !== undefined) url.searchParams.set('threads', threads);
+  const w = new Worker(url, { type: 'module', name: 'tokenmix' });
   const pending = new Map();
   let next = 0;
   let failure = null;

@@ -3,7 +3,9 @@
 // Messages in: {id, method, args}; out: {id, result} | {id, error} | {id, progress: [loaded, total]}.
 import { createCore } from './core.js';
 
-const core = createCore();
+// createClassifier passes its `threads` option in the worker's URL (?threads=N).
+const threads = Number(new URL(import.meta.url).searchParams.get('threads')) || undefined;
+const core = createCore({ threads });
 core.catch(() => {}); // reported per call below
 
 self.onmessage = async ({ data }) => {

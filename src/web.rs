@@ -6,7 +6,8 @@
 //! - `setPrecision('f32' | 'f16')`: storage of GEMM weights and MLP hidden activations of GPU
 //!   devices made from then on
 //! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
-//!   gemm, precision, precisionNote}`: which executor runs and why. `auto` takes the CPU (WebAssembly SIMD) where
+//!   gemm, precision, precisionNote, threads}`: which executor runs and why (`js/core.js` adds
+//!   `threadsNote`). `auto` takes the CPU (WebAssembly SIMD) where
 //!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
 //!   adapter), else the GPU
 //! - `loadModel(source, {onProgress, name, backend, precision, cache})` → description (with `fromCache`); `source` is a URL,
@@ -47,6 +48,13 @@ use wasm_bindgen::prelude::*;
 use crate::error::Error;
 use crate::exec::{self, BackendChoice, Device, Selected};
 use crate::models::Model;
+
+/// The threaded build (`threads`, `js/pkg-threads`): `initThreadPool(n)` starts rayon's pool
+/// on `n` Web Workers sharing this module's memory; `js/core.js` calls it before anything else,
+/// in a worker (the page's own thread may not block). Without it the pool is the calling
+/// thread alone.
+#[cfg(feature = "threads")]
+pub use wasm_bindgen_rayon::init_thread_pool;
 
 #[wasm_bindgen(inline_js = r#"
 export async function fetch_bytes(url, onProgress) {
@@ -272,6 +280,7 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
         "gemmTimed": d.gpu().map_or(0, |g| g.tuning.timed()),
         "precision": d.precision().0,
         "precisionNote": d.precision().1,
+        "threads": exec::Cpu::new().threads,
     }))
 }
 

@@ -2,7 +2,9 @@
 //! core, on the browser's WebGPU adapter (headless Chromium, SwiftShader) and on the
 //! WebAssembly SIMD CPU executor, agree with timm within the golden tolerance — and so do the
 //! per-token class evidence maps (`Model::explain`). Run by
-//! `make test-wasm` (wasm-bindgen-test-runner + chromedriver).
+//! `make test-wasm` (wasm-bindgen-test-runner + chromedriver) twice: the one-thread build on
+//! the page, and the threaded build (`threads`: the CPU executor on rayon's pool of Web
+//! Workers) in a dedicated worker.
 #![cfg(target_arch = "wasm32")]
 
 use std::sync::Arc;
@@ -10,7 +12,33 @@ use std::sync::Arc;
 use tokenmix::{Device, Gpu, Model};
 use wasm_bindgen_test::*;
 
+// The threaded build (`make test-wasm`'s second run, feature `threads`) runs in a dedicated
+// worker: rayon's work is waited for with Atomics.wait, which a page's own thread may not call.
+#[cfg(not(feature = "threads"))]
 wasm_bindgen_test_configure!(run_in_browser);
+#[cfg(feature = "threads")]
+wasm_bindgen_test_configure!(run_in_dedicated_worker);
+
+/// How many threads the CPU executor gets in the threaded build.
+#[cfg(feature = "threads")]
+const THREADS: usize = 2;
+
+/// In the threaded build, starts rayon's pool on [`THREADS`] Web Workers (once: later calls
+/// find it running) and checks that the executor sees it; in the other build, checks that it
+/// runs on one thread. Each test calls it first: anything that asks rayon for its pool before
+/// (`Cpu::new`, a parallel loop) makes the calling thread the whole pool for good.
+async fn pool() {
+    #[cfg(feature = "threads")]
+    {
+        thread_local!(static STARTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        if !STARTED.replace(true) {
+            wasm_bindgen_futures::JsFuture::from(tokenmix::web::init_thread_pool(THREADS)).await.expect("rayon's pool starts");
+        }
+        assert_eq!(tokenmix::Cpu::new().threads, THREADS, "the threaded build runs on its pool");
+    }
+    #[cfg(not(feature = "threads"))]
+    assert_eq!(tokenmix::Cpu::new().threads, 1);
+}
 
 macro_rules! fixture {
     ($name:literal) => {
@@ -70,6 +98,7 @@ async fn goldens_on(device: Device) {
 /// The WGSL path on the browser's WebGPU adapter (SwiftShader in CI), forced.
 #[wasm_bindgen_test]
 async fn golden_logits_match_timm_in_the_browser() {
+    pool().await;
     let gpu = Arc::new(Gpu::new().await.expect("a WebGPU adapter"));
     goldens_on(Device::Gpu(gpu)).await;
 }
@@ -77,14 +106,17 @@ async fn golden_logits_match_timm_in_the_browser() {
 /// The CPU executor compiled to WebAssembly (simd128).
 #[wasm_bindgen_test]
 async fn golden_logits_match_timm_on_the_wasm_cpu_backend() {
+    pool().await;
     goldens_on(Device::cpu()).await;
 }
 
 /// The wasm CPU executor's GEMM (`exec/gemm128.rs`, simd128 intrinsics) against an f64
 /// reference, in both layouts the executor uses, at shapes that cut its 4×8 register tiles and
 /// its 64-row, 256-deep and 512-column blocks (the goldens' small models reach few of them).
+/// In the threaded build every shape from 4×256×8 on is split by columns over the pool.
 #[wasm_bindgen_test]
-fn cpu_gemm_matches_an_f64_reference_in_wasm() {
+async fn cpu_gemm_matches_an_f64_reference_in_wasm() {
+    pool().await;
     use tokenmix::exec::cpu::{linear, weight_times};
     let value = |i: usize| ((i * 7919 + 13) % 2003) as f32 / 1001.5 - 1.0;
     let mut checked = 0;
@@ -109,6 +141,11 @@ fn cpu_gemm_matches_an_f64_reference_in_wasm() {
     }
     assert_eq!(checked, 7);
     web_sys::console::log_1(
-        &format!("wasm CPU GEMM ({}): {checked} shapes in 2 layouts within 1e-6·(k+1) of f64", tokenmix::exec::cpu::GEMM_NAME).into(),
+        &format!(
+            "wasm CPU GEMM ({}, {} threads): {checked} shapes in 2 layouts within 1e-6·(k+1) of f64",
+            tokenmix::exec::cpu::GEMM_NAME,
+            tokenmix::Cpu::new().threads
+        )
+        .into(),
     );
 }

@@ -48,6 +48,11 @@ if command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null 
   echo "setup: adding the wasm32-unknown-unknown target"
   rustup target add wasm32-unknown-unknown >/dev/null
 fi
+# The threaded wasm build rebuilds std with shared memory (`make web`: -Z build-std).
+if command -v rustup >/dev/null && ! rustup component list --installed 2>/dev/null | grep -q "^rust-src"; then
+  echo "setup: adding rust-src (the threaded wasm build)"
+  rustup component add rust-src >/dev/null
+fi
 
 [ "${TOKENMIX_NO_BROWSER:-0}" = 1 ] && exit 0
 

@@ -40,6 +40,9 @@ async function start() {
   state.webgpu = webgpu;
   // ?worker=0 runs tokenmix on the page's thread (for comparison); by default a worker does.
   const worker = params.get('worker') !== '0';
+  // ?threads=N: the CPU executor's threads (default: the cores, at most 8), where the page is
+  // cross-origin isolated (the demo server sends the headers); elsewhere one.
+  const threads = params.has('threads') ? Number(params.get('threads')) : undefined;
   let createClassifier;
   try {
     ({ createClassifier } = await import('../js/index.js'));
@@ -49,7 +52,7 @@ async function start() {
     return { webgpu, ok: false, error: messageOf(e) };
   }
   try {
-    setApi(await createClassifier({ backend, worker }));
+    setApi(await createClassifier({ backend, worker, threads }));
     state.adapter = await tm.adapterInfo();
   } catch (e) {
     const msg = messageOf(e);
@@ -67,6 +70,8 @@ async function start() {
   const a = state.adapter;
   state.backend = a.backend;
   $('adapter').textContent = adapterText(a);
+  // Why the CPU executor has one thread, where more were allowed (hover): e.g. no COOP/COEP.
+  $('adapter').title = a.threadsNote ?? '';
   const note = $('backend-note');
   note.hidden = a.backend !== 'cpu';
   note.textContent = a.backend === 'cpu' ? `Running on the CPU (WebAssembly SIMD): ${a.reason}.` : '';

@@ -40,7 +40,11 @@ impl Cpu {
     pub fn new() -> Cpu {
         #[cfg(not(target_arch = "wasm32"))]
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        #[cfg(target_arch = "wasm32")]
+        // In wasm: the pool `initThreadPool` started in the threaded build (one thread until
+        // then), else one.
+        #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+        let threads = rayon::current_num_threads();
+        #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
         let threads = 1;
         Cpu { threads }
     }
@@ -467,13 +471,14 @@ static PROFILE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| crate::e
 const CLOCK: &str = "CPU wall clock per step";
 
 /// Below this many floats a loop runs on one thread (splitting costs more than it saves).
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
 const PAR_MIN: usize = 1 << 14;
 
 /// `f(r, row)` for each `ld`-strided row of `out` (the last may be shorter, down to the
-/// `width` a caller touches): on rayon's pool natively, in order in wasm (one thread).
+/// `width` a caller touches): on rayon's pool natively and in the threaded wasm build, in
+/// order in the other wasm build (one thread).
 fn for_rows(out: &mut [f32], ld: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
     if out.len() >= PAR_MIN {
         use rayon::prelude::*;
         out.par_chunks_mut(ld.max(1)).with_min_len(8).enumerate().for_each(|(r, row)| f(r, row));
@@ -748,7 +753,7 @@ avx2_at_run_time! {
 /// the result does not depend on how the threads split the work.
 fn par_moment(x: &[f32], m: Moment) -> f64 {
     const PIECE: usize = 1 << 13;
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
     if x.len() >= PAR_MIN {
         use rayon::prelude::*;
         let parts: Vec<f64> = x.par_chunks(PIECE).map(|c| moment(c, m)).collect();

@@ -1,4 +1,4 @@
-//! The CPU executor's GEMM in WebAssembly: 128-bit SIMD (simd128), one thread, written for
+//! The CPU executor's GEMM in WebAssembly: 128-bit SIMD (simd128), written for
 //! the code V8 makes of it.
 //!
 //! V8 compiles wasm SIMD to SSE/AVX on x86-64 with 16 xmm registers, one of them its scratch,
@@ -108,18 +108,50 @@ thread_local! {
     static PACKED: RefCell<(Vec<[f32; MR]>, Vec<Row>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// Below this many multiply-adds a GEMM runs on one thread (the threaded build).
+#[cfg(feature = "threads")]
+const PAR_MACS: usize = 1 << 16;
+
 /// `C = A · B`, or `C += A · B` with `accumulate`: A [m, k] and B [k, n] with (row, column)
 /// strides, C [m, n] with row stride `ldc`. Panics if an operand is shorter than its extents
-/// say (the CPU executor checks them first).
+/// say (the CPU executor checks them first). In the threaded build (`threads`), a GEMM of at
+/// least [`PAR_MACS`] multiply-adds is split by columns over rayon's pool (see [`sgemm_parts`]).
 #[allow(clippy::too_many_arguments)]
+#[cfg_attr(test, allow(dead_code))] // natively only the tests compile this module (through `sgemm_parts`)
 pub fn sgemm(
     m: usize,
     k: usize,
     n: usize,
     a: &[f32],
-    (rsa, csa): (usize, usize),
+    sa: (usize, usize),
     b: &[f32],
-    (rsb, csb): (usize, usize),
+    sb: (usize, usize),
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    #[cfg(feature = "threads")]
+    let parts = if m * k * n >= PAR_MACS { rayon::current_num_threads() } else { 1 };
+    #[cfg(not(feature = "threads"))]
+    let parts = 1;
+    sgemm_parts(parts, m, k, n, a, sa, b, sb, c, ldc, accumulate);
+}
+
+/// [`sgemm`] with C's columns cut into at most `parts` ranges of whole NR-column panels, run in
+/// parallel where rayon is (natively, for the tests, and in the threaded wasm build). Each
+/// range packs its own B panels (a batch-1 GEMM's weights are read from memory once, whatever
+/// the thread count) and all of A (a tenth of B's packing at most); each element of C is the
+/// same sum in the same order as on one thread, so the results do not depend on `parts`.
+#[allow(clippy::too_many_arguments)]
+fn sgemm_parts(
+    parts: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    sa: (usize, usize),
+    b: &[f32],
+    sb: (usize, usize),
     c: &mut [f32],
     ldc: usize,
     accumulate: bool,
@@ -135,6 +167,72 @@ pub fn sgemm(
         }
         return;
     }
+    let panels = n.div_ceil(NR);
+    #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
+    if parts.min(panels) > 1 {
+        use rayon::prelude::*;
+        let width = panels.div_ceil(parts) * NR;
+        assert!(c.len() >= (m - 1) * ldc + n, "C is shorter than its extents");
+        let c = Out { ptr: c.as_mut_ptr(), len: c.len() };
+        (0..n.div_ceil(width)).into_par_iter().for_each(|part| {
+            let j0 = part * width;
+            // Each range's C starts at its first column: writes never reach another range's
+            // columns (`blocked` writes columns 0..width of its C only).
+            let c = c.at_column(j0);
+            blocked(m, k, width.min(n - j0), a, sa, &b[j0 * sb.1..], sb, c, ldc, accumulate);
+        });
+        return;
+    }
+    #[cfg(not(any(not(target_arch = "wasm32"), feature = "threads")))]
+    let _ = (parts, panels); // no pool in this build: one thread
+    let c = Out { ptr: c.as_mut_ptr(), len: c.len() };
+    blocked(m, k, n, a, sa, b, sb, c, ldc, accumulate);
+}
+
+/// C as [`blocked`] writes it: a pointer and the length it may reach, so that threads can each
+/// write their own columns of the same rows (no two `&mut` slices of C overlap at any time).
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: an `Out` is only handed to threads that write disjoint columns of C (`sgemm_parts`),
+// while the `&mut` it came from is borrowed for the whole parallel section.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The same C from column `j0` (< its row length) on.
+    #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
+    fn at_column(self, j0: usize) -> Out {
+        Out { ptr: self.ptr.wrapping_add(j0), len: self.len - j0 }
+    }
+
+    /// The `len` values from `at`, checked against C's length.
+    #[inline(always)]
+    fn slice(&mut self, at: usize, len: usize) -> &mut [f32] {
+        assert!(at + len <= self.len, "C is shorter than its extents");
+        // SAFETY: in bounds (just checked) of the slice `ptr` came from, whose `&mut` borrow
+        // outlives this call; no other live slice covers these values (see `Out`).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
+    }
+}
+
+/// One range of C's columns on the calling thread: the packed-panel loops around [`kernel`].
+#[allow(clippy::too_many_arguments)]
+fn blocked(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    (rsa, csa): (usize, usize),
+    b: &[f32],
+    (rsb, csb): (usize, usize),
+    mut c: Out,
+    ldc: usize,
+    accumulate: bool,
+) {
     PACKED.with_borrow_mut(|(ap, bp)| {
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
@@ -154,7 +252,7 @@ pub fn sgemm(
                             let tile = kernel(a_panel, b_panel);
                             for (i, row) in tile.iter().enumerate().take(MR.min(m - i0)) {
                                 let row = row.as_flattened();
-                                let out = &mut c[(i0 + i) * ldc + j0..][..nr];
+                                let out = c.slice((i0 + i) * ldc + j0, nr);
                                 if add {
                                     out.iter_mut().zip(row).for_each(|(o, t)| *o += t);
                                 } else {
@@ -264,7 +362,8 @@ mod tests {
     /// Every shape class the blocking has (tiles cut at MR and NR, blocks at MC, KC and NC,
     /// k = 0 and 1), each layout the executor uses (row-major A, transposed B as a Linear
     /// layer's weight, token mixing's W · X) and every packing path (a transposed A, strides
-    /// on both dimensions), a padded C, against an f64 reference, with and without accumulating.
+    /// on both dimensions), a padded C, against an f64 reference, with and without accumulating,
+    /// on one thread and with C's columns split in two or three ranges (rayon's pool).
     #[test]
     fn matches_an_f64_reference_at_every_edge() {
         let dims = |full: usize| [1, 5, full - 1, full, full + 1, 2 * full + 3];
@@ -278,10 +377,10 @@ mod tests {
                         let a: Vec<f32> = (0..2 * m * k).map(|i| value(i + 1)).collect();
                         let b: Vec<f32> = (0..2 * k * n).map(|i| value(i + 7919)).collect();
                         let ldc = n + 3;
-                        for accumulate in [false, true] {
+                        for (parts, accumulate) in [(1, false), (1, true), (3, false), (2, true)] {
                             let mut c: Vec<f32> = (0..m * ldc).map(|i| value(i + 104_729)).collect();
                             let before = c.clone();
-                            sgemm(m, k, n, &a, sa, &b, sb, &mut c, ldc, accumulate);
+                            sgemm_parts(parts, m, k, n, &a, sa, &b, sb, &mut c, ldc, accumulate);
                             for i in 0..m {
                                 for j in 0..ldc {
                                     let got = c[i * ldc + j];
@@ -294,7 +393,7 @@ mod tests {
                                     let tol = 1e-6 * (k as f64 + 1.0);
                                     assert!(
                                         (got as f64 - want).abs() <= tol,
-                                        "m {m} k {k} n {n} strides {sa:?} {sb:?} accumulate {accumulate}: C[{i},{j}] {got} vs {want}"
+                                        "m {m} k {k} n {n} strides {sa:?} {sb:?} parts {parts} accumulate {accumulate}: C[{i},{j}] {got} vs {want}"
                                     );
                                 }
                             }
@@ -304,6 +403,25 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 8 * 5 * 7 * 4 * 2);
+        assert_eq!(cases, 8 * 5 * 7 * 4 * 4);
+    }
+
+    /// Splitting C's columns over threads changes no bit of the result: each element is the
+    /// same sum in the same order (the threaded browser build gives the one-thread answers).
+    #[test]
+    fn column_split_is_bit_identical_to_one_thread() {
+        let (m, k, n) = (37, KC + 5, 3 * NR + 5);
+        let a: Vec<f32> = (0..m * k).map(|i| value(i + 3)).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| value(i + 31)).collect();
+        let run = |parts| {
+            let mut c = vec![0f32; m * n];
+            sgemm_parts(parts, m, k, n, &a, (k, 1), &b, (1, k), &mut c, n, false);
+            c
+        };
+        let one = run(1);
+        assert!(one.iter().any(|&v| v != 0.0), "the GEMM computed nothing");
+        for parts in [2, 3, 4, 100] {
+            assert!(run(parts).iter().zip(&one).all(|(x, y)| x.to_bits() == y.to_bits()), "{parts} parts differ from one");
+        }
     }
 }

@@ -2,7 +2,7 @@
 // through the page's own wasm module, beside onnxruntime-web (WebGPU and wasm execution
 // providers) on the same models, in the same browser, in the same run.
 //
-//   node tests/browser/bench.mjs [--iters 5] [--ort-iters 3] [--cpu-profile] [name=path.safetensors ...]
+//   node tests/browser/bench.mjs [--iters 5] [--ort-iters 3] [--threads 2] [--cpu-profile] [name=path.safetensors ...]
 //
 // Without model arguments it measures the shipped Fashion-MNIST models. Pass timm checkpoints
 // made by tools/timm_checkpoint.py for ImageNet sizes; when `path.onnx` sits beside
@@ -13,6 +13,8 @@
 // Per engine: time to first result (tokenmix: loadModel, which creates the pipelines and the
 // batch-1 plan, plus the first classify; ORT: InferenceSession.create plus the first run) and
 // the median of the warm calls. Prints one JSON line per model and a table at the end.
+// tokenmix runs twice: its wasm module on the page's thread (one thread), then the package's
+// worker with the threaded build at --threads (default 2; 1 skips it), beside ORT's 2 threads.
 // --cpu-profile then samples V8's CPU profiler (DevTools protocol, 100 µs) over `iters` more
 // tokenmix classify calls and prints the functions with the most self time (the wasm keeps
 // its name section, so these are the Rust functions' names): where the wasm path spends it.
@@ -37,6 +39,7 @@ let ortIters = 3;
 let backend = 'auto';
 let ortEps = ['wasm'];
 let cpuProfile = false;
+let tmThreads = 2;
 const models = [];
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === '--iters') iters = Number(argv[++i]);
@@ -44,6 +47,7 @@ for (let i = 0; i < argv.length; i++) {
   else if (argv[i] === '--backend') backend = argv[++i];
   else if (argv[i] === '--ort-eps') ortEps = argv[++i].split(',').filter(Boolean);
   else if (argv[i] === '--cpu-profile') cpuProfile = true;
+  else if (argv[i] === '--threads') tmThreads = Number(argv[++i]);
   else {
     const [name, file] = argv[i].split('=');
     if (!file) throw new Error(`expected name=path.safetensors, got ${argv[i]}`);
@@ -109,6 +113,36 @@ try {
     }, { url: `${base}/model.safetensors`, iters, backend });
     const row = { model: m.name, ...tm };
     if (cpuProfile) row.cpu_profile = await sampleClassify(page, iters);
+    if (tmThreads > 1) {
+      // The package as a page uses it: createClassifier's worker, here with the threaded build
+      // (the page is cross-origin isolated), on the same image; its answer beside the above.
+      row.threaded = await page.evaluate(async ({ url, iters, backend, threads, top5 }) => {
+        const { createClassifier } = await import('/js/index.js');
+        const t0 = performance.now();
+        const c = await createClassifier({ backend, threads });
+        try {
+          const adapter = await c.adapterInfo();
+          const info = await c.loadModel(url);
+          const [, h, w] = info.inputSize;
+          const image = new ImageData(new Uint8ClampedArray(w * h * 4).map((_, i) => (i * 7919) % 251), w, h);
+          const out = await c.classify(image, 5);
+          const first = performance.now() - t0;
+          const times = [];
+          for (let i = 0; i < iters; i++) {
+            const t = performance.now();
+            await c.classify(image, 5);
+            times.push(performance.now() - t);
+          }
+          times.sort((a, b) => a - b);
+          const maxDp = Math.max(...top5.map(([index, p]) => Math.abs(p - (out.find((o) => o.index === index)?.probability ?? 0))));
+          return { threads: adapter.threads, threadsNote: adapter.threadsNote, gemm: adapter.gemm, first_result_ms: first,
+            warm_median_ms: times[Math.floor(times.length / 2)], same_top1: out[0].index === top5[0][0], max_dp_top5: maxDp };
+        } finally {
+          c.dispose();
+        }
+      }, { url: `${base}/model.safetensors`, iters, backend, threads: tmThreads, top5: tm.top5 });
+      if (row.threaded.threads !== tmThreads) throw new Error(`the threaded build ran ${row.threaded.threads} threads, not ${tmThreads}: ${row.threaded.threadsNote}`);
+    }
     if (m.onnx) {
       // ORT fixes the wasm thread count at its first use: one fresh page per configuration, wasm
       // at tokenmix's thread count (1) and, where the page is cross-origin isolated, at 2.
@@ -151,6 +185,7 @@ try {
         await ortPage.close();
       }
       for (const k of ['ort_webgpu', 'ort_wasm1', 'ort_wasm2']) if (row[k]) row[`ratio_vs_${k}`] = row.warm_median_ms / row[k].warm_median_ms;
+      if (row.threaded && row.ort_wasm2) row.threaded.ratio_vs_ort_wasm2 = row.threaded.warm_median_ms / row.ort_wasm2.warm_median_ms;
     }
     console.log(JSON.stringify(row));
     rows.push(row);
@@ -198,11 +233,12 @@ for (const r of rows.filter((r) => r.cpu_profile)) {
   for (const f of r.cpu_profile) console.log(`${(100 * f.share).toFixed(1).padStart(5)} %  ${f.self_ms.toFixed(1).padStart(7)} ms  ${f.function}`);
 }
 console.log(`\ntokenmix backend ${rows[0]?.backend ?? '?'}: ${rows[0]?.adapter ?? ''}`);
-console.log('| model | tokenmix first | tokenmix warm | ORT wasm 1 thread warm | ORT wasm 2 threads warm | ORT WebGPU warm | tokenmix / ORT wasm 1t | tokenmix / ORT wasm 2t | tokenmix / ORT WebGPU | first / warm | agree (top-1, max Δp) |');
-console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+console.log(`| model | tokenmix first | tokenmix warm | tokenmix ${tmThreads} threads warm | ORT wasm 1 thread warm | ORT wasm 2 threads warm | ORT WebGPU warm | tokenmix / ORT wasm 1t | tokenmix / ORT wasm 2t | tokenmix ${tmThreads}t / ORT wasm 2t | tokenmix / ORT WebGPU | first / warm | agree (top-1, max Δp) |`);
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
 for (const r of rows) {
   const orts = ['ort_wasm1', 'ort_wasm2', 'ort_webgpu'].map((k) => r[k]).filter(Boolean);
-  const agree = orts.length ? `${orts.every((o) => o.same_top1) ? 'yes' : 'NO'}, ${Math.max(...orts.map((o) => o.max_dp_top5)).toExponential(1)}` : '–';
+  const others = [...orts, ...(r.threaded ? [r.threaded] : [])];
+  const agree = others.length ? `${others.every((o) => o.same_top1) ? 'yes' : 'NO'}, ${Math.max(...others.map((o) => o.max_dp_top5)).toExponential(1)}` : '–';
   const ratio = (k) => r[`ratio_vs_${k}`]?.toFixed(2) ?? '–';
-  console.log(`| ${r.model} | ${ms(r.first_result_ms)} | ${ms(r.warm_median_ms)} | ${ms(r.ort_wasm1?.warm_median_ms)} | ${ms(r.ort_wasm2?.warm_median_ms)} | ${ms(r.ort_webgpu?.warm_median_ms)} | ${ratio('ort_wasm1')} | ${ratio('ort_wasm2')} | ${ratio('ort_webgpu')} | ${(r.first_result_ms / r.warm_median_ms).toFixed(2)} | ${agree} |`);
+  console.log(`| ${r.model} | ${ms(r.first_result_ms)} | ${ms(r.warm_median_ms)} | ${ms(r.threaded?.warm_median_ms)} | ${ms(r.ort_wasm1?.warm_median_ms)} | ${ms(r.ort_wasm2?.warm_median_ms)} | ${ms(r.ort_webgpu?.warm_median_ms)} | ${ratio('ort_wasm1')} | ${ratio('ort_wasm2')} | ${r.threaded?.ratio_vs_ort_wasm2?.toFixed(2) ?? '–'} | ${ratio('ort_webgpu')} | ${(r.first_result_ms / r.warm_median_ms).toFixed(2)} | ${agree} |`);
 }

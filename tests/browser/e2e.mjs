@@ -103,7 +103,7 @@ after(async () => {
 });
 
 /** Opens the page, logs its console errors and page errors, waits for tokenmixApp.ready. */
-async function openPage(tag, query = '', initScript = null, ctx = context) {
+async function openPage(tag, query = '', initScript = null, ctx = context, base = server.url) {
   const page = await ctx.newPage();
   const pageErrors = [];
   page.on('console', (m) => {
@@ -114,7 +114,7 @@ async function openPage(tag, query = '', initScript = null, ctx = context) {
     console.log(`[${tag}] page error: ${e.stack || e.message}`);
   });
   if (initScript) await page.addInitScript(initScript);
-  await page.goto(`${server.url}/index.html${query}`);
+  await page.goto(`${base}/index.html${query}`);
   await page.waitForFunction(() => window.tokenmixApp, null, { timeout: 30_000 });
   const status = await page.evaluate(() => window.tokenmixApp.ready);
   console.log(`[${tag}] ready: ${JSON.stringify(status)}; adapter: ${await page.textContent('#adapter')}`);
@@ -795,12 +795,69 @@ test('l. clicking a class lays its per-token evidence over the image; the figure
   await page.close();
 });
 
-test('m. the package wasm embeds the default model exactly once', () => {
-  const wasm = fs.readFileSync(path.join(ROOT, 'js', 'pkg', 'tokenmix_bg.wasm'));
+test('m. each package wasm (one-thread and threaded) embeds the default model exactly once', () => {
   const model = fs.readFileSync(path.join(ROOT, 'weights', 'mixer_fmnist.safetensors'));
   const piece = model.subarray(model.length >> 1, (model.length >> 1) + 256);
-  let copies = 0;
-  for (let at = wasm.indexOf(piece); at >= 0; at = wasm.indexOf(piece, at + 1)) copies += 1;
-  console.log(`[m] js/pkg/tokenmix_bg.wasm: ${wasm.length} bytes, ${copies} copy of the ${model.length}-byte default model`);
-  assert.equal(copies, 1, 'a second copy costs every page load 2.3 MB (a const\'s data is copied per codegen unit)');
+  for (const pkg of ['pkg', 'pkg-threads']) {
+    const wasm = fs.readFileSync(path.join(ROOT, 'js', pkg, 'tokenmix_bg.wasm'));
+    let copies = 0;
+    for (let at = wasm.indexOf(piece); at >= 0; at = wasm.indexOf(piece, at + 1)) copies += 1;
+    console.log(`[m] js/${pkg}/tokenmix_bg.wasm: ${wasm.length} bytes, ${copies} copy of the ${model.length}-byte default model`);
+    assert.equal(copies, 1, `js/${pkg}: a second copy costs every page load 2.3 MB (a const's data is copied per codegen unit)`);
+  }
+});
+
+test('n. served cross-origin isolated, the CPU executor runs on 2 threads with the one-thread answers; the WGSL path runs in that build too', { timeout: 8 * TIMEOUT }, async () => {
+  const cli = cliClassify(`www/samples/${SAMPLE}`);
+  const isolated = await start(0, { root: WEB_ROOT, hubDir, isolated: true });
+  try {
+    // The default model on the sample, then the full-size Mixer (its GEMMs split over the
+    // threads by columns) on the same sample: on one thread (this suite's server sends no
+    // COOP/COEP, so the page runs js/pkg) and on two (js/pkg-threads).
+    const run = async (tag, base) => {
+      const { page, pageErrors, status } = await openPage(tag, '?backend=cpu&threads=2', null, context, base);
+      assertStarted(status, 'cpu');
+      const adapter = await page.evaluate(() => window.tokenmixApp.api.adapterInfo());
+      const small = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+      const desc = await page.evaluate((url) => window.tokenmixApp.loadModelUrl(url), `${base}/hub/${BIG_REPO}/resolve/main/model.safetensors`);
+      assert.equal(desc.preset, 'mixer_s16_224');
+      const big = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+      const pick = (r) => r.predictions.map((p) => [p.index, p.probability]);
+      console.log(`[${tag}] ${adapter.name}; note ${adapter.threadsNote}; default ${JSON.stringify(pick(small))}; mixer_s16 ${JSON.stringify(pick(big))} in ${big.timings.forwardMs.toFixed(0)} ms`);
+      assert.deepEqual(pageErrors, []);
+      return { page, adapter, small: pick(small), big: pick(big) };
+    };
+    const one = await run('n1', server.url);
+    assert.equal(one.adapter.threads, 1);
+    assert.match(one.adapter.threadsNote, /not cross-origin isolated/, 'the one-thread page says why');
+    await one.page.close();
+    const two = await run('n2', isolated.url);
+    assert.equal(two.adapter.threads, 2, `the isolated page runs 2 threads: ${two.adapter.threadsNote}`);
+    assert.equal(two.adapter.threadsNote, null);
+    assert.match(await two.page.textContent('#adapter'), /CPU: 2 threads/);
+    await shot(two.page, 'e2e-n-threads');
+    await two.page.close();
+    // Each element of a split GEMM is the same sum in the same order: the same bits.
+    assert.deepEqual(two.small, one.small, 'the default model: two threads answer as one');
+    assert.deepEqual(two.big, one.big, 'mixer_s16: two threads answer as one');
+    assert.equal(two.small[0][0], cli[0].index, 'and as the CLI');
+    assert.ok(Math.abs(two.small[0][1] - cli[0].probability) <= 1e-3);
+
+    // The GPU executor from the threaded build (its memory is shared: wgpu's copies in and out
+    // of it must still work), against the CLI.
+    const { page, pageErrors, status } = await openPage('n3', '?backend=gpu&threads=2', null, context, isolated.url);
+    assertStarted(status, 'gpu');
+    assert.equal((await page.evaluate(() => window.tokenmixApp.api.adapterInfo())).threads, 2);
+    const r = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
+    console.log(`[n3] page (gpu, threaded build): ${JSON.stringify(r.predictions.map((p) => [p.index, p.probability]))}`);
+    for (const c of cli) {
+      const p = r.predictions.find((q) => q.index === c.index);
+      assert.ok(p, `class ${c.index} is in the page's top 5`);
+      assert.ok(Math.abs(p.probability - c.probability) <= 1e-3, `class ${c.index}: ${p.probability} vs CLI ${c.probability}`);
+    }
+    assert.deepEqual(pageErrors, []);
+    await page.close();
+  } finally {
+    await isolated.close();
+  }
 });

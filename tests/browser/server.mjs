@@ -1,6 +1,7 @@
 // A tiny static file server for the page and its tests (node's http module only).
 //
-//   node tests/browser/server.mjs [port]     serves the repo root, prints the URL
+//   node tests/browser/server.mjs [port]     serves the repo root (cross-origin isolated: the
+//                                            threaded CPU build runs), prints the URL
 //
 // /hub/<owner>/<repo>/resolve/<rev>/<file> stands in for the Hugging Face hub: it serves
 // <hubDir>/<owner>/<repo>/<file>, hubDir from start()'s options or the HUB_DIR environment
@@ -66,7 +67,7 @@ function serveFile(req, res, file, extraHeaders = {}) {
  * Starts the server on 127.0.0.1 (a secure context for the browser, so WebGPU and the Cache API
  * are available). opts: {root = repo root, hubDir = $HUB_DIR, isolated = false}; `isolated` adds the
  * COOP/COEP headers that make the page cross-origin isolated (SharedArrayBuffer, so
- * onnxruntime-web's wasm backend can use threads in the bench). Resolves to {url, port, close()}.
+ * tokenmix's threaded build and onnxruntime-web's wasm backend can use threads). Resolves to {url, port, close()}.
  */
 export function start(port = 0, opts = {}) {
   const root = path.resolve(opts.root ?? REPO_ROOT);
@@ -117,6 +118,8 @@ export function start(port = 0, opts = {}) {
 
 if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
   const port = process.argv[2] ? Number(process.argv[2]) : 8000;
-  const { url } = await start(port);
+  // Cross-origin isolated, as a page that wants the threaded CPU build must be served (the
+  // page's own files, the hub stand-in and the real hub all pass COEP's check).
+  const { url } = await start(port, { isolated: true });
   console.log(`tokenmix page: ${url}/  (hub stand-in: ${url}/hub/… from ${process.env.HUB_DIR ?? '(HUB_DIR unset)'})`);
 }
