@@ -133,7 +133,7 @@ bench-web: web
 	npm install --no-save --no-audit --no-fund onnxruntime-web@1.30.0 binaryen@132.0.0
 	mkdir -p $(BENCH_DIR)
 	node_modules/.bin/wasm-opt $(WASM_OPT_FLAGS) js/pkg/tokenmix_bg.wasm -o $(BENCH_DIR)/tokenmix_bg.opt.wasm
-	@for f in js/pkg/tokenmix_bg.wasm $(BENCH_DIR)/tokenmix_bg.opt.wasm; do \
+	@for f in js/pkg/tokenmix_bg.wasm $(BENCH_DIR)/tokenmix_bg.opt.wasm js/pkg-threads/tokenmix_bg.wasm; do \
 	  echo "$$f: $$(stat -c %s $$f) bytes, $$(gzip -9c $$f | wc -c) gzipped"; done
 	@missing=; for m in $(BENCH_MODELS); do [ -f $(BENCH_DIR)/$$m.onnx ] || missing=1; done; \
 	  [ -z "$$missing" ] || python3 -c 'import torch, timm, onnx' 2>/dev/null || \

@@ -24,8 +24,8 @@ wasm_bindgen_test_configure!(run_in_dedicated_worker);
 const THREADS: usize = 2;
 
 /// In the threaded build, starts rayon's pool on [`THREADS`] Web Workers (once: later calls
-/// find it running) and checks that the executor sees it; in the other build, checks that it
-/// runs on one thread. Each test calls it first: anything that asks rayon for its pool before
+/// find it running), makes the executor split all it can over it, and checks that it sees the
+/// pool; in the other build, checks that it runs on one thread. Each test calls it first: anything that asks rayon for its pool before
 /// (`Cpu::new`, a parallel loop) makes the calling thread the whole pool for good.
 async fn pool() {
     #[cfg(feature = "threads")]
@@ -33,6 +33,9 @@ async fn pool() {
         thread_local!(static STARTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
         if !STARTED.replace(true) {
             wasm_bindgen_futures::JsFuture::from(tokenmix::web::init_thread_pool(THREADS)).await.expect("rayon's pool starts");
+            // The golden models are small: without this most of their loops and GEMMs would
+            // stay on one thread (e2e `n` runs a full-size Mixer at the shipped thresholds).
+            tokenmix::exec::cpu::split_everything();
         }
         assert_eq!(tokenmix::Cpu::new().threads, THREADS, "the threaded build runs on its pool");
     }
@@ -113,7 +116,7 @@ async fn golden_logits_match_timm_on_the_wasm_cpu_backend() {
 /// The wasm CPU executor's GEMM (`exec/gemm128.rs`, simd128 intrinsics) against an f64
 /// reference, in both layouts the executor uses, at shapes that cut its 4×8 register tiles and
 /// its 64-row, 256-deep and 512-column blocks (the goldens' small models reach few of them).
-/// In the threaded build every shape from 4×256×8 on is split by columns over the pool.
+/// In the threaded build every shape wider than one 8-column panel is split by columns.
 #[wasm_bindgen_test]
 async fn cpu_gemm_matches_an_f64_reference_in_wasm() {
     pool().await;

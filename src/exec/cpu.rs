@@ -470,16 +470,49 @@ static PROFILE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| crate::e
 #[cfg(not(target_arch = "wasm32"))]
 const CLOCK: &str = "CPU wall clock per step";
 
-/// Below this many floats a loop runs on one thread (splitting costs more than it saves).
+/// The least work the executor splits over threads: a loop over `floats()` floats, a wasm GEMM
+/// of `macs()` multiply-adds (`gemm128`). Below, waking the pool costs more than it saves. In
+/// the threaded wasm build each wake-up is a Web Worker returning from `Atomics.wait`: with 16 Ki
+/// floats and 64 Ki multiply-adds the Fashion-MNIST models ran up to 2x slower on two threads
+/// than on one; with 32 Ki and 4 Mi as fast, and the timm-size models as fast as before
+/// (`tests/browser/bench.mjs --threads 2`, builds alternating). Atomics so that tests can split
+/// everything ([`split_everything`]).
 #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
-const PAR_MIN: usize = 1 << 14;
+pub(crate) mod split {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    static FLOATS: AtomicUsize = AtomicUsize::new(if cfg!(target_arch = "wasm32") { 1 << 15 } else { 1 << 14 });
+    static MACS: AtomicUsize = AtomicUsize::new(1 << 22);
+
+    pub fn floats() -> usize {
+        FLOATS.load(Relaxed)
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub fn macs() -> usize {
+        MACS.load(Relaxed)
+    }
+
+    pub fn everything() {
+        FLOATS.store(0, Relaxed);
+        MACS.store(0, Relaxed);
+    }
+}
+
+/// Tests only: from now on split every loop and GEMM over the pool that the executor can, so
+/// that small golden models run through every parallel path (the threaded wasm suite).
+#[doc(hidden)]
+#[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
+pub fn split_everything() {
+    split::everything();
+}
 
 /// `f(r, row)` for each `ld`-strided row of `out` (the last may be shorter, down to the
 /// `width` a caller touches): on rayon's pool natively and in the threaded wasm build, in
 /// order in the other wasm build (one thread).
 fn for_rows(out: &mut [f32], ld: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
     #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
-    if out.len() >= PAR_MIN {
+    if out.len() >= split::floats() {
         use rayon::prelude::*;
         out.par_chunks_mut(ld.max(1)).with_min_len(8).enumerate().for_each(|(r, row)| f(r, row));
         return;
@@ -754,7 +787,7 @@ avx2_at_run_time! {
 fn par_moment(x: &[f32], m: Moment) -> f64 {
     const PIECE: usize = 1 << 13;
     #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
-    if x.len() >= PAR_MIN {
+    if x.len() >= split::floats() {
         use rayon::prelude::*;
         let parts: Vec<f64> = x.par_chunks(PIECE).map(|c| moment(c, m)).collect();
         return parts.iter().sum();

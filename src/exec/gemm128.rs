@@ -108,14 +108,11 @@ thread_local! {
     static PACKED: RefCell<(Vec<[f32; MR]>, Vec<Row>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Below this many multiply-adds a GEMM runs on one thread (the threaded build).
-#[cfg(feature = "threads")]
-const PAR_MACS: usize = 1 << 16;
-
 /// `C = A · B`, or `C += A · B` with `accumulate`: A [m, k] and B [k, n] with (row, column)
 /// strides, C [m, n] with row stride `ldc`. Panics if an operand is shorter than its extents
 /// say (the CPU executor checks them first). In the threaded build (`threads`), a GEMM of at
-/// least [`PAR_MACS`] multiply-adds is split by columns over rayon's pool (see [`sgemm_parts`]).
+/// least `cpu::split::macs()` multiply-adds is split by columns over rayon's pool (see
+/// [`sgemm_parts`]).
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(test, allow(dead_code))] // natively only the tests compile this module (through `sgemm_parts`)
 pub fn sgemm(
@@ -131,7 +128,7 @@ pub fn sgemm(
     accumulate: bool,
 ) {
     #[cfg(feature = "threads")]
-    let parts = if m * k * n >= PAR_MACS { rayon::current_num_threads() } else { 1 };
+    let parts = if m * k * n >= super::cpu::split::macs() { rayon::current_num_threads() } else { 1 };
     #[cfg(not(feature = "threads"))]
     let parts = 1;
     sgemm_parts(parts, m, k, n, a, sa, b, sb, c, ldc, accumulate);

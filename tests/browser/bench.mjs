@@ -14,7 +14,8 @@
 // batch-1 plan, plus the first classify; ORT: InferenceSession.create plus the first run) and
 // the median of the warm calls. Prints one JSON line per model and a table at the end.
 // tokenmix runs twice: its wasm module on the page's thread (one thread), then the package's
-// worker with the threaded build at --threads (default 2; 1 skips it), beside ORT's 2 threads.
+// worker at --threads (default 2: the threaded build; 1: the one-thread build in the worker;
+// 0 skips it), beside ORT's 2 threads.
 // --cpu-profile then samples V8's CPU profiler (DevTools protocol, 100 µs) over `iters` more
 // tokenmix classify calls and prints the functions with the most self time (the wasm keeps
 // its name section, so these are the Rust functions' names): where the wasm path spends it.
@@ -113,7 +114,7 @@ try {
     }, { url: `${base}/model.safetensors`, iters, backend });
     const row = { model: m.name, ...tm };
     if (cpuProfile) row.cpu_profile = await sampleClassify(page, iters);
-    if (tmThreads > 1) {
+    if (tmThreads >= 1) {
       // The package as a page uses it: createClassifier's worker, here with the threaded build
       // (the page is cross-origin isolated), on the same image; its answer beside the above.
       row.threaded = await page.evaluate(async ({ url, iters, backend, threads, top5 }) => {
@@ -227,7 +228,7 @@ async function sampleClassify(page, iters) {
     .map(([name, us]) => ({ function: name, self_ms: us / 1000 / iters, share: us / total }));
 }
 
-const ms = (v) => (v === undefined ? '–' : v >= 10_000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(0)} ms`);
+const ms = (v) => (v === undefined ? '–' : v >= 10_000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(v < 100 ? 1 : 0)} ms`);
 for (const r of rows.filter((r) => r.cpu_profile)) {
   console.log(`\n${r.model}: self time per classify (${r.iters} calls sampled)`);
   for (const f of r.cpu_profile) console.log(`${(100 * f.share).toFixed(1).padStart(5)} %  ${f.self_ms.toFixed(1).padStart(7)} ms  ${f.function}`);
