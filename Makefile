@@ -53,7 +53,7 @@ web: setup
 # The demo: the page (index.html) served on localhost with the embedded default model.
 demo: build web
 	$(BIN) info
-	@echo "tokenmix demo: open http://127.0.0.1:$(PORT)/ in a browser (WebGPU on a GPU, WebAssembly SIMD elsewhere; Ctrl-C stops)"
+	@echo "tokenmix demo: open http://127.0.0.1:$(PORT)/ in a browser (WebGPU on a GPU, elsewhere WebAssembly SIMD on up to 8 threads; Ctrl-C stops)"
 	node tests/browser/server.mjs $(PORT)
 
 # --nocapture so the log shows the adapter each test ran on and the golden error margins.

@@ -136,9 +136,10 @@ pub fn sgemm(
 
 /// [`sgemm`] with C's columns cut into at most `parts` ranges of whole NR-column panels, run in
 /// parallel where rayon is (natively, for the tests, and in the threaded wasm build). Each
-/// range packs its own B panels (a batch-1 GEMM's weights are read from memory once, whatever
-/// the thread count) and all of A (a tenth of B's packing at most); each element of C is the
-/// same sum in the same order as on one thread, so the results do not depend on `parts`.
+/// range packs its own B panels (a batch-1 Linear layer's weights are still read from memory
+/// once, whatever the thread count) and all of A (packed again by each range: for the Linear
+/// layers A is the activations, at batch 1 less than half the weights' size). Each element of C
+/// is the same sum in the same order as on one thread, so the results do not depend on `parts`.
 #[allow(clippy::too_many_arguments)]
 fn sgemm_parts(
     parts: usize,

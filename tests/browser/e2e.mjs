@@ -1,4 +1,4 @@
-// End-to-end tests of the page (index.html + www/ + the tokenmix package js/ with its wasm build in js/pkg/) in headless
+// End-to-end tests of the page (index.html + www/ + the tokenmix package js/ with its wasm builds in js/pkg/ and js/pkg-threads/) in headless
 // Chromium with WebGPU (SwiftShader). Run after `make web` and `cargo build --release`:
 //
 //   npm install && npm run test:browser
