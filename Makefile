@@ -43,11 +43,15 @@ WASM_THREADS_FLAGS := -C target-feature=+simd128,+atomics,+bulk-memory,+mutable-
   -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
   -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base
 WASM_THREADS_DIR := target/wasm-threads
+# `$(THREADS_CARGO) build|clippy|test …`: cargo on the threaded build, the same flags, std and
+# target dir for `web`, `lint` and `test-wasm` (a difference would rebuild everything).
+THREADS_CARGO = RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$(WASM_THREADS_FLAGS)" $(CARGO)
+THREADS_ARGS = --release --target wasm32-unknown-unknown --features threads -Z build-std=std,panic_abort --target-dir $(WASM_THREADS_DIR)
 WASM_THREADS := $(WASM_THREADS_DIR)/wasm32-unknown-unknown/release/tokenmix.wasm
 web: setup
 	$(CARGO) build --release --lib --target wasm32-unknown-unknown
 	$(WASM_BINDGEN) --target web --out-dir js/pkg --out-name tokenmix $(WASM)
-	RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$(WASM_THREADS_FLAGS)" $(CARGO) build --release --lib --target wasm32-unknown-unknown --features threads -Z build-std=std,panic_abort --target-dir $(WASM_THREADS_DIR)
+	$(THREADS_CARGO) build --lib $(THREADS_ARGS)
 	$(WASM_BINDGEN) --target web --out-dir js/pkg-threads --out-name tokenmix $(WASM_THREADS)
 
 # The demo: the page (index.html) served on localhost with the embedded default model.
@@ -65,8 +69,7 @@ lint: setup
 	$(CARGO) clippy --release --all-targets --features desktop -- -D warnings
 	$(CARGO) clippy --release --bins -- -D warnings
 	$(CARGO) clippy --release --lib --target wasm32-unknown-unknown -- -D warnings
-	RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$(WASM_THREADS_FLAGS)" $(CARGO) clippy --release --lib \
-	  --target wasm32-unknown-unknown --features threads -Z build-std=std,panic_abort --target-dir $(WASM_THREADS_DIR) -- -D warnings
+	$(THREADS_CARGO) clippy --lib $(THREADS_ARGS) -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --release --no-deps --lib --features desktop
 
 # With the desktop app, whose tests (tests/desktop.rs, egui_kittest) render on the adapter.
@@ -100,9 +103,7 @@ WASM_TEST_ENV = CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=$(TOOLS)/bin/wasm-bin
 test-wasm: setup
 	t=$$(mktemp -d -t tokenmix-wasm-test.XXXXXX) && trap 'rm -rf "$$t"' EXIT && \
 	TMPDIR=$$t $(WASM_TEST_ENV) $(CARGO) test --release --target wasm32-unknown-unknown --test wasm && \
-	TMPDIR=$$t $(WASM_TEST_ENV) RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$(WASM_THREADS_FLAGS)" \
-	  $(CARGO) test --release --target wasm32-unknown-unknown --features threads -Z build-std=std,panic_abort \
-	  --target-dir $(WASM_THREADS_DIR) --test wasm
+	TMPDIR=$$t $(WASM_TEST_ENV) $(THREADS_CARGO) test $(THREADS_ARGS) --test wasm
 
 # The real page in headless Chromium (WebGPU on SwiftShader), driven by playwright-core, beside
 # the native CLI's answers. The CLI is asked for as the integration tests build it (through

@@ -25,8 +25,9 @@ const THREADS: usize = 2;
 
 /// In the threaded build, starts rayon's pool on [`THREADS`] Web Workers (once: later calls
 /// find it running), makes the executor split all it can over it, and checks that it sees the
-/// pool; in the other build, checks that it runs on one thread. Each test calls it first: anything that asks rayon for its pool before
-/// (`Cpu::new`, a parallel loop) makes the calling thread the whole pool for good.
+/// pool; in the other build, checks that it runs on one thread. Each test calls it first:
+/// anything that asks rayon for its pool before (`Cpu::new`, a parallel loop) makes the
+/// calling thread the whole pool for good.
 async fn pool() {
     #[cfg(feature = "threads")]
     {
