@@ -556,6 +556,8 @@ pub async fn lose_device() -> Result<(), JsError> {
     match dev.gpu() {
         Some(g) => {
             g.device.destroy();
+            // Resolve once the loss is visible to every later call, as it is after a real one.
+            g.settle_lost().await;
             Ok(())
         }
         None => Err(js_err("loseDevice: the model runs on the CPU backend, which has no device to lose")),

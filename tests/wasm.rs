@@ -107,6 +107,31 @@ async fn golden_logits_match_timm_in_the_browser() {
     goldens_on(Device::Gpu(gpu)).await;
 }
 
+/// A device lost under a model (`device.destroy()`, as a driver reset or a removed GPU would)
+/// fails the next forward pass with the "GPU device lost" message that makes the page offer a
+/// reload, even when the pass's read-back fails before the browser has run the device's lost
+/// callback (it comes on a later task); the model's CPU twin on the same weights is unaffected.
+#[wasm_bindgen_test]
+async fn a_lost_device_is_reported_as_lost() {
+    pool().await;
+    let gpu = Arc::new(Gpu::new().await.expect("a WebGPU adapter"));
+    let (_, weights, io, _) = fixture!("mixer_p4_d64");
+    let (shape, input) = tensor(io, "input");
+    let model = Model::load(Device::Gpu(gpu.clone()), weights, Some([shape[2], shape[3]])).expect("fixture loads");
+    let before = model.forward(&input).await.expect("forward before the loss");
+    gpu.device.destroy();
+    // No waiting here: the forward pass is queued at once, before the lost callback can run.
+    let err = model.forward(&input).await.err().expect("a forward pass on a destroyed device fails").to_string();
+    web_sys::console::log_1(&format!("forward after destroy(): {err}").into());
+    assert!(err.contains(tokenmix::gpu::DEVICE_LOST), "the error says the device is lost: {err}");
+    let again = model.forward(&input).await.err().expect("and so does every later one").to_string();
+    assert!(again.contains(tokenmix::gpu::DEVICE_LOST), "{again}");
+    let cpu = Model::load(Device::cpu(), weights, Some([shape[2], shape[3]])).expect("fixture loads");
+    let twin = cpu.forward(&input).await.expect("the CPU executor still runs");
+    let diff = before.logits.iter().zip(&twin.logits).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(diff <= 1e-4, "the GPU's answer before the loss was right: {diff}");
+}
+
 /// The CPU executor compiled to WebAssembly (simd128).
 #[wasm_bindgen_test]
 async fn golden_logits_match_timm_on_the_wasm_cpu_backend() {

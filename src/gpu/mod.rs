@@ -796,7 +796,30 @@ impl Gpu {
         #[cfg(not(target_arch = "wasm32"))]
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
         let mapped = rx.await.map_err(|_| Error::Gpu("read-back cancelled".into()))?;
-        mapped.map_err(|e| Error::Gpu(format!("mapping the result buffer: {e}")))
+        if let Err(e) = mapped {
+            // A lost device fails the map before its lost callback has run (the browser
+            // resolves `device.lost` on a later task), so wait a little for the callback: the
+            // error then says the device is gone and that reloading helps, not only that a
+            // map failed.
+            self.settle_lost().await;
+            if self.is_lost() {
+                return Err(Error::Gpu(format!("{DEVICE_LOST} while reading the result back")));
+            }
+            return Err(Error::Gpu(format!("mapping the result buffer: {e}")));
+        }
+        Ok(())
+    }
+
+    /// Gives a pending device-lost callback up to a second to run. Natively wgpu runs it
+    /// within `poll`, so this only waits in the browser, where it comes on a later task.
+    pub async fn settle_lost(&self) {
+        #[cfg(target_arch = "wasm32")]
+        for _ in 0..50 {
+            if self.is_lost() {
+                return;
+            }
+            pause_ms(20).await;
+        }
     }
 
     /// Copies the f32 contents out of a buffer mapped by [`Self::map_read`] and unmaps it.
@@ -1055,4 +1078,26 @@ mod tests {
         assert_eq!(coop_shape(&info(4, 64), all, &h200), None, "sizes vary sixteenfold");
         assert_eq!(coop_shape(&info(32, 128), all, &h200), None, "128-lane subgroups");
     }
+}
+
+/// Resolves after `ms` milliseconds on the page's or worker's event loop (`setTimeout` of the
+/// global scope, whichever it is); at once if the scope has none.
+#[cfg(target_arch = "wasm32")]
+async fn pause_ms(ms: i32) {
+    use wasm_bindgen::JsCast;
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        let global = js_sys::global();
+        let timer = js_sys::Reflect::get(&global, &"setTimeout".into()).ok().and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+        match timer {
+            Some(set) => {
+                if set.call2(&global, &resolve, &ms.into()).is_err() {
+                    let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
+                }
+            }
+            None => {
+                let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
+            }
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
