@@ -63,11 +63,9 @@ def main() -> None:
                 sync()
                 times.append(time.perf_counter() - t)
             torch_ms[b] = statistics.median(times) * 1e3
-    out = subprocess.run([args.tokenmix, "bench", "--weights", args.weights, "--batch", args.batch,
-                          "--iters", str(args.iters), "--precision", args.precision, "--json"]
-                         + (["--profile"] if args.profile else []),
-                         check=True, capture_output=True, text=True)
-    tm = json.loads(out.stdout)
+    tm = tokenmix_json([args.tokenmix, "bench", "--weights", args.weights, "--batch", args.batch,
+                        "--iters", str(args.iters), "--precision", args.precision, "--json"]
+                       + (["--profile"] if args.profile else []))
     where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else f"cpu ({args.threads} threads)"
     mode = "autocast f16" if args.precision == "f16" else "fp32"
     stored = f"{tm['precision']} weights" + "".join(f" + {a} activations" for a in tm.get("f16_activations", []))
@@ -80,6 +78,15 @@ def main() -> None:
     for run in tm["runs"]:
         if "profile" in run:
             print_profile(run["profile"], run["median_ms"])
+
+
+def tokenmix_json(cmd):
+    """Runs tokenmix and parses its --json output; on failure exits with tokenmix's own error
+    (stderr), which a bare CalledProcessError would swallow, so a GPU run's log says why."""
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {out.returncode}\n{out.stderr.strip()}")
+    return json.loads(out.stdout)
 
 
 def print_profile(p, median_ms, top=8) -> None:
@@ -110,9 +117,8 @@ def gemm(args, sync, autocast) -> None:
             times.append(time.perf_counter() - t)
     flops = 2.0 * m * n * k
     torch_gflops = flops / statistics.median(times) / 1e9
-    out = subprocess.run([args.tokenmix, "bench", "--gemm", args.gemm, "--iters", str(max(args.iters, 5)),
-                          "--precision", args.precision, "--json"], check=True, capture_output=True, text=True)
-    tm = json.loads(out.stdout)
+    tm = tokenmix_json([args.tokenmix, "bench", "--gemm", args.gemm, "--iters", str(max(args.iters, 5)),
+                        "--precision", args.precision, "--json"])
     mode = "autocast f16" if args.precision == "f16" else "fp32"
     print(f"GEMM {args.gemm}: torch.matmul {mode} {torch_gflops:,.0f} GFLOP/s; tokenmix ({tm['precision']} weights, default kernel {tm['gemm']}) on {tm['adapter']}:")
     for run in tm["runs"]:

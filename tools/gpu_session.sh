@@ -27,9 +27,11 @@ if [ -n "${REHEARSE:-}" ]; then
   [ "${SESSION:-kernels}" = kernels ] || { echo "REHEARSE=1 rehearses SESSION=kernels only" >&2; exit 2; }
   DEVICE=cpu SHAPES="256x128x192" MODELS="gmlp_ti16_224" BATCHES=1,2 ITERS=2 ROWS_AB=gmlp_ti16_224
 else
-  DEVICE=cuda SHAPES="1568x512x2048 12544x512x2048 4096x4096x4096" BATCHES=1,8,64 ITERS=20
-  MODELS="mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48"
-  ROWS_AB="gmlp_s16_224 poolformer_s12"
+  # SHAPES, MODELS and ROWS_AB may be set (even empty) to split the work over two device calls.
+  DEVICE=cuda BATCHES=1,8,64 ITERS=20
+  SHAPES=${SHAPES-"1568x512x2048 12544x512x2048 4096x4096x4096"}
+  MODELS=${MODELS-"mixer_s16_224 gmlp_s16_224 resmlp_12_224 poolformer_s12 mixer_b16_224 mixer_l16_224 poolformer_m48"}
+  ROWS_AB=${ROWS_AB-"gmlp_s16_224 poolformer_s12"}
   for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 fi
 # TOKENMIX_BACKEND=gpu: the WGSL path is what this script measures, whatever auto would pick.
@@ -49,27 +51,31 @@ $TM info | grep -E "runs on|kernels|norm rows|precision"
 # Cooperative matrices (tensor cores): under f16 the `coop` and `coop128` kernels (64x64 and
 # 128x128 tiles) join `bench --gemm` below, with their error against the CPU GEMM; the autotuner
 # admits each per shape class only once it matched the tiled kernel ("rejected: …" in `gemm`).
-for k in coop coop128; do TOKENMIX_GEMM=$k $TM info --precision f16 2>&1 | grep -E "error|kernels|precision"; done
+for k in coop coop128; do TOKENMIX_GEMM=$k timeout -k 5 60 $TM info --precision f16 2>&1 | grep -E "error|kernels|precision"; done
 # The autotuner's cache lives with the results, so the note can quote its choices.
 export TOKENMIX_CACHE_DIR="$OUT/tuning"
 # Seconds since the script started, printed at each step: a run cut off at the device call's
 # timeout still says where its time went, and the next session can size the call from it.
 stamp() { echo "[t+${SECONDS}s] $*"; }
+# Each step gets at most STEP seconds: a kernel that hangs a real driver costs one step of the
+# device call, not all of it.
+STEP=${STEP:-150}
+t() { timeout -k 5 "$STEP" "$@" || echo "(exit $? after a limit of ${STEP}s: $*)"; }
 
 if [ "${SESSION:-kernels}" = kernels ]; then
   echo "== GEMM kernels beside torch.matmul"
   for shape in $SHAPES; do
     stamp "GEMM $shape"
-    for p in f32 f16; do python3 tools/bench_torch.py --gemm "$shape" --device $DEVICE --precision "$p" --tokenmix $TM --iters $ITERS; done
+    for p in f32 f16; do t python3 tools/bench_torch.py --gemm "$shape" --device $DEVICE --precision "$p" --tokenmix $TM --iters $ITERS; done
   done 2>&1 | tee "$OUT/gemm.txt"
   echo "== models beside PyTorch CUDA (fp32, then f16 weights and hidden activations vs autocast f16)"
   for m in $MODELS; do
     stamp "model $m"
     (cd tools && python3 timm_checkpoint.py "$m" "/tmp/$m.safetensors") >/dev/null || continue
-    python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
-    python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --precision f16   # coop, splitk at f16
+    t python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM   # the tuned kernels, exact?
+    t python3 tools/check_logits.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --precision f16   # coop, splitk at f16
     for p in f32 f16; do
-      python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device $DEVICE --batch $BATCHES --iters $ITERS --precision "$p" --profile
+      t python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device $DEVICE --batch $BATCHES --iters $ITERS --precision "$p" --profile
     done
     # LayerNorm and softmax one workgroup per row and GroupNorm in chunks (the GPU default), or
     # one invocation per row and a workgroup per image (CPU rasterisers'), back to back on the
@@ -77,7 +83,7 @@ if [ "${SESSION:-kernels}" = kernels ]; then
     if [[ " $ROWS_AB " == *" $m "* ]]; then
       for r in workgroup invocation; do
         echo "TOKENMIX_ROWS=$r"
-        TOKENMIX_ROWS=$r $TM bench --weights "/tmp/$m.safetensors" --batch "$BATCHES" --iters $ITERS --profile | grep -E "median|layer_norm|group_norm|softmax"
+        t env TOKENMIX_ROWS=$r $TM bench --weights "/tmp/$m.safetensors" --batch "$BATCHES" --iters $ITERS --profile | grep -E "median|layer_norm|group_norm|softmax"
       done
     fi
     rm -f "/tmp/$m.safetensors"
