@@ -259,3 +259,28 @@ fn binding_limit_splits_batches_and_weights_instead_of_failing() {
     let err = Model::load(limited(common::gpu().gemm, 1024), &bytes, Some([14, 14])).err().expect("refused").to_string();
     assert!(err.contains("binding limit of 1024 bytes") && err.contains("activation"), "{err}");
 }
+
+/// The CPU executor's answers do not depend on how its work is spread over threads: every
+/// fixture gives the same bits with the shipped thresholds (these small nets run on the
+/// calling thread, their loops in order) and with every loop and GEMM split over rayon's pool
+/// and the forward pass handed to the pool as a whole (`split_everything`, which the threaded
+/// wasm suite uses too). This binary's other tests may run split from then on: the same bits.
+#[test]
+fn cpu_results_do_not_depend_on_the_split_over_threads() {
+    let cpu = common::cpu();
+    let mut first = Vec::new();
+    each_fixture(&cpu, |name, _, _, _, out| first.push((name.to_string(), out.logits.clone())));
+    tokenmix::exec::cpu::split_everything();
+    let mut checked = 0;
+    each_fixture(&cpu, |name, _, _, _, out| {
+        let (before, logits) = &first[checked];
+        assert_eq!(before, name);
+        assert!(
+            logits.iter().zip(&out.logits).all(|(a, b)| a.to_bits() == b.to_bits()) && logits.len() == out.logits.len(),
+            "{name}: split over the pool, max|Δ| {:.2e}",
+            max_abs_diff(logits, &out.logits)
+        );
+        checked += 1;
+    });
+    assert_eq!(checked, FIXTURES.len(), "every fixture ran twice");
+}

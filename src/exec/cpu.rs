@@ -93,6 +93,9 @@ pub struct CpuExec {
     slot_floats: [SlotSizes; 2],
     /// [`Net::widest_slot_bytes`].
     widest: u64,
+    /// The multiply-adds of the net's largest GEMM for one image.
+    #[cfg_attr(all(target_arch = "wasm32", not(feature = "threads")), allow(dead_code))] // one thread: no pool
+    largest_gemm: usize,
     work: Mutex<HashMap<(usize, bool), Workspace>>,
 }
 
@@ -112,7 +115,16 @@ impl CpuExec {
             }
         }
         let widest = net.widest_slot_bytes(false);
-        let exec = CpuExec { net, slot_floats, widest, work: Mutex::default() };
+        let largest_gemm = net
+            .steps_for(true)
+            .filter_map(|s| match s {
+                Step::Gemm(g) => Some(net.gemm_dims(g)),
+                _ => None,
+            })
+            .map(|(m, n, k)| m.saturating_mul(n).saturating_mul(k))
+            .max()
+            .unwrap_or(0);
+        let exec = CpuExec { net, slot_floats, widest, largest_gemm, work: Mutex::default() };
         // Like the GPU executor, make the batch-1 workspace at load.
         exec.with_workspace(1, false, |_| Ok(()))?;
         Ok(exec)
@@ -227,9 +239,26 @@ impl CpuExec {
         Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }
 
+    /// Runs the workspace's steps on one of rayon's threads. Called from a thread outside the
+    /// pool (the CLI's main thread; in the threaded wasm build the page's worker, whose pool is
+    /// other Web Workers), rayon would hand every parallel loop to the pool and block the caller
+    /// until it ends: two cross-thread wake-ups per loop, which in the browser (Atomics.wait and
+    /// notify) cost about 0.1 ms each time, hundreds of times per forward pass, and left one
+    /// worker's work on a thread whose caches had not seen the data. Inside the pool a loop's
+    /// halves go to the local queue and an idle worker steals one. A net too small for any of
+    /// its GEMMs to be split (the Fashion-MNIST models at batch 1) stays on the caller, which
+    /// saves the one hand-over to the pool and back.
+    fn run(&self, ws: &mut Workspace, profile: Option<&mut Profile>) -> Result<()> {
+        #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
+        if rayon::current_thread_index().is_none() && ws.batch.saturating_mul(self.largest_gemm) >= split::macs() {
+            return rayon::scope(|_| self.run_steps(ws, profile));
+        }
+        self.run_steps(ws, profile)
+    }
+
     /// Runs the workspace's steps; with `profile` (natively also with `TOKENMIX_CPU_PROFILE=1`,
     /// which prints it) times each.
-    fn run(&self, ws: &mut Workspace, profile: Option<&mut Profile>) -> Result<()> {
+    fn run_steps(&self, ws: &mut Workspace, profile: Option<&mut Profile>) -> Result<()> {
         let mut stage_at = 0;
         #[cfg(not(target_arch = "wasm32"))]
         let mut printed = (profile.is_none() && *PROFILE).then(|| Profile::new(ws.batch, CLOCK));
