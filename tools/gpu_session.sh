@@ -60,7 +60,13 @@ stamp() { echo "[t+${SECONDS}s] $*"; }
 # Each step gets at most STEP seconds: a kernel that hangs a real driver costs one step of the
 # device call, not all of it.
 STEP=${STEP:-150}
-t() { timeout -k 5 "$STEP" "$@" || echo "(exit $? after a limit of ${STEP}s: $*)"; }
+# A step that fails on its own has said why already; one stopped at the limit is named here.
+t() {
+  timeout -k 5 "$STEP" "$@"
+  local rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then echo "(stopped at the ${STEP} s limit: $*)"; fi
+  return 0
+}
 
 if [ "${SESSION:-kernels}" = kernels ]; then
   echo "== GEMM kernels beside torch.matmul"

@@ -1040,6 +1040,28 @@ async fn select_adapter(instance: &wgpu::Instance, backends: wgpu::Backends) -> 
     }
 }
 
+/// Resolves after `ms` milliseconds on the page's or worker's event loop (`setTimeout` of the
+/// global scope, whichever it is); at once if the scope has none.
+#[cfg(target_arch = "wasm32")]
+async fn pause_ms(ms: i32) {
+    use wasm_bindgen::JsCast;
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        let global = js_sys::global();
+        let timer = js_sys::Reflect::get(&global, &"setTimeout".into()).ok().and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+        match timer {
+            Some(set) => {
+                if set.call2(&global, &resolve, &ms.into()).is_err() {
+                    let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
+                }
+            }
+            None => {
+                let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
+            }
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::coop_shape;
@@ -1078,26 +1100,4 @@ mod tests {
         assert_eq!(coop_shape(&info(4, 64), all, &h200), None, "sizes vary sixteenfold");
         assert_eq!(coop_shape(&info(32, 128), all, &h200), None, "128-lane subgroups");
     }
-}
-
-/// Resolves after `ms` milliseconds on the page's or worker's event loop (`setTimeout` of the
-/// global scope, whichever it is); at once if the scope has none.
-#[cfg(target_arch = "wasm32")]
-async fn pause_ms(ms: i32) {
-    use wasm_bindgen::JsCast;
-    let promise = js_sys::Promise::new(&mut |resolve, _| {
-        let global = js_sys::global();
-        let timer = js_sys::Reflect::get(&global, &"setTimeout".into()).ok().and_then(|f| f.dyn_into::<js_sys::Function>().ok());
-        match timer {
-            Some(set) => {
-                if set.call2(&global, &resolve, &ms.into()).is_err() {
-                    let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
-                }
-            }
-            None => {
-                let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
-            }
-        }
-    });
-    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
