@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{all_devices, all_variants, all_variants_f16, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol};
+use common::{all_devices, all_variants, all_variants_f16, fixtures, limited, max_abs, max_abs_diff, read_tensors, tol, within};
 use tokenmix::{Device, Model, Output};
 
 const FIXTURES: &[&str] = &[
@@ -53,7 +53,7 @@ fn logits_match_timm() {
             let diff = max_abs_diff(&out.logits, expected);
             let bound = tol::GOLDEN * max_abs(expected).max(1.0);
             eprintln!("{name} [{}]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})", dev.label());
-            if diff > bound {
+            if !within(diff, bound) {
                 failures.push(format!("{name} on {}: max|Δlogit| {diff} > {bound}", dev.label()));
             }
             checked += 1;
@@ -93,7 +93,7 @@ fn f16_weights_match_timm_within_their_bound() {
                 gpu.gemm.name(),
                 ishape[0]
             );
-            if diff > bound || flips > 0 {
+            if !within(diff, bound) || flips > 0 {
                 failures.push(format!("{name} on {} f16: max|Δlogit| {diff} (bound {bound}), {flips} top-1 changes", gpu.gemm.name()));
             }
             checked += 1;
@@ -283,4 +283,17 @@ fn cpu_results_do_not_depend_on_the_split_over_threads() {
         checked += 1;
     });
     assert_eq!(checked, FIXTURES.len(), "every fixture ran twice");
+}
+
+/// The comparisons every golden and kernel test makes fail on a NaN output: `f32::max` returns
+/// the other argument for a NaN, so a maximum folded with it scored an all-NaN output 0.
+#[test]
+fn a_nan_output_never_matches() {
+    let want = [1.0f32, -2.0, 0.5];
+    for got in [[f32::NAN; 3], [1.0, f32::NAN, 0.5], [f32::NAN, -2.0, 0.5], [1.0, -2.0, f32::NAN]] {
+        let diff = max_abs_diff(&got, &want);
+        assert!(!within(diff, tol::GOLDEN * max_abs(&want).max(1.0)), "{got:?}: max|Δ| {diff} passes");
+        assert!(max_abs(&got).is_nan(), "{got:?}");
+    }
+    assert_eq!(max_abs_diff(&[1.0, -2.5, 0.5], &want), 0.5, "and finite outputs still compare");
 }

@@ -61,6 +61,23 @@ fn tensor(bytes: &[u8], name: &str) -> (Vec<usize>, Vec<f32>) {
     (t.shape().to_vec(), t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
 }
 
+/// max|a - b| as tests/common's `max_abs_diff` computes it (NaN if any difference is NaN:
+/// `f32::max` would skip it), or infinity when the lengths differ (a zip alone would let a
+/// short output pass); that module is native-only.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return f32::INFINITY;
+    }
+    a.iter().zip(b).fold(0f32, |m, (x, y)| {
+        let d = (x - y).abs();
+        if d > m || d.is_nan() {
+            d
+        } else {
+            m
+        }
+    })
+}
+
 /// The golden fixtures through one executor, each against timm's logits.
 async fn goldens_on(device: Device) {
     web_sys::console::log_1(&format!("executor: {} ({})", device.describe(), device.kernels()).into());
@@ -78,7 +95,7 @@ async fn goldens_on(device: Device) {
         let (_, expected) = tensor(io, "logits");
         let model = Model::load(device.clone(), weights, Some([shape[2], shape[3]])).expect("fixture loads");
         let out = model.forward(&input).await.expect("forward");
-        let diff = out.logits.iter().zip(&expected).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let diff = max_diff(&out.logits, &expected);
         let bound = 1e-4 * expected.iter().fold(1f32, |m, v| m.max(v.abs()));
         web_sys::console::log_1(&format!("{name} [wasm, {}]: max|Δlogit| = {diff:.2e} (bound {bound:.1e})", device.label()).into());
         if !(diff <= bound) {
@@ -87,7 +104,7 @@ async fn goldens_on(device: Device) {
         // The per-token class evidence against timm's (tools/make_goldens.py --explain).
         let (_, evidence) = tensor(explain, "evidence");
         let ex = model.explain(&input).await.expect("explain");
-        let map_diff = ex.maps.iter().zip(&evidence).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let map_diff = max_diff(&ex.maps, &evidence);
         let map_bound = 1e-4 * evidence.iter().fold(1f32, |m, v| m.max(v.abs()));
         web_sys::console::log_1(&format!("{name} [wasm, {}]: max|Δevidence| = {map_diff:.2e} (bound {map_bound:.1e})", device.label()).into());
         if ex.maps.len() != evidence.len() || !(map_diff <= map_bound) {
@@ -128,7 +145,7 @@ async fn a_lost_device_is_reported_as_lost() {
     assert!(again.contains(tokenmix::gpu::DEVICE_LOST), "{again}");
     let cpu = Model::load(Device::cpu(), weights, Some([shape[2], shape[3]])).expect("fixture loads");
     let twin = cpu.forward(&input).await.expect("the CPU executor still runs");
-    let diff = before.logits.iter().zip(&twin.logits).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let diff = max_diff(&before.logits, &twin.logits);
     assert!(diff <= 1e-4, "the GPU's answer before the loss was right: {diff}");
 }
 

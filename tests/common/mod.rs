@@ -151,13 +151,31 @@ pub fn read_tensors(path: &std::path::Path, names: &[&str]) -> Vec<(Vec<usize>, 
         .collect()
 }
 
-pub fn max_abs(v: &[f32]) -> f32 {
-    v.iter().fold(0f32, |m, x| m.max(x.abs()))
+/// The larger of `m` and `x`, NaN once either is: `f32::max` returns the other argument for a
+/// NaN, so a fold with it would call an all-NaN output a perfect match.
+pub fn max_or_nan(m: f32, x: f32) -> f32 {
+    if x > m || x.is_nan() {
+        x
+    } else {
+        m
+    }
 }
 
+/// `diff <= bound`, written as a call where a test fails on its negation: false for a NaN
+/// difference, which `diff > bound` would let through.
+pub fn within(diff: f32, bound: f32) -> bool {
+    diff <= bound
+}
+
+/// max|v|; NaN if any value is NaN.
+pub fn max_abs(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |m, x| max_or_nan(m, x.abs()))
+}
+
+/// max|a - b|; NaN if any difference is NaN, so every `diff <= bound` check fails on it.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+    a.iter().zip(b).fold(0f32, |m, (x, y)| max_or_nan(m, (x - y).abs()))
 }
 
 /// Deterministic pseudo-random values in [-1, 1) (xorshift), so CPU references are repeatable.
