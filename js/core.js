@@ -4,9 +4,13 @@
 /** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video). */
 export async function toImageData(image) {
   if (typeof ImageData !== 'undefined' && image instanceof ImageData) return image;
+  const noPixels = () => new Error('classify: the image has no pixels yet (not loaded, or a video without a frame)');
+  // An <img> still loading has its width attribute but draws nothing; a video needs a frame.
+  if (image && 'naturalWidth' in image && !(image.complete && image.naturalWidth > 0)) throw noPixels();
+  if (image && 'videoWidth' in image && !(image.readyState >= 2 && image.videoWidth > 0)) throw noPixels();
   const w = image?.naturalWidth || image?.videoWidth || image?.width;
   const h = image?.naturalHeight || image?.videoHeight || image?.height;
-  if (!w || !h) throw new Error('classify: the image has no pixels yet (not loaded, or a video without a frame)');
+  if (!w || !h) throw noPixels();
   const canvas = typeof OffscreenCanvas !== 'undefined' ? new OffscreenCanvas(w, h) : Object.assign(document.createElement('canvas'), { width: w, height: h });
   const ctx = canvas.getContext('2d', { willReadFrequently: true });
   ctx.drawImage(image, 0, 0, w, h);

@@ -6,7 +6,8 @@ export type Backend = 'auto' | 'gpu' | 'cpu';
 
 /** Options of {@link createClassifier}; every one is optional. */
 export interface ClassifierOptions {
-  /** Run inference, downloads and preprocessing in a dedicated worker (default true). */
+  /** Run inference, downloads and preprocessing in a dedicated worker (default true). The
+   * classifiers made with `false` on one page share one module: one model, one backend. */
   worker?: boolean;
   /** 'auto' (default): the GPU unless WebGPU is missing or a software adapter, then the CPU. */
   backend?: Backend;
@@ -216,8 +217,11 @@ export interface CropGeometry {
 export interface Classifier {
   /** True when the calls run in a dedicated worker. */
   readonly worker: boolean;
+  /** Loads a model (a URL is resolved against the page). On failure it rejects and the
+   * previous model, backend, precision and autotune setting stay. Of overlapping loads the
+   * last called wins: an older one that finishes after it rejects as superseded. */
   loadModel(source?: ModelSource, options?: LoadOptions): Promise<ModelDescription>;
-  /** The top `topK` (default 5) classes, most probable first. */
+  /** The top `topK` (a whole number from 1; default 5) classes, most probable first. */
   classify(image: ImageSource, topK?: number): Promise<Prediction[]>;
   /** As classify, plus the latency split and the model's input. */
   classifyDetailed(image: ImageSource, topK?: number): Promise<DetailedResult>;
@@ -237,7 +241,8 @@ export interface Classifier {
   adapterInfo(): Promise<AdapterInfo>;
   modelInfo(): Promise<ModelDescription>;
   isCached(url: string): Promise<boolean>;
-  /** Removes one URL from the model cache, or all of it. */
+  /** Removes one URL from the model cache, or all of it; rejects where the Cache API does
+   * (a URL no Request can be made of, storage turned off). */
   clearCache(url?: string): Promise<boolean>;
   /** Tests of the recovery path: destroys the WebGPU device (the GPU backend only). */
   loseDevice(): Promise<void>;

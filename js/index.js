@@ -18,13 +18,22 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     throw new Error(`threads ${threads}: expected a whole number from 1 to 64`);
   }
   const call = worker && typeof Worker !== 'undefined' ? workerCalls(threads) : await inlineCalls(threads);
-  await call('init', [{ backend, precision, autotune }]);
+  try {
+    await call('init', [{ backend, precision, autotune }]);
+  } catch (e) {
+    call.dispose(); // the worker (and its threads) would otherwise live on, unreachable
+    throw e;
+  }
 
   // In a worker an image travels as an ImageBitmap (transferred) or an ImageData (copied).
   const image = async (img) => {
     if (!call.worker) return img;
     if (typeof ImageData !== 'undefined' && img instanceof ImageData) return img;
     if (typeof ImageBitmap !== 'undefined' && img instanceof ImageBitmap) return img;
+    // An <img> still loading, a video without a frame: the same error as on this thread.
+    if (img && (('naturalWidth' in img && !(img.complete && img.naturalWidth > 0)) || ('videoWidth' in img && !(img.readyState >= 2 && img.videoWidth > 0)))) {
+      return toImageData(img);
+    }
     try {
       return await createImageBitmap(img);
     } catch {
@@ -40,7 +49,7 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
       if (b !== undefined && !BACKENDS.includes(b)) throw new Error(`backend ${b}: expected auto, gpu or cpu`);
       if (p !== undefined && !PRECISIONS.includes(p)) throw new Error(`precision ${p}: expected f32 or f16`);
       checkAutotune(autotune);
-      const src = source instanceof ArrayBuffer ? new Uint8Array(source) : source;
+      const src = source instanceof ArrayBuffer ? new Uint8Array(source) : typeof source === 'string' ? absolute(source) : source;
       const options = { name, cache, backend: b, precision: p, autotune };
       if (call.worker) return call('loadModel', [src, { ...options, progress: Boolean(onProgress) }], [], onProgress);
       return call('loadModel', [src, { ...options, onProgress }]);
@@ -61,8 +70,8 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     info: () => call('info', []),
     adapterInfo: () => call('adapterInfo', []),
     modelInfo: () => call('modelInfo', []),
-    isCached: (url) => call('isCached', [url]),
-    clearCache: (url) => call('clearCache', [url ?? null]),
+    isCached: (url) => call('isCached', [absolute(String(url))]),
+    clearCache: (url) => call('clearCache', [url == null ? null : absolute(String(url))]),
     loseDevice: () => call('loseDevice', []),
     dispose() {
       call.dispose();
@@ -70,7 +79,24 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
   };
 }
 
-/** Calls on this thread (the one-thread build: a page's thread may not wait on others). */
+/**
+ * A model URL resolved against the page (document.baseURI), so that it names the same file in
+ * the worker, whose own URL is js/worker.js, and the same Cache API entry from both. A string
+ * that is no URL is passed on as it is (loadModel then says why it cannot be downloaded).
+ */
+function absolute(url) {
+  try {
+    return new URL(url, globalThis.document?.baseURI ?? globalThis.location?.href).href;
+  } catch {
+    return url;
+  }
+}
+
+/**
+ * Calls on this thread (the one-thread build: a page's thread may not wait on others). Every
+ * classifier made with `worker: false` on one page shares this one module, so its one model
+ * and backend: a second such classifier's loadModel replaces the first's model.
+ */
 async function inlineCalls(threads) {
   const core = await createCore({ threads });
   let disposed = false;

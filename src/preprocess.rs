@@ -99,6 +99,19 @@ pub struct Geometry {
 pub const MAX_IMAGE_PIXELS: usize = 1 << 26;
 pub const MAX_IMAGE_SIDE: usize = 1 << 15;
 
+/// Whether tokenmix takes an image of `width` x `height` (not empty, within the limits above).
+pub fn check_image_size(width: usize, height: usize) -> Result<()> {
+    if width == 0 || height == 0 {
+        return Err(Error::Input(format!("image is {width}x{height}: it has no pixels")));
+    }
+    if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width.saturating_mul(height) > MAX_IMAGE_PIXELS {
+        return Err(Error::Input(format!(
+            "image is {width}x{height}; tokenmix takes at most {MAX_IMAGE_SIDE} px a side and {MAX_IMAGE_PIXELS} pixels"
+        )));
+    }
+    Ok(())
+}
+
 impl Preprocess {
     /// The CPU half of classifying an RGBA8 image (a browser ImageData) of any size: checks
     /// the size and the pixel count, computes the resize and crop, and — for images more than
@@ -106,14 +119,7 @@ impl Preprocess {
     /// filter's footprint (and its run time) bounded. Returns the pixels as one u32 per RGBA
     /// texel, their width and height, and the geometry for `preprocess.wgsl`.
     pub fn prepare_rgba(&self, rgba: &[u8], width: usize, height: usize) -> Result<(Vec<u32>, usize, usize, Geometry)> {
-        if width == 0 || height == 0 {
-            return Err(Error::Input(format!("image is {width}x{height}: it has no pixels")));
-        }
-        if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width.saturating_mul(height) > MAX_IMAGE_PIXELS {
-            return Err(Error::Input(format!(
-                "image is {width}x{height}; tokenmix takes at most {MAX_IMAGE_SIDE} px a side and {MAX_IMAGE_PIXELS} pixels"
-            )));
-        }
+        check_image_size(width, height)?;
         if rgba.len() != width * height * 4 {
             return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
         }

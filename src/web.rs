@@ -129,12 +129,46 @@ extern "C" {
     async fn fetch_bytes(url: &str, on_progress: &JsValue) -> Result<JsValue, JsValue>;
     fn now() -> f64;
     fn has_webgpu() -> bool;
-    async fn cache_get(url: &str) -> JsValue;
-    async fn cache_put(url: &str, bytes: &Uint8Array) -> JsValue;
-    async fn cache_has(url: &str) -> JsValue;
-    async fn cache_clear(url: JsValue) -> JsValue;
-    async fn tuning_get() -> JsValue;
-    async fn tuning_put(text: &str);
+    // Every async import is `catch`: without it wasm-bindgen's glue unwraps a rejected promise,
+    // a panic (an abort in this build) that would leave the module unusable. Cache.match and
+    // delete reject on URLs no Request can be made of (credentials, unparsable), for one.
+    #[wasm_bindgen(catch)]
+    async fn cache_get(url: &str) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(catch)]
+    async fn cache_put(url: &str, bytes: &Uint8Array) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(catch)]
+    async fn cache_has(url: &str) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(catch)]
+    async fn cache_clear(url: JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(catch)]
+    async fn tuning_get() -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(catch)]
+    async fn tuning_put(text: &str) -> Result<JsValue, JsValue>;
+}
+
+/// A JavaScript exception's message (an `Error`'s, else its debug form).
+fn js_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"))
+}
+
+/// A copy of `bytes` in wasm memory, or an error where that memory cannot grow so far (a plain
+/// `to_vec` aborts the module instead: wasm32 has at most 4 GiB, shared with the model).
+fn copy_in(bytes: &Uint8Array, what: &str) -> Result<Vec<u8>, JsError> {
+    let len = bytes.length() as usize;
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| js_err(format!("{what} is {len} bytes: more than this page's WebAssembly memory can hold")))?;
+    out.resize(len, 0);
+    bytes.copy_to(&mut out);
+    Ok(out)
+}
+
+/// A whole number from JavaScript (wasm-bindgen would wrap -1 to 4294967295 for a `usize`).
+fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
+    if v.is_finite() && v.fract() == 0.0 && v >= min as f64 && v <= u32::MAX as f64 {
+        Ok(v as usize)
+    } else {
+        Err(js_err(Error::Input(format!("{name} is {v}: expected a whole number from {min}"))))
+    }
 }
 
 /// Loads a model on `device` with the GEMM autotuner's stored choices for it, then times the
@@ -144,7 +178,7 @@ async fn load_tuned(device: &Device, bytes: &[u8]) -> crate::error::Result<Model
     let gpu = device.gpu().filter(|g| g.tuning.enabled()).cloned();
     let stored = match &gpu {
         Some(g) => {
-            let text = tuning_get().await.as_string().unwrap_or_default();
+            let text = tuning_get().await.ok().and_then(|t| t.as_string()).unwrap_or_default();
             g.tuning.import(&text);
             Some(text)
         }
@@ -153,7 +187,8 @@ async fn load_tuned(device: &Device, bytes: &[u8]) -> crate::error::Result<Model
     let model = Model::load_scoped(device.clone(), bytes, None).await?;
     if let (Some(g), Some(text)) = (gpu, stored) {
         if model.autotune(1).await? > 0 {
-            tuning_put(&g.tuning.export(&text)).await;
+            // Storage disabled or full: the next load tunes again.
+            let _ = tuning_put(&g.tuning.export(&text)).await;
         }
     }
     Ok(model)
@@ -167,10 +202,14 @@ struct State {
     energy: Vec<((usize, usize), Vec<f32>)>,
     /// The model input of the latest classify (what `explain` explains).
     last_input: Option<Vec<f32>>,
+    /// Which `loadModel` call (`LOADS`'s count when it started) loaded `model`; 0: the first.
+    loaded: u64,
 }
 
 thread_local! {
     static STATE: RefCell<Option<Rc<RefCell<State>>>> = const { RefCell::new(None) };
+    /// How many `loadModel` calls have started.
+    static LOADS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// The backend the state is first made with (`setBackend`).
     static CHOICE: RefCell<BackendChoice> = const { RefCell::new(BackendChoice::Auto) };
 }
@@ -186,8 +225,14 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
     }
     let sel = select(CHOICE.with(|c| *c.borrow())).await?;
     let model = load_tuned(&sel.device, crate::DEFAULT_MODEL).await.map_err(js_err)?;
-    let fresh =
-        Rc::new(RefCell::new(State { sel, model: Rc::new(model), name: crate::DEFAULT_MODEL_NAME.into(), energy: Vec::new(), last_input: None }));
+    let fresh = Rc::new(RefCell::new(State {
+        sel,
+        model: Rc::new(model),
+        name: crate::DEFAULT_MODEL_NAME.into(),
+        energy: Vec::new(),
+        last_input: None,
+        loaded: 0,
+    }));
     // Two first calls may race through the awaits above; keep whichever finished first.
     Ok(STATE.with(|s| s.borrow_mut().get_or_insert(fresh).clone()))
 }
@@ -296,6 +341,12 @@ pub async fn model_info() -> Result<JsValue, JsError> {
 #[wasm_bindgen(js_name = loadModel)]
 pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, JsError> {
     let s = state().await?;
+    // Loads may overlap (a URL's download is long); the last one called wins, not the last
+    // to finish: an older load that ends after a newer one was committed rejects.
+    let ticket = LOADS.with(|n| {
+        n.set(n.get() + 1);
+        n.get()
+    });
     let option = |key: &str| {
         if options.is_object() {
             Reflect::get(&options, &key.into()).unwrap_or(JsValue::UNDEFINED)
@@ -303,42 +354,9 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
             JsValue::UNDEFINED
         }
     };
+    // Every option is read and checked before anything changes.
     let on_progress = option("onProgress");
     let use_cache = option("cache").as_bool().unwrap_or(false);
-    // A URL loaded with `cache: true` comes from the Cache API when it is there, and goes into
-    // it once it has loaded (never a file that failed to load).
-    let mut cache_after: Option<(String, Uint8Array)> = None;
-    let mut from_cache = false;
-    let (bytes, name) = if source.is_null() || source.is_undefined() {
-        (crate::DEFAULT_MODEL.to_vec(), crate::DEFAULT_MODEL_NAME.to_string())
-    } else if let Some(url) = source.as_string() {
-        let hit = if use_cache { cache_get(&url).await.dyn_into::<Uint8Array>().ok() } else { None };
-        let data = match hit {
-            Some(data) => {
-                from_cache = true;
-                data
-            }
-            None => {
-                let data = fetch_bytes(&url, &on_progress).await.map_err(|e| {
-                    let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
-                    js_err(format!("download failed: {msg}"))
-                })?;
-                let data = Uint8Array::new(&data);
-                if use_cache {
-                    cache_after = Some((url.clone(), data.clone()));
-                }
-                data
-            }
-        };
-        (data.to_vec(), url)
-    } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
-        (Uint8Array::new(&source).to_vec(), "(bytes)".to_string())
-    } else {
-        return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
-    };
-    let name = option("name").as_string().unwrap_or(name);
-    // A backend option switches the executor; after a device loss, loading (the same or
-    // another model) starts on a new device.
     let wanted = option("backend");
     let wanted = if wanted.is_undefined() || wanted.is_null() {
         None
@@ -346,8 +364,6 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         let text = wanted.as_string().ok_or_else(|| js_err("loadModel: options.backend must be 'auto', 'gpu' or 'cpu'"))?;
         Some(BackendChoice::parse(&text).map_err(js_err)?)
     };
-    // A precision option ('f32' | 'f16') asks new devices for it; a GPU made with another
-    // one is replaced (one without shader-f16 stays f32 and says so in adapterInfo()).
     let precision = option("precision");
     let precision = if precision.is_undefined() || precision.is_null() {
         None
@@ -355,61 +371,133 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         let text = precision.as_string().ok_or_else(|| js_err("loadModel: options.precision must be 'f32' or 'f16'"))?;
         Some(crate::gpu::Precision::parse(&text).map_err(js_err)?)
     };
-    let old = s.borrow().sel.clone();
-    let lost = old.device.gpu().is_some_and(|g| g.is_lost());
-    let repick = precision.is_some_and(|p| p != crate::gpu::requested_precision().unwrap_or_default());
-    if let Some(p) = precision {
-        crate::gpu::request_precision(p);
-    }
-    let sel = match wanted {
-        Some(c) if c != old.choice => select(c).await?,
-        _ if lost || (repick && old.device.gpu().is_some()) => select(old.choice).await?,
-        _ => old,
-    };
-    // An autotune option (true/false) applies to this device and to the devices made later.
     let autotune = option("autotune");
-    if !autotune.is_undefined() && !autotune.is_null() {
-        let on = autotune.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))?;
-        crate::gpu::tune::request_autotune(Some(on));
-        if let Some(g) = sel.device.gpu() {
+    let autotune = if autotune.is_undefined() || autotune.is_null() {
+        None
+    } else {
+        Some(autotune.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))?)
+    };
+    // A URL loaded with `cache: true` comes from the Cache API when it is there, and goes into
+    // it once it has loaded (never a file that failed to load).
+    let mut cache_after: Option<(String, Uint8Array)> = None;
+    let mut from_cache = false;
+    let (bytes, name) = if source.is_null() || source.is_undefined() {
+        (crate::DEFAULT_MODEL.to_vec(), crate::DEFAULT_MODEL_NAME.to_string())
+    } else if let Some(url) = source.as_string() {
+        // A cache that cannot answer (storage off, a URL no Request takes) is a miss.
+        let hit = if use_cache { cache_get(&url).await.ok().and_then(|v| v.dyn_into::<Uint8Array>().ok()) } else { None };
+        let data = match hit {
+            Some(data) => {
+                from_cache = true;
+                data
+            }
+            None => {
+                let data = fetch_bytes(&url, &on_progress).await.map_err(|e| js_err(format!("download failed: {}", js_message(&e))))?;
+                let data = Uint8Array::new(&data);
+                if use_cache {
+                    cache_after = Some((url.clone(), data.clone()));
+                }
+                data
+            }
+        };
+        (copy_in(&data, &url)?, url)
+    } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
+        (copy_in(&Uint8Array::new(&source), "the model")?, "(bytes)".to_string())
+    } else {
+        return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
+    };
+    let name = option("name").as_string().unwrap_or(name);
+    // The precision and autotune options change what devices made from now on get; a load
+    // that fails puts them back as they were.
+    let old = s.borrow().sel.clone();
+    let before_precision = crate::gpu::precision_override();
+    let before_autotune = crate::gpu::tune::autotune_override();
+    let before_enabled = old.device.gpu().map(|g| g.tuning.enabled());
+    let restore = || {
+        crate::gpu::set_precision_override(before_precision);
+        crate::gpu::tune::request_autotune(before_autotune);
+        if let (Some(g), Some(on)) = (old.device.gpu(), before_enabled) {
             g.tuning.set_enabled(on);
         }
-    }
-    let model = load_tuned(&sel.device, &bytes).await.map_err(|e| js_err(format!("{name}: {e}")))?;
-    let desc = describe(&model, &name)?;
-    set(desc.unchecked_ref(), "fromCache", from_cache);
-    if let Some((url, data)) = cache_after {
-        cache_put(&url, &data).await;
+    };
+    let loaded = async {
+        // A backend option switches the executor; after a device loss, loading (the same or
+        // another model) starts on a new device. A precision option ('f32' | 'f16') asks new
+        // devices for it; a GPU made with another one is replaced (one without shader-f16
+        // stays f32 and says so in adapterInfo()).
+        let lost = old.device.gpu().is_some_and(|g| g.is_lost());
+        let repick = precision.is_some_and(|p| p != crate::gpu::requested_precision().unwrap_or_default());
+        if let Some(p) = precision {
+            crate::gpu::request_precision(p);
+        }
+        let sel = match wanted {
+            Some(c) if c != old.choice => select(c).await?,
+            _ if lost || (repick && old.device.gpu().is_some()) => select(old.choice).await?,
+            _ => old.clone(),
+        };
+        // An autotune option (true/false) applies to this device and to the devices made later.
+        if let Some(on) = autotune {
+            crate::gpu::tune::request_autotune(Some(on));
+            if let Some(g) = sel.device.gpu() {
+                g.tuning.set_enabled(on);
+            }
+        }
+        let model = load_tuned(&sel.device, &bytes).await.map_err(|e| js_err(format!("{name}: {e}")))?;
+        let desc = describe(&model, &name)?;
+        Ok::<_, JsError>((sel, model, desc))
+    };
+    let (sel, model, desc) = match loaded.await {
+        Ok(done) => done,
+        Err(e) => {
+            restore();
+            return Err(e);
+        }
+    };
+    {
+        let mut st = s.borrow_mut();
+        if st.loaded > ticket {
+            drop(st);
+            restore();
+            return Err(js_err(format!("{name}: superseded by a later loadModel call, whose model is in use")));
+        }
+        st.loaded = ticket;
+        st.sel = sel;
+        st.model = Rc::new(model);
+        st.name = name;
+        st.energy.clear();
+        st.last_input = None;
     }
     if let Some(c) = wanted {
         CHOICE.with(|x| *x.borrow_mut() = c);
     }
-    let mut st = s.borrow_mut();
-    st.sel = sel;
-    st.model = Rc::new(model);
-    st.name = name;
-    st.energy.clear();
-    st.last_input = None;
+    set(desc.unchecked_ref(), "fromCache", from_cache);
+    if let Some((url, data)) = cache_after {
+        // Quota or storage disabled: the model still loaded.
+        let _ = cache_put(&url, &data).await;
+    }
     Ok(desc)
 }
 
 /// Whether `url` is in the model cache (a `loadModel(url, {cache: true})` put it there).
 #[wasm_bindgen(js_name = isCached)]
 pub async fn is_cached(url: String) -> bool {
-    cache_has(&url).await.as_bool().unwrap_or(false)
+    // A URL the Cache API cannot take (credentials, unparsable) is in no cache.
+    cache_has(&url).await.ok().and_then(|v| v.as_bool()).unwrap_or(false)
 }
 
 /// Removes `url` from the model cache, or the whole cache when `url` is null/undefined.
 #[wasm_bindgen(js_name = clearCache)]
-pub async fn clear_cache(url: JsValue) -> bool {
-    cache_clear(url).await.as_bool().unwrap_or(false)
+pub async fn clear_cache(url: JsValue) -> Result<bool, JsError> {
+    let done = cache_clear(url).await.map_err(|e| js_err(format!("clearCache: {}", js_message(&e))))?;
+    Ok(done.as_bool().unwrap_or(false))
 }
 
 /// Where the current model's input comes from in a `width` x `height` image (timm's eval
 /// transform): `{resized: [w, h], left, top, size: [h, w]}` — the crop is `size` at
 /// (`left`, `top`) of the image resized to `resized`. The page draws its overlays with this.
 #[wasm_bindgen(js_name = cropGeometry)]
-pub async fn crop_geometry(width: usize, height: usize) -> Result<JsValue, JsError> {
+pub async fn crop_geometry(width: f64, height: f64) -> Result<JsValue, JsError> {
+    let (width, height) = (whole("cropGeometry: width", width, 1)?, whole("cropGeometry: height", height, 1)?);
     let s = state().await?;
     let model = s.borrow().model.clone();
     let pp = &model.info.preprocess;
@@ -420,7 +508,7 @@ pub async fn crop_geometry(width: usize, height: usize) -> Result<JsValue, JsErr
 /// Classifies a DOM ImageData of any size with the current model: the top `topK` (default 5)
 /// as `[{index, label, probability}]`, most probable first.
 #[wasm_bindgen]
-pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result<JsValue, JsError> {
+pub async fn classify(image: web_sys::ImageData, top_k: Option<f64>) -> Result<JsValue, JsError> {
     let out = classify_detailed(image, top_k).await?;
     Reflect::get(&out, &"predictions".into()).map_err(|_| js_err("internal: no predictions"))
 }
@@ -428,10 +516,13 @@ pub async fn classify(image: web_sys::ImageData, top_k: Option<usize>) -> Result
 /// As `classify`, plus what the page shows beside the predictions:
 /// `{predictions, timings: {preprocessMs, forwardMs, readbackMs}, input: {channels, height, width, data}}`.
 #[wasm_bindgen(js_name = classifyDetailed)]
-pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<usize>) -> Result<JsValue, JsError> {
+pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>) -> Result<JsValue, JsError> {
+    let top_k = top_k.map(|k| whole("topK", k, 1)).transpose()?;
     let s = state().await?;
     let model = s.borrow().model.clone();
     let (w, h) = (image.width() as usize, image.height() as usize);
+    // The size limit before the pixels are copied into wasm memory (which never shrinks).
+    crate::preprocess::check_image_size(w, h).map_err(js_err)?;
     let pixels = image.data();
     let mut run = model.classify_rgba(&pixels, w, h, now).await.map_err(js_err)?;
     {
@@ -486,7 +577,8 @@ pub async fn stage_energy() -> Result<JsValue, JsError> {
 
 /// The learned token-mixing weights of one layer of the current model.
 #[wasm_bindgen(js_name = tokenMixing)]
-pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
+pub async fn token_mixing(layer: f64) -> Result<JsValue, JsError> {
+    let layer = whole("tokenMixing: layer", layer, 0)?;
     let s = state().await?;
     let model = s.borrow().model.clone();
     let layers = model.mixing_layers();
@@ -507,7 +599,8 @@ pub async fn token_mixing(layer: usize) -> Result<JsValue, JsError> {
 /// Everything the views show of one layer (see `crate::insight::LayerInsight`), with `data`
 /// as a Float32Array.
 #[wasm_bindgen]
-pub async fn insight(layer: usize) -> Result<JsValue, JsError> {
+pub async fn insight(layer: f64) -> Result<JsValue, JsError> {
+    let layer = whole("insight: layer", layer, 0)?;
     let s = state().await?;
     let model = s.borrow().model.clone();
     let mut li = model.insight(layer).map_err(js_err)?;
@@ -520,7 +613,8 @@ pub async fn insight(layer: usize) -> Result<JsValue, JsError> {
 /// The latest classified image's top `topK` classes, each logit split into one contribution
 /// per token (`crate::models::Explained`).
 #[wasm_bindgen]
-pub async fn explain(top_k: Option<usize>) -> Result<JsValue, JsError> {
+pub async fn explain(top_k: Option<f64>) -> Result<JsValue, JsError> {
+    let top_k = top_k.map(|k| whole("topK", k, 1)).transpose()?;
     let s = state().await?;
     let (model, input) = {
         let st = s.borrow();

@@ -195,3 +195,129 @@ async fn cpu_gemm_matches_an_f64_reference_in_wasm() {
         .into(),
     );
 }
+
+/// An options object for the browser API's `loadModel`.
+fn options(pairs: &[(&str, wasm_bindgen::JsValue)]) -> wasm_bindgen::JsValue {
+    let o = js_sys::Object::new();
+    for (k, v) in pairs {
+        js_sys::Reflect::set(&o, &(*k).into(), v).expect("a plain object takes a property");
+    }
+    o.into()
+}
+
+/// The message of a rejected export (a `JsError` is a JavaScript `Error`).
+fn message(e: wasm_bindgen::JsError) -> String {
+    use wasm_bindgen::JsCast;
+    let v: wasm_bindgen::JsValue = e.into();
+    v.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{v:?}"))
+}
+
+fn sample_image() -> web_sys::ImageData {
+    let mut px = vec![0u8; 40 * 30 * 4];
+    for (i, p) in px.chunks_exact_mut(4).enumerate() {
+        p.copy_from_slice(&[(i * 7) as u8, (i * 13) as u8, (i * 3) as u8, 255]);
+    }
+    // Through a JS array: the threaded build's memory is shared, which ImageData refuses.
+    let data = js_sys::Uint8ClampedArray::new_with_length(px.len() as u32);
+    data.copy_from(&px);
+    web_sys::ImageData::new_with_js_u8_clamped_array_and_sh(&data, 40, 30).expect("an ImageData")
+}
+
+/// The page's API (`tokenmix::web`, what `js/pkg` exports) on what JavaScript callers hand it:
+/// a URL the Cache API rejects, bad whole numbers, an image too large, a load that fails with
+/// new settings, two loads at once. Each is a clear error or answer, and the module stays
+/// usable: the next call still classifies.
+#[wasm_bindgen_test]
+async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
+    use tokenmix::web;
+    use wasm_bindgen::{JsCast, JsValue};
+    pool().await;
+    let info = web::model_info().await.map_err(message).expect("the embedded default model loads");
+    let default_name = js_sys::Reflect::get(&info, &"name".into()).expect("name").as_string().expect("a name");
+    let classifies = || async {
+        let top = web::classify(sample_image(), Some(3.0)).await.map_err(message).expect("classify still works");
+        assert_eq!(js_sys::Array::from(&top).length(), 3);
+    };
+
+    // Cache.match/delete reject on a URL with credentials (no Request can be made of it).
+    // Without `catch` on those imports wasm-bindgen's glue unwraps the rejection: a panic.
+    let credentials = "https://user:secret@example.invalid/model.safetensors";
+    assert!(!web::is_cached(credentials.into()).await, "such a URL is in no cache");
+    let err = message(web::clear_cache(credentials.into()).await.expect_err("clearCache rejects"));
+    assert!(err.starts_with("clearCache: "), "{err}");
+    let err = message(web::load_model(credentials.into(), options(&[("cache", JsValue::TRUE)])).await.expect_err("no download"));
+    assert!(err.starts_with("download failed: "), "{err}");
+    classifies().await;
+
+    // Whole numbers: wasm-bindgen would wrap -1 to 4294967295 for a usize.
+    for (what, call) in [
+        ("cropGeometry: width", web::crop_geometry(-1.0, 100.0).await.map(drop)),
+        ("cropGeometry: height", web::crop_geometry(100.0, f64::NAN).await.map(drop)),
+        ("topK", web::classify(sample_image(), Some(-1.0)).await.map(drop)),
+        ("topK", web::classify(sample_image(), Some(2.5)).await.map(drop)),
+        ("insight: layer", web::insight(1.5).await.map(drop)),
+        ("tokenMixing: layer", web::token_mixing(-3.0).await.map(drop)),
+    ] {
+        let err = message(call.expect_err(what));
+        assert!(err.contains(what) && err.contains("expected a whole number"), "{what}: {err}");
+    }
+
+    // Too large: refused before its pixels are copied into wasm memory (which never shrinks).
+    let memory =
+        || wasm_bindgen::memory().unchecked_into::<js_sys::WebAssembly::Memory>().buffer().unchecked_into::<js_sys::ArrayBuffer>().byte_length();
+    let before = memory();
+    let huge = web_sys::ImageData::new_with_sw(8193, 8193).expect("an 8193x8193 ImageData");
+    let err = message(web::classify(huge, None).await.expect_err("too large"));
+    assert!(err.contains("8193x8193"), "{err}");
+    let grew = memory().saturating_sub(before);
+    assert!(grew < 16 << 20, "an image refused for its size grew wasm memory by {grew} bytes");
+    classifies().await;
+
+    // A load that fails leaves the precision and autotune settings as they were.
+    let (precision, autotune) = (tokenmix::gpu::precision_override(), tokenmix::gpu::tune::autotune_override());
+    let wanted = if precision == Some(tokenmix::gpu::Precision::F16) { "f32" } else { "f16" };
+    let bad = js_sys::Uint8Array::from(&[1u8, 2, 3][..]);
+    let opts = options(&[("precision", wanted.into()), ("autotune", JsValue::from_bool(autotune != Some(true)))]);
+    web::load_model(bad.into(), opts).await.map(drop).expect_err("three bytes are no model");
+    assert_eq!(tokenmix::gpu::precision_override(), precision, "a failed load changed the precision");
+    assert_eq!(tokenmix::gpu::tune::autotune_override(), autotune, "a failed load changed autotune");
+    classifies().await;
+
+    // Two loads at once: the first (a URL: its download ends on a later task) finishes after
+    // the second (the embedded model, no waiting). The last called wins, not the last done.
+    let (_, weights, _, _) = fixture!("mixer_p4_d64");
+    let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(weights));
+    let url = web_sys::Url::create_object_url_with_blob(&web_sys::Blob::new_with_u8_array_sequence(&parts).expect("a Blob")).expect("a blob URL");
+    let mut first = Box::pin(web::load_model(url.clone().into(), JsValue::UNDEFINED));
+    let mut second = Box::pin(web::load_model(JsValue::NULL, JsValue::UNDEFINED));
+    let (mut a, mut b) = (None, None);
+    std::future::poll_fn(|cx| {
+        use std::{future::Future, task::Poll};
+        if a.is_none() {
+            if let Poll::Ready(r) = first.as_mut().poll(cx) {
+                a = Some(r);
+            }
+        }
+        if b.is_none() {
+            if let Poll::Ready(r) = second.as_mut().poll(cx) {
+                // The first is still downloading when the second is done.
+                assert!(a.is_none(), "the blob URL's download ended at once");
+                b = Some(r);
+            }
+        }
+        if a.is_some() && b.is_some() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    let _ = web_sys::Url::revoke_object_url(&url);
+    b.expect("polled to the end").map_err(message).expect("the embedded model loads");
+    let err = message(a.expect("polled to the end").map(drop).expect_err("the older load is superseded"));
+    assert!(err.contains("superseded"), "{err}");
+    let now = web::model_info().await.map_err(message).expect("modelInfo");
+    let name = js_sys::Reflect::get(&now, &"name".into()).expect("name").as_string();
+    assert_eq!(name.as_deref(), Some(default_name.as_str()), "the model of the load called last is in use");
+    classifies().await;
+}

@@ -42,7 +42,11 @@ async function start() {
   const worker = params.get('worker') !== '0';
   // ?threads=N: the CPU executor's threads (default: the cores, at most 8), where the page is
   // cross-origin isolated (the demo server sends the headers); elsewhere one.
-  const threads = params.has('threads') ? Number(params.get('threads')) : undefined;
+  let threads = params.has('threads') ? Number(params.get('threads')) : undefined;
+  if (threads !== undefined && !(Number.isInteger(threads) && threads >= 1 && threads <= 64)) {
+    console.warn(`?threads=${params.get('threads')}: expected a whole number from 1 to 64; using the default`);
+    threads = undefined;
+  }
   let createClassifier;
   try {
     ({ createClassifier } = await import('../js/index.js'));

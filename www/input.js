@@ -259,12 +259,20 @@ export function wireInputs() {
   }
   $('camera-start').addEventListener('click', async () => {
     clearError();
+    // Disabled while the camera starts: a second click would open a second stream, which
+    // Stop would never end (the camera light would stay on).
+    $('camera-start').disabled = true;
+    let s = null;
     try {
-      stream = await navigator.mediaDevices.getUserMedia({ video: { facingMode: 'environment', width: { ideal: 640 } }, audio: false });
-      video.srcObject = stream;
+      s = await navigator.mediaDevices.getUserMedia({ video: { facingMode: 'environment', width: { ideal: 640 } }, audio: false });
+      video.srcObject = s;
       await video.play();
+      stream = s;
       camButtons(true);
     } catch (e) {
+      s?.getTracks().forEach((t) => t.stop());
+      video.srcObject = null;
+      camButtons(false);
       showError(`Camera: ${messageOf(e)}`);
     }
   });

@@ -111,18 +111,32 @@ export async function loadModelSource(source, { label, option, cacheable = false
   state.load = { status: 'loading', label, error: null };
   setStatus('loading', `Loading ${label}…`);
   const t0 = performance.now();
+  const superseded = () => new DOMException('superseded', 'AbortError');
+  // A load still queued when a newer one starts never runs; one already running goes on
+  // (tokenmix cannot stop it), without moving the newer one's progress bar.
+  const run = (source, opts) => exclusive(() => {
+    if (abort.signal.aborted) throw superseded();
+    return tm.loadModel(source, opts);
+  });
+  const progress = (...a) => { if (!abort.signal.aborted) onProgress(...a); };
   let url = null;
   try {
     let desc;
     if (typeof source === 'string') {
       url = new URL(source, document.baseURI).href;
-      desc = await exclusive(() => tm.loadModel(url, { onProgress, name: label, cache: cacheable }));
+      desc = await run(url, { onProgress: progress, name: label, cache: cacheable });
     } else {
-      desc = await exclusive(() => tm.loadModel(source, { name: label }));
+      desc = await run(source, { name: label });
     }
-    if (abort.signal.aborted) throw new DOMException('superseded', 'AbortError');
+    if (abort.signal.aborted) {
+      // It loaded, so tokenmix runs it until the newer load ends: should that one fail, the
+      // page adopts this model (below), so that what it shows is what classifies.
+      state.loadedMeanwhile = { desc, option, label, fileName, lastLoad: { source, opts: { label, option, cacheable, fileName } } };
+      throw superseded();
+    }
     const fromCache = Boolean(desc?.fromCache);
     finishProgress();
+    state.loadedMeanwhile = null;
     state.lastLoad = { source, opts: { label, option, cacheable, fileName } };
     if (option === 'current-file') fileOption(fileName ?? label);
     await adoptModel(desc, option);
@@ -133,13 +147,20 @@ export async function loadModelSource(source, { label, option, cacheable = false
     if (state.image) await classifyImageData(state.image.imageData, state.image.source).catch(() => {});
     return info;
   } catch (e) {
-    if (e?.name === 'AbortError') {
-      state.load = { status: 'aborted', label, error: null };
-      throw e;
+    if (e?.name === 'AbortError' || abort.signal.aborted) {
+      // state.load, the status line and the error box belong to the newer load now.
+      throw e?.name === 'AbortError' ? e : superseded();
     }
     // loadModel's errors already start with the model's name (the label we passed).
     const detail = messageOf(e);
     const msg = `Could not load ${label}: ${detail.startsWith(`${label}: `) ? detail.slice(label.length + 2) : detail}`;
+    const meanwhile = state.loadedMeanwhile;
+    state.loadedMeanwhile = null;
+    if (meanwhile) {
+      state.lastLoad = meanwhile.lastLoad;
+      if (meanwhile.option === 'current-file') fileOption(meanwhile.fileName ?? meanwhile.label);
+      await adoptModel(meanwhile.desc, meanwhile.option).catch(() => {});
+    }
     state.load = { status: 'error', label, error: msg };
     showError(msg);
     setStatus('error', `Still using ${state.model ? `${state.model.family}${state.model.preset ? ` (${state.model.preset})` : ''}` : 'the previous model'}.`);

@@ -263,6 +263,18 @@ pub fn request_precision(p: Precision) {
     }
 }
 
+/// What [`request_precision`] set, if anything (the browser puts it back after a failed load).
+pub fn precision_override() -> Option<Precision> {
+    PRECISION.lock().ok().and_then(|v| *v)
+}
+
+/// Sets or clears (`None`: `TOKENMIX_PRECISION`, else f32) what [`request_precision`] sets.
+pub fn set_precision_override(p: Option<Precision>) {
+    if let Ok(mut v) = PRECISION.lock() {
+        *v = p;
+    }
+}
+
 /// The precision asked for: [`request_precision`], else `TOKENMIX_PRECISION`, else f32.
 pub fn requested_precision() -> Result<Precision> {
     match (PRECISION.lock().ok().and_then(|v| *v), crate::env::env().precision.as_deref()) {

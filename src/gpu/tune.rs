@@ -51,6 +51,11 @@ const KERNELS: [&str; 8] = [
 
 static REQUESTED: Mutex<Option<bool>> = Mutex::new(None);
 
+/// What [`request_autotune`] set last (the browser puts it back after a failed load).
+pub fn autotune_override() -> Option<bool> {
+    REQUESTED.lock().ok().and_then(|r| *r)
+}
+
 /// Whether devices made from now on autotune (the page's `autotune` option): wins over
 /// `TOKENMIX_AUTOTUNE`; None goes back to the default (hardware GPUs only).
 pub fn request_autotune(on: Option<bool>) {

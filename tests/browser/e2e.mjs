@@ -390,6 +390,67 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   await page.close();
 });
 
+test('o. the API on misuse and racing loads: a relative URL in the worker, an image still loading, a superseded load, bad numbers', { timeout: 4 * TIMEOUT }, async () => {
+  const { page, pageErrors, status } = await openPage('o');
+  assertStarted(status);
+  const r = await page.evaluate(async (sample) => {
+    const app = window.tokenmixApp;
+    const api = app.api;
+    const settle = (p) => p.then((v) => ({ ok: v }), (e) => ({ error: e?.message ?? String(e), name: e?.name }));
+    const out = { worker: api.worker };
+    // A relative URL names the file next to the page, also in the worker (whose own URL is js/worker.js).
+    out.relative = await settle(api.loadModel('tests/fixtures/poolformer_rgb.safetensors').then((d) => d.family));
+    out.cachedRelative = await api.isCached('tests/fixtures/poolformer_rgb.safetensors');
+    await api.loadModel(null);
+    // An <img> with a size but no pixels yet is refused, not classified as a blank image.
+    const img = new Image(64, 64);
+    img.src = `www/samples/${sample}?unique=${Date.now()}`;
+    out.unloaded = await settle(api.classify(img));
+    await img.decode();
+    out.loaded = await settle(api.classify(img).then((p) => p.length));
+    // Whole numbers are checked, not wrapped (-1 would be 4294967295).
+    out.crop = await settle(api.cropGeometry(-1, 100));
+    out.topK = await settle(api.classify(img, 0));
+    // The page: a load superseded while still queued never runs; one already running when a
+    // newer load starts still loads, and when the newer one fails the page shows the model
+    // tokenmix runs, not the one from before both.
+    const race = async (started) => {
+      const a = app.loadModelUrl('tests/fixtures/poolformer_rgb.safetensors').then(() => 'loaded', (e) => e.name);
+      if (started) await new Promise((r) => setTimeout(r, 0)); // the first is with the worker now
+      const b = app.loadModelBytes(new Uint8Array(100), 'bad.safetensors').then(() => 'loaded', (e) => e.message);
+      return {
+        a: await a, b: await b, pageFamily: app.state.model.family, coreFamily: (await api.modelInfo()).family,
+        status: document.querySelector('#model-status').textContent, error: document.querySelector('#error-text').textContent,
+      };
+    };
+    out.queued = await race(false);
+    out.running = await race(true);
+    out.classified = await settle(app.classifySample('fmnist-0001-pullover.png').then((x) => x.predictions.length));
+    return out;
+  }, SAMPLE);
+  console.log(`[o] ${JSON.stringify(r)}`);
+  assert.equal(r.worker, true, 'the default page runs tokenmix in a worker');
+  assert.deepEqual(r.relative, { ok: 'PoolFormer' }, 'a relative URL loads in the worker');
+  assert.equal(r.cachedRelative, false);
+  assert.match(r.unloaded.error ?? '', /no pixels yet/, 'an image still loading is refused');
+  assert.deepEqual(r.loaded, { ok: 5 }, 'once loaded it classifies');
+  assert.match(r.crop.error ?? '', /cropGeometry: width is -1: expected a whole number/);
+  assert.match(r.topK.error ?? '', /topK is 0: expected a whole number from 1/);
+  for (const [race, family] of [['queued', 'MLP-Mixer'], ['running', 'PoolFormer']]) {
+    const x = r[race];
+    assert.equal(x.a, 'AbortError', `${race}: the first load was superseded`);
+    assert.match(x.b, /Could not load bad\.safetensors/, race);
+    assert.equal(x.coreFamily, family, `${race}: tokenmix runs ${family}`);
+    assert.equal(x.pageFamily, x.coreFamily, `${race}: the page shows the model tokenmix runs`);
+    assert.equal(x.status, `Still using ${family}.`, race);
+    assert.match(x.error, /bad\.safetensors/, race);
+  }
+  assert.deepEqual(r.classified, { ok: 5 });
+  await shot(page, 'e2e-o-superseded');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});
+
 test('f. every file of the hostile corpus is refused by loadModel; the loaded model classifies the same', { timeout: 6 * TIMEOUT }, async () => {
   // tests/hostile/ (tools/make_hostile.py): the same files tests/hostile.rs loads natively.
   const manifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests', 'hostile', 'manifest.json'), 'utf8'));
@@ -558,8 +619,15 @@ test('e1. with navigator.gpu removed (on the page thread, ?worker=0) the page sa
 });
 
 test('e2. ?backend=gpu without a WebGPU adapter explains what is missing and throws nothing', { timeout: 2 * TIMEOUT }, () => withoutWebGpu(async (ctx) => {
-  const { page, pageErrors, status } = await openPage('e2', '?backend=gpu', null, ctx);
+  // The classifier that failed to start ends its worker (it would live on, unreachable).
+  const countTerminate = () => {
+    window.terminated = 0;
+    const terminate = Worker.prototype.terminate;
+    Worker.prototype.terminate = function () { window.terminated++; return terminate.call(this); };
+  };
+  const { page, pageErrors, status } = await openPage('e2', '?backend=gpu', countTerminate, ctx);
   assert.equal(status.ok, false);
+  assert.equal(await page.evaluate(() => window.terminated), 1, 'the failed classifier\'s worker was ended');
   assert.ok(await page.isVisible('#webgpu-missing'), 'the WebGPU-missing panel is shown');
   assert.equal(await page.isVisible('#app'), false, 'the app is hidden');
   const text = await page.textContent('#webgpu-missing');
