@@ -6,7 +6,8 @@
 // filter support widened by the scale factor when downscaling, so it antialiases; each output
 // pixel is one 2-D weighted sum over its source footprint (PIL does two 1-D passes and rounds
 // between them: results differ by at most a grey level). Resampled values are rounded to
-// 8 bits as PIL's are. One channel: PIL "L" = (299 R + 587 G + 114 B) / 1000, truncated.
+// 8 bits as PIL's are. One channel: PIL's "L" conversion of each source pixel before the
+// resize, as timm's pipeline converts first: (19595 R + 38470 G + 7471 B + 0x8000) >> 16.
 // The crop offsets and resized size come from the CPU (`Preprocess::geometry`), which also
 // pre-shrinks very large images so the footprint stays within a few hundred taps.
 
@@ -63,8 +64,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let wy = cubic((f32(y) - sy.centre + 0.5) * sy.inv);
         for (var x = sx.lo; x < sx.hi; x++) {
             let w = wy * cubic((f32(x) - sx.centre + 0.5) * sx.inv);
-            let px = unpack4x8unorm(src[u32(y) * p.src_w + u32(x)]) * 255.0;
-            acc += w * px.rgb;
+            let texel = src[u32(y) * p.src_w + u32(x)];
+            var px = round(unpack4x8unorm(texel) * 255.0).rgb;
+            if (p.channels == 1u) {
+                let b = (vec3<u32>(texel) >> vec3<u32>(0u, 8u, 16u)) & vec3<u32>(255u);
+                px = vec3<f32>(f32((19595u * b.x + 38470u * b.y + 7471u * b.z + 32768u) >> 16u));
+            }
+            acc += w * px;
             wsum += w;
         }
     }
@@ -72,8 +78,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let plane = p.out_w * p.out_h;
     let at = oy * p.out_w + ox;
     if (p.channels == 1u) {
-        let l = floor((rgb.r * 299.0 + rgb.g * 587.0 + rgb.b * 114.0) / 1000.0);
-        dst[at] = (l / 255.0 - p.mean.x) / p.stdev.x;
+        dst[at] = (rgb.r / 255.0 - p.mean.x) / p.stdev.x;
     } else {
         for (var c = 0u; c < 3u; c++) {
             dst[c * plane + at] = (rgb[c] / 255.0 - p.mean[c]) / p.stdev[c];

@@ -31,7 +31,7 @@ pub fn preprocess_image(data: &[u8]) {
     // Sides up to 65535 (past the 32768 limit), so the size checks are exercised too.
     let (width, height) = (u16_at(0), u16_at(2));
     let size = [u16_at(4) % 1024, u16_at(6) % 1024];
-    let crop_pct = f32::from(data[8]) / 128.0;
+    let crop_pct = f64::from(data[8]) / 128.0;
     let channels = if data[9].is_multiple_of(2) { 1 } else { 3 };
     let pp = Preprocess { size, crop_pct, mean: vec![0.5; channels], std: vec![0.25; channels], channels };
     if pp.validate().is_err() {

@@ -1,7 +1,11 @@
 //! timm's eval transform (`timm.data.transforms_factory`, eval branch): resize the shorter
-//! side to floor(size / crop_pct) with bicubic filtering, centre-crop `size`, scale to [0, 1],
-//! normalise with the model's mean/std. The settings travel in a model file's metadata; when
-//! absent, each family's timm pretrained default is used.
+//! side to floor(size / crop_pct) with bicubic filtering (a non-square input: both sides by the
+//! ratio that brings the image to cover floor(h / crop_pct) x floor(w / crop_pct)), centre-crop
+//! `size` (offsets rounded half to even, as Python rounds), scale to [0, 1], normalise with the
+//! model's mean/std; a one-channel model gets PIL's "L" conversion first. The settings travel
+//! in a model file's metadata; when absent, each family's timm pretrained default is used.
+//! tests/preprocess.rs checks all of it against timm's transform itself
+//! (tests/fixtures/preprocess.json, from tools/make_preprocess_goldens.py).
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +18,8 @@ pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 pub struct Preprocess {
     /// Model input (crop) size, [height, width].
     pub size: [usize; 2],
-    pub crop_pct: f32,
+    /// A double, as timm's float: floor(size / crop_pct) differs in f32 (224 / 0.8f32 = 279.99…).
+    pub crop_pct: f64,
     pub mean: Vec<f32>,
     pub std: Vec<f32>,
     /// 1 (greyscale, PIL's "L" conversion) or 3 (RGB).
@@ -38,7 +43,7 @@ impl Preprocess {
     }
 
     /// ResMLP/PoolFormer defaults in timm: ImageNet mean/std (their average for one channel).
-    pub fn imagenet(channels: usize, size: [usize; 2], crop_pct: f32) -> Self {
+    pub fn imagenet(channels: usize, size: [usize; 2], crop_pct: f64) -> Self {
         let (mean, std) = if channels == 3 {
             (IMAGENET_MEAN.to_vec(), IMAGENET_STD.to_vec())
         } else {
@@ -67,22 +72,33 @@ impl Preprocess {
         Ok(())
     }
 
-    /// Size after the resize step, before the centre crop (torchvision's rule: the shorter side
-    /// becomes floor(size / crop_pct), the longer side keeps the aspect ratio, truncated).
+    /// Size after the resize step, before the centre crop, as timm's eval transform makes it:
+    /// for a square input torchvision's Resize(floor(size / crop_pct)) (the shorter side
+    /// becomes that, the longer keeps the aspect ratio, truncated); for a non-square one timm's
+    /// ResizeKeepRatio to (floor(h / crop_pct), floor(w / crop_pct)): both sides scaled by the
+    /// smaller of the two ratios, rounded (half to even, as Python's round).
     pub fn resize_to(&self, width: usize, height: usize) -> (usize, usize) {
         let [h, w] = self.size;
+        let scaled = |s: usize| (s as f64 / self.crop_pct).floor();
         if h == w {
-            let short = (h as f64 / self.crop_pct as f64).floor() as usize;
+            let short = scaled(h) as usize;
             if width <= height {
                 (short, (short as f64 * height as f64 / width as f64) as usize)
             } else {
                 ((short as f64 * width as f64 / height as f64) as usize, short)
             }
         } else {
-            let f = |s: usize| (s as f64 / self.crop_pct as f64).floor() as usize;
-            (f(w), f(h))
+            let ratio = (height as f64 / scaled(h)).min(width as f64 / scaled(w));
+            ((width as f64 / ratio).round_ties_even() as usize, (height as f64 / ratio).round_ties_even() as usize)
         }
     }
+}
+
+/// PIL's "L" of an RGBA8 pixel (R in the low byte): (19595 R + 38470 G + 7471 B + 0x8000) >> 16,
+/// i.e. 0.299 R + 0.587 G + 0.114 B rounded.
+pub fn pil_l(rgba: u32) -> u8 {
+    let [r, g, b, _] = rgba.to_le_bytes();
+    ((19595 * r as u32 + 38470 * g as u32 + 7471 * b as u32 + 0x8000) >> 16) as u8
 }
 
 /// Where the model's input comes from in a source image: the resized size and the crop's
@@ -130,7 +146,8 @@ impl Preprocess {
         Ok((pixels, sw, sh, g))
     }
 
-    /// The resize and centre crop (torchvision's CenterCrop: offsets rounded to nearest) for a
+    /// The resize and centre crop (torchvision's CenterCrop: offsets rounded half to even, as
+    /// Python's round: 640x480 at 224 / 0.875 resizes to 341x256 and crops at 58, not 59) for a
     /// `width` x `height` image; an error when the resized image is smaller than the crop.
     pub fn geometry(&self, width: usize, height: usize) -> Result<Geometry> {
         if width == 0 || height == 0 {
@@ -141,8 +158,8 @@ impl Preprocess {
         if rw < cw || rh < ch {
             return Err(Error::Input(format!("{width}x{height} image: resized to {rw}x{rh}, smaller than the {cw}x{ch} crop")));
         }
-        let top = ((rh - ch) as f64 / 2.0).round() as usize;
-        let left = ((rw - cw) as f64 / 2.0).round() as usize;
+        let top = ((rh - ch) as f64 / 2.0).round_ties_even() as usize;
+        let left = ((rw - cw) as f64 / 2.0).round_ties_even() as usize;
         Ok(Geometry { resized: (rw, rh), left, top })
     }
 }
@@ -178,18 +195,29 @@ mod native {
         let g = pp.geometry(img.width() as usize, img.height() as usize)?;
         let ((rw, rh), [ch, cw]) = (g.resized, pp.size);
         // PIL's bicubic is Catmull-Rom (a = -0.5) with the support widened when downscaling,
-        // which is what `image`'s CatmullRom filter does.
-        let resized = imageops::resize(img, rw as u32, rh as u32, FilterType::CatmullRom);
+        // which is what `image`'s CatmullRom filter does. One channel: PIL's "L" conversion
+        // first, then the resize, as timm's pipeline does it.
         let (top, left) = (g.top, g.left);
         let mut out = vec![0f32; pp.channels * ch * cw];
+        if pp.channels == 1 {
+            let l = image::GrayImage::from_fn(img.width(), img.height(), |x, y| {
+                let [r, g, b] = img.get_pixel(x, y).0;
+                image::Luma([pil_l(u32::from_le_bytes([r, g, b, 255]))])
+            });
+            let resized = imageops::resize(&l, rw as u32, rh as u32, FilterType::CatmullRom);
+            for y in 0..ch {
+                for x in 0..cw {
+                    let v = resized.get_pixel((left + x) as u32, (top + y) as u32).0[0];
+                    out[y * cw + x] = (v as f32 / 255.0 - pp.mean[0]) / pp.std[0];
+                }
+            }
+            return Ok(out);
+        }
+        let resized = imageops::resize(img, rw as u32, rh as u32, FilterType::CatmullRom);
         for y in 0..ch {
             for x in 0..cw {
                 let px = resized.get_pixel((left + x) as u32, (top + y) as u32).0;
-                if pp.channels == 1 {
-                    // PIL "L": L = R*299/1000 + G*587/1000 + B*114/1000
-                    let l = (px[0] as u32 * 299 + px[1] as u32 * 587 + px[2] as u32 * 114) / 1000;
-                    out[y * cw + x] = (l as f32 / 255.0 - pp.mean[0]) / pp.std[0];
-                } else {
+                {
                     for c in 0..3 {
                         out[(c * ch + y) * cw + x] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
                     }

@@ -1,7 +1,9 @@
 //! The preprocessing the page uses (`Model::classify_rgba`: `preprocess.wgsl` on the GPU, the
-//! same footprint as two 1-D passes on the CPU executor) against the native CPU transform (`preprocess::transform`, the `image` crate's antialiased Catmull-Rom,
-//! checked against timm's PIL pipeline by the CLI tests): the same model input from the same
-//! pixels, and therefore the same classification.
+//! same footprint as two 1-D passes on the CPU executor) against the native CPU transform (`preprocess::transform`, the `image` crate's antialiased Catmull-Rom):
+//! the same model input from the same pixels, and therefore the same classification; and all
+//! three against timm's own transform (tests/fixtures/preprocess.json, written by
+//! tools/make_preprocess_goldens.py): the resize and crop of 87 cases exactly, the model input
+//! of six within PIL's rounding.
 
 mod common;
 
@@ -107,4 +109,97 @@ fn stage_energy_on(dev: Device) {
     let mixer = Model::load(dev, tokenmix::DEFAULT_MODEL, None).unwrap();
     let run = pollster::block_on(mixer.classify_rgba(&[90; 28 * 28 * 4], 28, 28, now)).unwrap();
     assert!(run.stage_energy.is_empty());
+}
+
+/// tests/fixtures/preprocess.json: timm's own eval transform (tools/make_preprocess_goldens.py).
+fn timm_reference() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixtures().join("preprocess.json")).expect("tests/fixtures/preprocess.json");
+    serde_json::from_str(&text).expect("the reference parses")
+}
+
+fn usizes(v: &serde_json::Value) -> Vec<usize> {
+    v.as_array().expect("an array").iter().map(|x| x.as_u64().expect("a whole number") as usize).collect()
+}
+
+fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().expect("an array").iter().map(|x| x.as_f64().expect("a number") as f32).collect()
+}
+
+/// The resize and centre crop of every case timm's transform was asked about: photos' aspect
+/// ratios (640x480 at 224 / 0.875 crops at 58, Python's round half to even), crop_pct whose f32
+/// is off (224 / 0.8 is 280), non-square inputs (timm keeps the aspect ratio).
+#[test]
+fn the_resize_and_crop_are_timms() {
+    let reference = timm_reference();
+    let cases = reference["geometry"].as_array().expect("geometry cases");
+    assert!(cases.len() >= 50, "only {} geometry cases", cases.len());
+    let mut wrong = Vec::new();
+    for c in cases {
+        let (size, image) = (usizes(&c["size"]), usizes(&c["image"]));
+        let mut pp = preprocess::Preprocess::half_normalised(3, [size[0], size[1]]);
+        pp.crop_pct = c["crop_pct"].as_f64().expect("crop_pct");
+        let g = pp.geometry(image[0], image[1]).expect("a geometry");
+        let want = (usizes(&c["resized"]), c["left"].as_u64().unwrap() as usize, c["top"].as_u64().unwrap() as usize);
+        if (vec![g.resized.0, g.resized.1], g.left, g.top) != want {
+            wrong.push(format!("{size:?} / {} on {image:?}: resized {:?} at ({}, {}), timm {want:?}", pp.crop_pct, g.resized, g.left, g.top));
+        }
+    }
+    assert!(wrong.is_empty(), "{} of {} differ from timm:\n{}", wrong.len(), cases.len(), wrong.join("\n"));
+}
+
+/// The model input itself, from the same pixels, on all three paths (the CLI's transform, the
+/// page's through the CPU executor and through `preprocess.wgsl`) against timm's: within 3.5
+/// grey levels (PIL rounds and clips to 8 bits between its two 1-D passes, which cuts the
+/// bicubic's overshoot at this texture's hard edges; the `image` crate and tokenmix's page path
+/// filter without that step: 1 level apart mostly, 3 at the sharpest edges), where a crop one
+/// pixel off is tens of levels off here. One-channel cases check PIL's "L" conversion, which
+/// timm applies before the resize.
+#[test]
+fn the_model_input_is_timms_on_every_path() {
+    let reference = timm_reference();
+    let cases = reference["inputs"].as_array().expect("input cases");
+    assert!(cases.len() >= 6, "only {} input cases", cases.len());
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (i, c) in cases.iter().enumerate() {
+        let (size, image) = (usizes(&c["size"]), usizes(&c["image"]));
+        let channels = c["channels"].as_u64().unwrap() as usize;
+        let pp = preprocess::Preprocess {
+            size: [size[0], size[1]],
+            crop_pct: c["crop_pct"].as_f64().unwrap(),
+            mean: floats(&c["mean"]),
+            std: floats(&c["std"]),
+            channels,
+        };
+        let want = floats(&c["input"]);
+        let bound = 3.5 / 255.0 / pp.std.iter().fold(f32::INFINITY, |m, &s| m.min(s));
+        let img = synthetic(image[0] as u32, image[1] as u32);
+        let cli = preprocess::transform(&img, &pp).expect("the CLI's transform");
+        // A golden fixture of this input shape carries the preprocessing under test.
+        let fixture = match (channels, size[0], size[1]) {
+            (3, 16, 16) => "mixer_p4_rgb",
+            (1, 24, 40) => "mixer_p8_grey_nonsquare",
+            (1, 36, 52) => "poolformer_grey_nonsquare_f16",
+            (1, 12, 20) => "resmlp_grey_nonsquare",
+            other => panic!("no fixture takes a {other:?} input"),
+        };
+        let bytes = std::fs::read(fixtures().join(format!("{fixture}.safetensors"))).unwrap();
+        let mut paths = vec![("cli".to_string(), cli)];
+        for dev in executors() {
+            let mut model = Model::load(dev, &bytes, None).unwrap();
+            model.info.preprocess = pp.clone();
+            let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), image[0], image[1], now)).unwrap();
+            paths.push((format!("page, {}", model.backend()), run.input));
+        }
+        for (path, got) in paths {
+            let diff = max_abs_diff(&got, &want);
+            eprintln!("case {i} ({channels}x{size:?} / {} from {image:?}) {path}: max|Δ| {diff:.2e} (bound {bound:.2e})", pp.crop_pct);
+            if !common::within(diff, bound) {
+                failures.push(format!("case {i} {path}: {diff} > {bound}"));
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 3 * cases.len());
+    assert!(failures.is_empty(), "{}", failures.join("; "));
 }

@@ -942,7 +942,10 @@ pub fn rgba_to_input(pp: &Preprocess, g: &Geometry, pixels: &[u32], width: usize
     };
     let xs: Vec<_> = (0..ow).map(|x| taps(x + g.left, width, rw)).collect();
     let ys: Vec<_> = (0..oh).map(|y| taps(y + g.top, height, rh)).collect();
-    let channel = |p: u32, c: usize| ((p >> (8 * c)) & 0xff) as f32;
+    // One channel: PIL's "L" of each source pixel, before the resize, as timm's pipeline has it
+    // (the image is converted, then resized).
+    let grey = pp.channels == 1;
+    let channel = |p: u32, c: usize| if grey { crate::preprocess::pil_l(p) as f32 } else { ((p >> (8 * c)) & 0xff) as f32 };
     let mut out = vec![0f32; pp.channels * oh * ow];
     // Horizontal pass for one source row, cached by row index.
     let mut rows: HashMap<usize, Vec<[f32; 3]>> = HashMap::new();
@@ -978,9 +981,8 @@ pub fn rgba_to_input(pp: &Preprocess, g: &Geometry, pixels: &[u32], width: usize
         for (ox, a) in acc.iter().enumerate() {
             let rgb = a.map(|v| (v / wsum_y).round().clamp(0.0, 255.0));
             let at = oy * ow + ox;
-            if pp.channels == 1 {
-                let l = ((rgb[0] * 299.0 + rgb[1] * 587.0 + rgb[2] * 114.0) / 1000.0).floor();
-                out[at] = (l / 255.0 - pp.mean[0]) / pp.std[0];
+            if grey {
+                out[at] = (rgb[0] / 255.0 - pp.mean[0]) / pp.std[0];
             } else {
                 for c in 0..3 {
                     out[c * oh * ow + at] = (rgb[c] / 255.0 - pp.mean[c]) / pp.std[c];

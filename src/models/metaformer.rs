@@ -49,7 +49,7 @@ pub struct MetaFormerConfig {
 }
 
 /// timm's PoolFormer presets at 224²: (name, depths, dims, crop_pct of the pretrained config).
-const PRESETS: &[(&str, [usize; 4], [usize; 4], f32)] = &[
+const PRESETS: &[(&str, [usize; 4], [usize; 4], f64)] = &[
     ("poolformer_s12", [2, 2, 6, 2], [64, 128, 320, 512], 0.9),
     ("poolformer_s24", [4, 4, 12, 4], [64, 128, 320, 512], 0.9),
     ("poolformer_s36", [6, 6, 18, 6], [64, 128, 320, 512], 0.9),
@@ -134,7 +134,7 @@ impl MetaFormerConfig {
         Ok(grids)
     }
 
-    fn preset_entry(&self) -> Option<&'static (&'static str, [usize; 4], [usize; 4], f32)> {
+    fn preset_entry(&self) -> Option<&'static (&'static str, [usize; 4], [usize; 4], f64)> {
         PRESETS
             .iter()
             .find(|(_, depths, dims, _)| self.depths == depths && self.dims == dims && self.mlp_hidden.iter().zip(dims).all(|(h, d)| *h == 4 * d))
