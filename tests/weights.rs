@@ -171,3 +171,60 @@ fn other_families_name_what_is_wrong() {
     let model = Model::load(gpu(), &fixture_named("poolformer_rgb"), Some([64, 64])).expect("loads");
     assert!(model.forward_blocking(&vec![0.1; model.input_len()]).is_ok());
 }
+
+/// An MLP-Mixer file with these shapes (timm's names; small random values), and metadata.
+fn mixer_file(patch: usize, tokens: usize, depth: usize, metadata: Option<HashMap<String, String>>) -> Vec<u8> {
+    let (dim, hidden, chans, classes) = (2, 1, 1, 3);
+    let mut shapes: Vec<(String, Vec<usize>)> =
+        vec![("stem.proj.weight".into(), vec![dim, chans, patch, patch]), ("stem.proj.bias".into(), vec![dim])];
+    for i in 0..depth {
+        let b = |n: &str| format!("blocks.{i}.{n}");
+        shapes.extend([
+            (b("norm1.weight"), vec![dim]),
+            (b("norm1.bias"), vec![dim]),
+            (b("mlp_tokens.fc1.weight"), vec![hidden, tokens]),
+            (b("mlp_tokens.fc1.bias"), vec![hidden]),
+            (b("mlp_tokens.fc2.weight"), vec![tokens, hidden]),
+            (b("mlp_tokens.fc2.bias"), vec![tokens]),
+            (b("norm2.weight"), vec![dim]),
+            (b("norm2.bias"), vec![dim]),
+            (b("mlp_channels.fc1.weight"), vec![hidden, dim]),
+            (b("mlp_channels.fc1.bias"), vec![hidden]),
+            (b("mlp_channels.fc2.weight"), vec![dim, hidden]),
+            (b("mlp_channels.fc2.bias"), vec![dim]),
+        ]);
+    }
+    shapes.extend([
+        ("norm.weight".into(), vec![dim]),
+        ("norm.bias".into(), vec![dim]),
+        ("head.weight".into(), vec![classes, dim]),
+        ("head.bias".into(), vec![classes]),
+    ]);
+    let data: Vec<Vec<u8>> =
+        shapes.iter().map(|(_, s)| (0..s.iter().product::<usize>()).flat_map(|i| (0.01 * (i % 7) as f32).to_le_bytes()).collect()).collect();
+    let views: Vec<(String, TensorView)> =
+        shapes.iter().zip(&data).map(|((n, s), d)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), d).unwrap())).collect();
+    safetensors::serialize(views, metadata).unwrap()
+}
+
+/// Sizes that small files can ask for: an image size the arithmetic would overflow on (a
+/// release build wrapped it and loaded a 1-token model "of" 18446744073709551615² pixels), and
+/// an MLP-Mixer whose visualiser maps (tokens² a layer, made at load, not in the file) would
+/// need gigabytes from a file of 2 MB. Each is a clear error; a sane one of the same kind loads.
+#[test]
+fn sizes_a_small_file_cannot_ask_for() {
+    let config = |img: &str| Some(HashMap::from([("config".to_string(), format!("{{\"img_size\": {img}}}"))]));
+    let huge = u64::MAX;
+    for (what, img) in [("overflowing", format!("[{huge}, {huge}]")), ("zero", "[0, 4]".to_string()), ("too large", "[8192, 8192]".to_string())] {
+        let err =
+            Model::load(common::cpu(), &mixer_file(1, 1, 1, config(&img)), None).err().unwrap_or_else(|| panic!("{what} img_size {img} loaded"));
+        assert!(err.to_string().contains("image size"), "{what}: {err}");
+    }
+    assert!(Model::load(common::cpu(), &mixer_file(1, 4, 1, config("[2, 2]")), None).is_ok(), "a 2x2 image of 1-pixel patches loads");
+    // 128x128 tokens, 2 layers: 2 GiB of maps from a 0.4 MB file.
+    let many = mixer_file(1, 128 * 128, 2, None);
+    assert!(many.len() < 1 << 20, "{} bytes", many.len());
+    let err = Model::load(common::cpu(), &many, None).err().expect("2 GiB of token maps are refused");
+    assert!(err.to_string().contains("token-mixing maps"), "{err}");
+    assert!(Model::load(common::cpu(), &mixer_file(1, 64 * 64, 2, None), None).is_ok(), "64x64 tokens (128 MiB of maps) load");
+}

@@ -184,6 +184,14 @@ impl CpuExec {
         if self.net.explain.is_none() {
             return Err(Error::Config("this model has no per-token split of its logits".into()));
         }
+        // The evidence (tokens x classes an image) is not bounded at load as the forward pass's
+        // activations are; the GPU executor refuses it past its binding limit, this one past
+        // the same bound as those activations.
+        let widest = self.net.widest_slot_bytes(true);
+        let bound = crate::models::inspect::MAX_ACTIVATION_BYTES;
+        if widest > bound {
+            return Err(Error::Config(format!("one image's class evidence needs {widest} bytes, over tokenmix's {bound}-byte bound")));
+        }
         let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled])?;
         let pooled = kept.pop().unwrap_or_default();
         Ok((out, kept.pop().unwrap_or_default(), pooled))

@@ -14,7 +14,9 @@ use super::mlp_mixer::MlpMixerConfig;
 const MAX_METADATA_BYTES: usize = 1 << 20;
 /// Bound on one image's widest activation (1 GiB): a config implied by shapes that would need
 /// more is refused before anything is allocated, whatever the executor.
-const MAX_ACTIVATION_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_ACTIVATION_BYTES: u64 = 1 << 30;
+/// The largest input side a model file may ask for (what [`Preprocess::validate`] takes).
+const MAX_IMAGE_SIDE: usize = 4096;
 
 /// tokenmix's own `__metadata__` entries (all optional): `config` (JSON, may give `img_size`),
 /// `preprocess` (JSON, [`Preprocess`]), `labels` (JSON array of strings).
@@ -74,6 +76,12 @@ pub fn inspect(bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Inspected<'
     let w = Weights::parse(bytes)?;
     let meta = Metadata::parse(&w)?;
     let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
+    // Bounded before any arithmetic on it (the input sizes Preprocess takes).
+    if let Some([h, w]) = img_size {
+        if h == 0 || w == 0 || h > MAX_IMAGE_SIDE || w > MAX_IMAGE_SIDE {
+            return Err(Error::Config(format!("image size {h}x{w} is outside 1..={MAX_IMAGE_SIDE} a side")));
+        }
+    }
     let arch = if let Some(kind) = MlpMixerConfig::detect(&w) {
         Arch::MlpMixer(MlpMixerConfig::infer(&w, kind, img_size)?)
     } else if MetaFormerConfig::detect(&w) {
@@ -92,6 +100,18 @@ pub fn inspect(bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Inspected<'
             "this {} would need {widest} bytes for one image's widest activation, over tokenmix's {MAX_ACTIVATION_BYTES}-byte bound",
             arch.family()
         )));
+    }
+    // The visualiser's maps of an MLP-Mixer's token MLPs (tokens x tokens a layer, made at
+    // load) are not in the file: a small file with many tokens would need gigabytes.
+    if let Arch::MlpMixer(c) = &arch {
+        let maps = (c.tokens() as u64).pow(2) * c.depth as u64 * 4;
+        if c.block == super::mlp_mixer::BlockKind::Mixer && maps > MAX_ACTIVATION_BYTES {
+            return Err(Error::Config(format!(
+                "this MLP-Mixer's {} token-mixing maps of {} tokens would need {maps} bytes, over tokenmix's {MAX_ACTIVATION_BYTES}-byte bound",
+                c.depth,
+                c.tokens()
+            )));
+        }
     }
     let preprocess = match meta.preprocess {
         Some(p) => {

@@ -129,10 +129,11 @@ impl MlpMixerConfig {
             Some(s) => s,
             None => {
                 let side = (tokens as f64).sqrt().round() as usize;
-                if side * side != tokens {
+                if side.checked_mul(side) != Some(tokens) {
                     return Err(Error::Config(format!("{tokens} tokens is not a square grid; give the image size (metadata `config.img_size`)")));
                 }
-                [side * ph, side * ph]
+                let px = side.checked_mul(ph).ok_or_else(|| Error::Config(format!("{tokens} tokens of patch {ph} is no image size")))?;
+                [px, px]
             }
         };
         let cfg = MlpMixerConfig { block, img_size, patch: ph, in_chans, dim, depth, tokens_hidden, channels_hidden, num_classes };
