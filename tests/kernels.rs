@@ -773,3 +773,30 @@ fn subgroup_kernels_use_the_adapters_lanes() {
     assert_eq!(has(GemmVariant::Texture), lanes.is_some());
     assert!(has(GemmVariant::Tiled) && has(GemmVariant::Tiled128) && has(GemmVariant::Tiled32) && has(GemmVariant::Register));
 }
+
+/// The GEMM kernels run without naga's bounds checks, trusting `Gemm`'s own checks of every
+/// extent: a convolution whose geometry is empty (the kernel would clamp to ih-1 = -1), whose
+/// m is not whole images, whose k is not cin*kh*kw, or whose input offset runs past its buffer
+/// is refused at build, before anything runs. Its fields are public, so each is set by hand.
+#[test]
+fn a_convolution_the_trusted_kernels_cannot_read_safely_is_refused() {
+    let gpu = gpu();
+    let g = ConvGeometry { cin: 1, ih: 4, iw: 4, kh: 1, kw: 1, stride: 1, pad: 0 };
+    let x = gpu.storage_init("x", &[0.5; 16]).unwrap();
+    let w = Matrix::upload(&gpu, "w", &[1.0, 2.0], 2, 1).unwrap();
+    let out = gpu.storage("out", 64).unwrap();
+    assert!(Gemm::conv(1, g, &x, &w, &out).unwrap().build(&gpu).is_ok(), "the sane convolution builds");
+    type Edit = fn(&mut Gemm);
+    let cases: [(&str, Edit); 4] = [
+        ("an empty image", |c| c.conv = c.conv.map(|g| ConvGeometry { ih: 0, pad: 1, ..g })),
+        ("m of 17 rows (not whole 4x4 images)", |c| c.m = 17),
+        ("k of 2 (not cin*kh*kw = 1)", |c| c.k = 2),
+        ("an input offset past the buffer", |c| c.a.off = 1 << 20),
+    ];
+    for (what, edit) in cases {
+        let mut conv = Gemm::conv(1, g, &x, &w, &out).unwrap();
+        edit(&mut conv);
+        let err = conv.build(&gpu).err().unwrap_or_else(|| panic!("{what}: built"));
+        eprintln!("{what}: {err}");
+    }
+}

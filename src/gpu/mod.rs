@@ -40,15 +40,16 @@ pub struct Kernel {
     pub defines: Defines,
     pub bindings: &'static [Binding],
     /// Compiled without naga's runtime bounds checks: only for kernels whose wrapper validates
-    /// all extents on the CPU and which clamp or guard every index themselves.
-    pub trusted: bool,
+    /// all extents on the CPU and which clamp or guard every index themselves. Crate-private:
+    /// that promise is the GEMM wrapper's (`ops::gemm`), not something a caller can make.
+    pub(crate) trusted: bool,
 }
 
 impl Kernel {
     pub fn new(name: &'static str, source: &'static str, bindings: &'static [Binding]) -> Self {
         Kernel { name, source, defines: Defines::new(), bindings, trusted: false }
     }
-    pub fn trusted(mut self) -> Self {
+    pub(crate) fn trusted(mut self) -> Self {
         self.trusted = true;
         self
     }

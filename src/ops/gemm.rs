@@ -465,6 +465,10 @@ impl<'a> Gemm<'a> {
     /// The A texture covers exactly A: dense, unit-offset rows stacked over the batch.
     fn a_tex_usable(&self) -> bool {
         let Some(t) = self.a_tex else { return false };
+        // The kernel reads the texture unchecked: its real size must be what it says.
+        if t.texture.width() as usize * 4 != t.cols || (t.texture.height() as usize) < t.rows {
+            return false;
+        }
         // A mirror is an rgba32float copy of an f32 buffer.
         if self.a.half {
             return false;
@@ -488,9 +492,19 @@ impl<'a> Gemm<'a> {
         let (c_rows, c_cols) = if self.c_trans { (n, m) } else { (m, n) };
         match &self.conv {
             Some(g) => {
+                // The kernel reads the image through this geometry (clamping to ih-1, iw-1, and
+                // dividing by kh*kw), so it must be whole, and m and k must be what it makes.
+                if [g.cin, g.ih, g.iw, g.kh, g.kw, g.stride].contains(&0) {
+                    return Err(Error::Input(format!("convolution with an empty dimension: {g:?}")));
+                }
                 let (oh, ow) = g.out_hw()?;
-                let images = m / (oh * ow) as u64;
-                check_extent_of("gemm A (conv input)", self.a.buf, images * (g.cin * g.ih * g.iw) as u64, self.a_precision().bytes())?
+                let per = (oh * ow) as u64;
+                if m % per != 0 || k != (g.cin * g.kh * g.kw) as u64 {
+                    return Err(Error::Input(format!("convolution GEMM m={m} k={k} does not fit {g:?} ({oh}x{ow} outputs an image)")));
+                }
+                let images = m / per;
+                let end = self.a.off as u64 + images * (g.cin * g.ih * g.iw) as u64;
+                check_extent_of("gemm A (conv input)", self.a.buf, end, self.a_precision().bytes())?
             }
             None => check_extent_of("gemm A", self.a.buf, last(&self.a, a_rows, a_cols), self.a_precision().bytes())?,
         }
