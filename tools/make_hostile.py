@@ -179,7 +179,7 @@ def main() -> None:
           "stages.0.blocks.0.mlp.fc2.bias": (8,), "stages.0.blocks.0.layer_scale2.scale": (8,),
           "head.norm.weight": (8,), "head.norm.bias": (8,), "head.fc.weight": (10, 8), "head.fc.bias": (10,)}
     pf = {k: (0.3 * rng.standard_normal(s)).astype(np.float32) for k, s in pf.items()}
-    add("needs_100_gb", "PoolFormer with metadata img_size 60000x60000 (hundreds of GB of activations)", "tokens",
+    add("needs_100_gb", "PoolFormer with metadata img_size 60000x60000 (hundreds of GB of activations)", "image size",
         build(tensors=pf, metadata={"config": json.dumps({"img_size": [60000, 60000]})}))
 
     OUT.mkdir(parents=True, exist_ok=True)
