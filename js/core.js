@@ -2,12 +2,19 @@
 // and on the main thread: index.js uses it directly (worker: false) or through worker.js.
 
 /** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video). */
+/**
+ * Whether `image` is an element with nothing to draw yet: an <img> still loading (it has its
+ * width attribute but no pixels) or a video without a frame.
+ */
+export function notReady(image) {
+  return Boolean(image && (('naturalWidth' in image && !(image.complete && image.naturalWidth > 0))
+    || ('videoWidth' in image && !(image.readyState >= 2 && image.videoWidth > 0))));
+}
+
 export async function toImageData(image) {
   if (typeof ImageData !== 'undefined' && image instanceof ImageData) return image;
   const noPixels = () => new Error('classify: the image has no pixels yet (not loaded, or a video without a frame)');
-  // An <img> still loading has its width attribute but draws nothing; a video needs a frame.
-  if (image && 'naturalWidth' in image && !(image.complete && image.naturalWidth > 0)) throw noPixels();
-  if (image && 'videoWidth' in image && !(image.readyState >= 2 && image.videoWidth > 0)) throw noPixels();
+  if (notReady(image)) throw noPixels();
   const w = image?.naturalWidth || image?.videoWidth || image?.width;
   const h = image?.naturalHeight || image?.videoHeight || image?.height;
   if (!w || !h) throw noPixels();

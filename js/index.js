@@ -1,7 +1,7 @@
 // tokenmix in a web page: createClassifier() loads the wasm build (./pkg) in a dedicated
 // worker (default) or on the calling thread, and returns one object whose methods all return
 // promises. See index.d.ts for the types and README.md for an example.
-import { createCore, toImageData } from './core.js';
+import { createCore, notReady, toImageData } from './core.js';
 
 const BACKENDS = ['auto', 'gpu', 'cpu'];
 const PRECISIONS = ['f32', 'f16'];
@@ -31,9 +31,7 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     if (typeof ImageData !== 'undefined' && img instanceof ImageData) return img;
     if (typeof ImageBitmap !== 'undefined' && img instanceof ImageBitmap) return img;
     // An <img> still loading, a video without a frame: the same error as on this thread.
-    if (img && (('naturalWidth' in img && !(img.complete && img.naturalWidth > 0)) || ('videoWidth' in img && !(img.readyState >= 2 && img.videoWidth > 0)))) {
-      return toImageData(img);
-    }
+    if (notReady(img)) return toImageData(img);
     try {
       return await createImageBitmap(img);
     } catch {
