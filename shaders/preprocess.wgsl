@@ -2,18 +2,17 @@
 // the shorter side to size / crop_pct, centre crop, [0, 1] scaling, per-channel normalisation,
 // written as the model's CHW input.
 //
-// The resize is PIL's (and the `image` crate's) bicubic: Catmull-Rom (a = -0.5) with the
-// filter support widened by the scale factor when downscaling, so it antialiases; each output
-// pixel is one 2-D weighted sum over its source footprint (PIL does two 1-D passes and rounds
-// between them: results differ by at most a grey level). Resampled values are rounded to
-// 8 bits as PIL's are. One channel: PIL's "L" conversion of each source pixel before the
-// resize, as timm's pipeline converts first: (19595 R + 38470 G + 7471 B + 0x8000) >> 16.
-// The crop offsets and resized size come from the CPU (`Preprocess::geometry`), which also
-// pre-shrinks very large images so the footprint stays within a few hundred taps.
+// The resize is PIL's, byte for byte: its bicubic (a = -0.5, the support widened by the scale
+// when downscaling, so it antialiases) as two 1-D passes in PIL's fixed point, each rounded and
+// clipped to 8 bits. The taps (first source sample, count and 22-bit weights of each output
+// column and row) come from the CPU (`WindowTaps`, in f64 as PIL computes them), for the crop
+// window only; each invocation runs the horizontal pass over the source rows its vertical taps
+// read, then the vertical pass. One channel: PIL's "L" conversion of each source pixel before
+// the resize, as timm's pipeline converts first: (19595 R + 38470 G + 7471 B + 0x8000) >> 16.
+// The CPU also pre-shrinks very large images, so the taps stay within a few hundred.
 
 struct Params {
-    src_w: u32, src_h: u32, rw: u32, rh: u32,
-    left: u32, top: u32, out_w: u32, out_h: u32,
+    src_w: u32, src_h: u32, out_w: u32, out_h: u32,
     channels: u32, _p0: u32, _p1: u32, _p2: u32,
     mean: vec4<f32>,
     stdev: vec4<f32>,
@@ -23,30 +22,23 @@ struct Params {
 // RGBA8, one pixel per u32 (R in the low byte), row-major.
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+// (first, count, weights' offset) per output column, then per output row; then the weights.
+@group(0) @binding(3) var<storage, read> taps: array<i32>;
 
-fn cubic(x: f32) -> f32 {
-    let a = -0.5;
-    let t = abs(x);
-    if (t < 1.0) {
-        return ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0;
-    }
-    if (t < 2.0) {
-        return (((t - 5.0) * t + 8.0) * t - 4.0) * a;
-    }
-    return 0.0;
+const BITS: u32 = 22u;
+
+// PIL's clip8: a fixed-point sum (started at half a unit) back to 0..=255.
+fn clip8(v: vec3<i32>) -> vec3<i32> {
+    return clamp(v >> vec3<u32>(BITS), vec3<i32>(0), vec3<i32>(255));
 }
 
-// PIL's footprint of output coordinate `o` along an axis: [lo, hi), centre and inverse support scale.
-struct Span { lo: i32, hi: i32, centre: f32, inv: f32 }
-
-fn span(o: u32, src: u32, dst: u32) -> Span {
-    let scale = f32(src) / f32(dst);
-    let filter_scale = max(scale, 1.0);
-    let support = 2.0 * filter_scale;
-    let centre = (f32(o) + 0.5) * scale;
-    let lo = max(i32(floor(centre - support + 0.5)), 0);
-    let hi = min(i32(floor(centre + support + 0.5)), i32(src));
-    return Span(lo, hi, centre, 1.0 / filter_scale);
+fn pixel(x: i32, y: i32) -> vec3<i32> {
+    let texel = src[u32(y) * p.src_w + u32(x)];
+    let b = vec3<i32>((vec3<u32>(texel) >> vec3<u32>(0u, 8u, 16u)) & vec3<u32>(255u));
+    if (p.channels == 1u) {
+        return vec3<i32>((19595 * b.x + 38470 * b.y + 7471 * b.z + 32768) >> 16u);
+    }
+    return b;
 }
 
 @compute @workgroup_size(8, 8)
@@ -56,25 +48,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (ox >= p.out_w || oy >= p.out_h) {
         return;
     }
-    let sx = span(ox + p.left, p.src_w, p.rw);
-    let sy = span(oy + p.top, p.src_h, p.rh);
-    var acc = vec3<f32>(0.0);
-    var wsum = 0.0;
-    for (var y = sy.lo; y < sy.hi; y++) {
-        let wy = cubic((f32(y) - sy.centre + 0.5) * sy.inv);
-        for (var x = sx.lo; x < sx.hi; x++) {
-            let w = wy * cubic((f32(x) - sx.centre + 0.5) * sx.inv);
-            let texel = src[u32(y) * p.src_w + u32(x)];
-            var px = round(unpack4x8unorm(texel) * 255.0).rgb;
-            if (p.channels == 1u) {
-                let b = (vec3<u32>(texel) >> vec3<u32>(0u, 8u, 16u)) & vec3<u32>(255u);
-                px = vec3<f32>(f32((19595u * b.x + 38470u * b.y + 7471u * b.z + 32768u) >> 16u));
-            }
-            acc += w * px;
-            wsum += w;
+    let cx = 3u * ox;
+    let cy = 3u * (p.out_w + oy);
+    let x0 = taps[cx];
+    let xn = taps[cx + 1u];
+    let xw = taps[cx + 2u];
+    let y0 = taps[cy];
+    let yn = taps[cy + 1u];
+    let yw = taps[cy + 2u];
+    let half = vec3<i32>(1 << (BITS - 1u));
+    var acc = half;
+    for (var j = 0; j < yn; j++) {
+        var row = half;
+        for (var i = 0; i < xn; i++) {
+            row += pixel(x0 + i, y0 + j) * taps[xw + i];
         }
+        acc += clip8(row) * taps[yw + j];
     }
-    let rgb = clamp(round(acc / wsum), vec3<f32>(0.0), vec3<f32>(255.0));
+    let rgb = vec3<f32>(clip8(acc));
     let plane = p.out_w * p.out_h;
     let at = oy * p.out_w + ox;
     if (p.channels == 1u) {

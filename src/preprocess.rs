@@ -170,7 +170,6 @@ pub use native::*;
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
     use super::*;
-    use image::imageops::{self, FilterType};
 
     /// Largest image side tokenmix will decode; bigger files are refused before allocation.
     pub const MAX_SIDE: u32 = 16384;
@@ -189,43 +188,148 @@ mod native {
         Ok(img.to_rgb8())
     }
 
-    /// timm eval transform of an RGB image to a CHW float tensor of the model's input size.
+    /// timm eval transform of an RGB image to a CHW float tensor of the model's input size:
+    /// PIL's own resampling ([`WindowTaps`]), computed for the crop window only, so a
+    /// 1x16384 strip costs what its crop costs, not the 256x4194304 image timm would resize it to.
     pub fn transform(img: &image::RgbImage, pp: &Preprocess) -> Result<Vec<f32>> {
         pp.validate()?;
-        let g = pp.geometry(img.width() as usize, img.height() as usize)?;
-        let ((rw, rh), [ch, cw]) = (g.resized, pp.size);
-        // PIL's bicubic is Catmull-Rom (a = -0.5) with the support widened when downscaling,
-        // which is what `image`'s CatmullRom filter does. One channel: PIL's "L" conversion
-        // first, then the resize, as timm's pipeline does it.
-        let (top, left) = (g.top, g.left);
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        let g = pp.geometry(w, h)?;
+        let [ch, cw] = pp.size;
+        let taps = WindowTaps::new(w, h, &g, pp.size);
+        let src = img.as_raw();
         let mut out = vec![0f32; pp.channels * ch * cw];
         if pp.channels == 1 {
-            let l = image::GrayImage::from_fn(img.width(), img.height(), |x, y| {
-                let [r, g, b] = img.get_pixel(x, y).0;
-                image::Luma([pil_l(u32::from_le_bytes([r, g, b, 255]))])
-            });
-            let resized = imageops::resize(&l, rw as u32, rh as u32, FilterType::CatmullRom);
-            for y in 0..ch {
-                for x in 0..cw {
-                    let v = resized.get_pixel((left + x) as u32, (top + y) as u32).0[0];
-                    out[y * cw + x] = (v as f32 / 255.0 - pp.mean[0]) / pp.std[0];
-                }
+            // PIL's "L" conversion first, then the resize, as timm's pipeline does it.
+            let l: Vec<u8> = src.chunks_exact(3).map(|p| pil_l(u32::from_le_bytes([p[0], p[1], p[2], 255]))).collect();
+            let v = taps.resample(1, |x, y, _| l[y * w + x]);
+            for (o, &v) in out.iter_mut().zip(&v) {
+                *o = (v as f32 / 255.0 - pp.mean[0]) / pp.std[0];
             }
             return Ok(out);
         }
-        let resized = imageops::resize(img, rw as u32, rh as u32, FilterType::CatmullRom);
-        for y in 0..ch {
-            for x in 0..cw {
-                let px = resized.get_pixel((left + x) as u32, (top + y) as u32).0;
-                {
-                    for c in 0..3 {
-                        out[(c * ch + y) * cw + x] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
-                    }
-                }
+        let v = taps.resample(3, |x, y, c| src[(y * w + x) * 3 + c]);
+        for (i, px) in v.chunks_exact(3).enumerate() {
+            for c in 0..3 {
+                out[c * ch * cw + i] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
             }
         }
         Ok(out)
     }
+}
+
+/// Fixed-point bits of PIL's 8-bit resampling weights (`Resample.c`: 32 - 8 - 2).
+pub const PIL_PRECISION_BITS: u32 = 22;
+
+/// PIL's bicubic filter (Keys, a = -0.5), support 2.
+fn pil_bicubic(x: f64) -> f64 {
+    const A: f64 = -0.5;
+    let x = x.abs();
+    if x < 1.0 {
+        ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        (((x - 5.0) * x + 8.0) * x - 4.0) * A
+    } else {
+        0.0
+    }
+}
+
+/// One output sample of a 1-D resampling pass: the first input sample it reads and the
+/// fixed-point weights of it and the ones after it.
+pub type Tap = (usize, Vec<i32>);
+
+/// PIL's `precompute_coeffs` + `normalize_coeffs_8bpc` for the outputs `range` of a resize of
+/// `in_size` samples to `out_size`: the filter widened by the scale when downscaling (so it
+/// antialiases), the weights normalised to sum to 1 and rounded half away from zero to
+/// [`PIL_PRECISION_BITS`]. A pass that keeps the size has the weights (1) exactly, so doing it
+/// is the same as PIL's skipping it.
+fn pil_taps(in_size: usize, out_size: usize, range: std::ops::Range<usize>) -> Vec<Tap> {
+    let scale = in_size as f64 / out_size as f64;
+    let filterscale = scale.max(1.0);
+    let support = 2.0 * filterscale;
+    range
+        .map(|xx| {
+            let center = (xx as f64 + 0.5) * scale;
+            // C's (int) truncates toward zero; a negative start is clamped to 0 either way.
+            let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+            let xmax = ((center + support + 0.5) as i64).clamp(xmin as i64, in_size as i64) as usize;
+            let w: Vec<f64> = (xmin..xmax).map(|x| pil_bicubic((x as f64 - center + 0.5) / filterscale)).collect();
+            let sum: f64 = w.iter().sum();
+            let one = (1u32 << PIL_PRECISION_BITS) as f64;
+            let fixed = w
+                .iter()
+                .map(|&k| {
+                    let k = if sum != 0.0 { k / sum } else { k } * one;
+                    (if k < 0.0 { k - 0.5 } else { k + 0.5 }) as i32
+                })
+                .collect();
+            (xmin, fixed)
+        })
+        .collect()
+}
+
+/// PIL's resampling of the window of a resize that a centre crop keeps: per output column and
+/// per output row, the [`Tap`] of the horizontal and of the vertical pass.
+pub struct WindowTaps {
+    pub cols: Vec<Tap>,
+    pub rows: Vec<Tap>,
+}
+
+impl WindowTaps {
+    /// The taps that make the `[height, width]` = `crop` window at (`g.left`, `g.top`) of the
+    /// resize of a `src_w` x `src_h` image to `g.resized`.
+    pub fn new(src_w: usize, src_h: usize, g: &Geometry, crop: [usize; 2]) -> WindowTaps {
+        let (rw, rh) = g.resized;
+        WindowTaps { cols: pil_taps(src_w, rw, g.left..g.left + crop[1]), rows: pil_taps(src_h, rh, g.top..g.top + crop[0]) }
+    }
+
+    /// The taps as one table for `preprocess.wgsl`: (first sample, count, offset of the
+    /// weights in this table) for each column, then for each row, then the weights.
+    pub fn table(&self) -> Vec<i32> {
+        let taps = || self.cols.iter().chain(&self.rows);
+        let mut offset = 3 * (self.cols.len() + self.rows.len());
+        let mut table = Vec::with_capacity(offset + taps().map(|t| t.1.len()).sum::<usize>());
+        for (start, w) in taps() {
+            table.extend([*start as i32, w.len() as i32, offset as i32]);
+            offset += w.len();
+        }
+        taps().for_each(|t| table.extend(&t.1));
+        table
+    }
+
+    /// The window, byte for byte what PIL's `Image.resize(resized, BICUBIC)` makes there:
+    /// its horizontal pass, rounded and clipped to 8 bits, over the source rows the vertical
+    /// pass reads, then the vertical pass, rounded and clipped again. `sample(x, y, c)` is
+    /// channel `c` of source pixel (x, y). Row-major, `channels` bytes per pixel.
+    pub fn resample(&self, channels: usize, sample: impl Fn(usize, usize, usize) -> u8) -> Vec<u8> {
+        let (ow, oh) = (self.cols.len(), self.rows.len());
+        let first = self.rows.iter().map(|t| t.0).min().unwrap_or(0);
+        let last = self.rows.iter().map(|t| t.0 + t.1.len()).max().unwrap_or(0);
+        let mut mid = vec![0u8; last.saturating_sub(first) * ow * channels];
+        for y in first..last {
+            for (ox, t) in self.cols.iter().enumerate() {
+                for c in 0..channels {
+                    mid[((y - first) * ow + ox) * channels + c] = pil_pass(t, |x| sample(x, y, c));
+                }
+            }
+        }
+        let mut out = vec![0u8; ow * oh * channels];
+        for (oy, t) in self.rows.iter().enumerate() {
+            for ox in 0..ow {
+                for c in 0..channels {
+                    out[(oy * ow + ox) * channels + c] = pil_pass(t, |y| mid[((y - first) * ow + ox) * channels + c]);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One output of a PIL pass: the weighted sum from half a unit, clipped to a byte (`clip8`).
+fn pil_pass((start, weights): &Tap, sample: impl Fn(usize) -> u8) -> u8 {
+    let half = 1i64 << (PIL_PRECISION_BITS - 1);
+    let sum = weights.iter().enumerate().fold(half, |acc, (i, &w)| acc + sample(start + i) as i64 * w as i64);
+    (sum >> PIL_PRECISION_BITS).clamp(0, 255) as u8
 }
 
 /// RGBA8 bytes as one u32 per pixel, box-averaged over k x k blocks first when k > 1

@@ -1,9 +1,9 @@
 //! The preprocessing the page uses (`Model::classify_rgba`: `preprocess.wgsl` on the GPU, the
-//! same footprint as two 1-D passes on the CPU executor) against the native CPU transform (`preprocess::transform`, the `image` crate's antialiased Catmull-Rom):
+//! same taps on the CPU executor) against the native CLI transform (`preprocess::transform`):
 //! the same model input from the same pixels, and therefore the same classification; and all
 //! three against timm's own transform (tests/fixtures/preprocess.json, written by
 //! tools/make_preprocess_goldens.py): the resize and crop of 87 cases exactly, the model input
-//! of six within PIL's rounding.
+//! of eleven byte for byte (PIL's resampling, done as PIL does it).
 
 mod common;
 
@@ -38,12 +38,8 @@ fn gpu_preprocessing_matches_the_cpu_transform() {
     let default = tokenmix::DEFAULT_MODEL.to_vec();
     let rgb = std::fs::read(fixtures().join("mixer_p4_rgb.safetensors")).unwrap();
     let sample = image::open(concat!(env!("CARGO_MANIFEST_DIR"), "/www/samples/fmnist-0000-boot.png")).unwrap().to_rgb8();
-    let cases: Vec<(&[u8], image::RgbImage, f32)> = vec![
-        (&default, sample, 1e-6),
-        (&rgb, synthetic(11, 9), 2.5 / 255.0 / 0.5),
-        (&rgb, synthetic(47, 61), 2.5 / 255.0 / 0.5),
-        (&rgb, synthetic(150, 90), 0.0),
-    ];
+    let cases: Vec<(&[u8], image::RgbImage, f32)> =
+        vec![(&default, sample, 1e-6), (&rgb, synthetic(11, 9), 1e-6), (&rgb, synthetic(47, 61), 1e-6), (&rgb, synthetic(150, 90), 0.0)];
     for ((i, (bytes, img, tol)), dev) in cases.into_iter().enumerate().flat_map(|c| executors().map(move |d| (c.clone(), d))) {
         let model = Model::load(dev, bytes, None).unwrap();
         let want = preprocess::transform(&img, &model.info.preprocess).unwrap();
@@ -148,19 +144,20 @@ fn the_resize_and_crop_are_timms() {
 }
 
 /// The model input itself, from the same pixels, on all three paths (the CLI's transform, the
-/// page's through the CPU executor and through `preprocess.wgsl`) against timm's: within 3.5
-/// grey levels (PIL rounds and clips to 8 bits between its two 1-D passes, which cuts the
-/// bicubic's overshoot at this texture's hard edges; the `image` crate and tokenmix's page path
-/// filter without that step: 1 level apart mostly, 3 at the sharpest edges), where a crop one
-/// pixel off is tens of levels off here. One-channel cases check PIL's "L" conversion, which
-/// timm applies before the resize.
+/// page's through the CPU executor and through `preprocess.wgsl`) against timm's: the same
+/// bytes (PIL's fixed-point resampling, rounded and clipped between its two passes; the
+/// reference keeps 7 decimals), where a crop one pixel off is tens of grey levels off here.
+/// Downscaling, upscaling, strips, one and three channels; one-channel cases check PIL's "L"
+/// conversion, which timm applies before the resize. The page paths box-shrink an image more
+/// than 4x larger than its resize first (a bounded footprint on the GPU): there they are
+/// close on average, not byte for byte; the CLI stays exact.
 #[test]
 fn the_model_input_is_timms_on_every_path() {
     let reference = timm_reference();
     let cases = reference["inputs"].as_array().expect("input cases");
-    assert!(cases.len() >= 6, "only {} input cases", cases.len());
+    assert!(cases.len() >= 11, "only {} input cases", cases.len());
     let mut failures = Vec::new();
-    let mut checked = 0;
+    let (mut checked, mut shrunk_checked) = (0, 0);
     for (i, c) in cases.iter().enumerate() {
         let (size, image) = (usizes(&c["size"]), usizes(&c["image"]));
         let channels = c["channels"].as_u64().unwrap() as usize;
@@ -172,8 +169,9 @@ fn the_model_input_is_timms_on_every_path() {
             channels,
         };
         let want = floats(&c["input"]);
-        let bound = 3.5 / 255.0 / pp.std.iter().fold(f32::INFINITY, |m, &s| m.min(s));
+        let level = 1.0 / 255.0 / pp.std.iter().fold(f32::INFINITY, |m, &s| m.min(s));
         let img = synthetic(image[0] as u32, image[1] as u32);
+        let shrunk = pp.prepare_rgba(&rgba_of(&img), image[0], image[1]).expect("a usable image").1 != image[0];
         let cli = preprocess::transform(&img, &pp).expect("the CLI's transform");
         // A golden fixture of this input shape carries the preprocessing under test.
         let fixture = match (channels, size[0], size[1]) {
@@ -192,14 +190,24 @@ fn the_model_input_is_timms_on_every_path() {
             paths.push((format!("page, {}", model.backend()), run.input));
         }
         for (path, got) in paths {
-            let diff = max_abs_diff(&got, &want);
-            eprintln!("case {i} ({channels}x{size:?} / {} from {image:?}) {path}: max|Δ| {diff:.2e} (bound {bound:.2e})", pp.crop_pct);
-            if !common::within(diff, bound) {
-                failures.push(format!("case {i} {path}: {diff} > {bound}"));
+            let (diff, mean) = (max_abs_diff(&got, &want), got.iter().zip(&want).map(|(a, b)| (a - b).abs()).sum::<f32>() / want.len() as f32);
+            let approximate = shrunk && path != "cli";
+            // Byte for byte: under a millionth (a grey level is 1 / 255 / std); box-shrunk
+            // first: within 2 grey levels on average.
+            let (measured, bound, what) = if approximate { (mean, 2.0 * level, "mean") } else { (diff, 1e-6, "max") };
+            eprintln!(
+                "case {i} ({channels}x{size:?} / {} from {image:?}) {path}: max|Δ| {diff:.2e}, mean {mean:.2e} ({what} bound {bound:.2e})",
+                pp.crop_pct
+            );
+            if !common::within(measured, bound) {
+                failures.push(format!("case {i} {path}: {what} |Δ| {measured} > {bound}"));
             }
             checked += 1;
+            shrunk_checked += approximate as usize;
         }
     }
     assert_eq!(checked, 3 * cases.len());
+    // The reference has a case for each regime: exact everywhere, and box-shrunk on the page.
+    assert!(shrunk_checked > 0 && shrunk_checked < checked, "{shrunk_checked} of {checked} paths box-shrunk");
     assert!(failures.is_empty(), "{}", failures.join("; "));
 }

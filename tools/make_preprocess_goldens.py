@@ -82,6 +82,11 @@ def main():
         (1, [24, 40], 0.875, [0.5], [0.5], (57, 40)),           # non-square, keep ratio
         (1, [36, 52], 0.9, [0.449], [0.226], (100, 100)),
         (1, [12, 20], 0.875, [0.449], [0.226], (47, 61)),
+        (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (70, 60)),   # downscaled 3.3x: the widened filter
+        (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (9, 7)),     # upscaled 2.6x: PIL clips between passes
+        (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (200, 150)), # 9.5x: the page path box-shrinks first
+        (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (1, 3000)),  # a strip: resized to 18x54000
+        (1, [24, 40], 0.875, [0.5], [0.5], (300, 7)),           # a non-square strip, one channel
     ]:
         img = synthetic(w, h)
         if channels == 1:

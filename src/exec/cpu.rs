@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, SlotSizes, Step};
-use crate::preprocess::{Geometry, Preprocess};
+use crate::preprocess::{Geometry, Preprocess, WindowTaps};
 
 use super::{Output, Profile, RunTimes, MAX_BATCH};
 
@@ -928,89 +928,33 @@ fn softmax(row: &[f32], out: &mut Vec<f32>) {
     out.extend(row.iter().map(|&v| (((v - max) as f64).exp() / sum) as f32));
 }
 
-/// timm's eval transform of RGBA pixels (one u32 per pixel, R in the low byte) on the CPU: the
-/// same antialiased Catmull-Rom footprint as `preprocess.wgsl`, applied as two 1-D passes
-/// (the 2-D weights are their product), rounded to 8 bits, cropped, normalised, CHW.
+/// timm's eval transform of RGBA pixels (one u32 per pixel, R in the low byte) on the CPU:
+/// PIL's resampling of the crop window ([`WindowTaps`], the same taps `preprocess.wgsl` gets),
+/// cropped, normalised, CHW. One channel: PIL's "L" of each source pixel, before the resize,
+/// as timm's pipeline has it (the image is converted, then resized).
 pub fn rgba_to_input(pp: &Preprocess, g: &Geometry, pixels: &[u32], width: usize, height: usize) -> Result<Vec<f32>> {
     pp.validate()?;
     if width == 0 || height == 0 || pixels.len() != width * height {
         return Err(Error::Input(format!("{} pixels for a {width}x{height} image", pixels.len())));
     }
     let [oh, ow] = pp.size;
-    let (rw, rh) = g.resized;
-    let taps = |o: usize, src: usize, dst: usize| -> (usize, Vec<f32>) {
-        let scale = src as f32 / dst as f32;
-        let filter_scale = scale.max(1.0);
-        let support = 2.0 * filter_scale;
-        let centre = (o as f32 + 0.5) * scale;
-        let lo = ((centre - support + 0.5).floor() as i64).max(0) as usize;
-        let hi = ((centre + support + 0.5).floor() as i64).min(src as i64).max(lo as i64) as usize;
-        let weights = (lo..hi).map(|i| cubic((i as f32 - centre + 0.5) / filter_scale)).collect();
-        (lo, weights)
-    };
-    let xs: Vec<_> = (0..ow).map(|x| taps(x + g.left, width, rw)).collect();
-    let ys: Vec<_> = (0..oh).map(|y| taps(y + g.top, height, rh)).collect();
-    // One channel: PIL's "L" of each source pixel, before the resize, as timm's pipeline has it
-    // (the image is converted, then resized).
-    let grey = pp.channels == 1;
-    let channel = |p: u32, c: usize| if grey { crate::preprocess::pil_l(p) as f32 } else { ((p >> (8 * c)) & 0xff) as f32 };
-    let mut out = vec![0f32; pp.channels * oh * ow];
-    // Horizontal pass for one source row, cached by row index.
-    let mut rows: HashMap<usize, Vec<[f32; 3]>> = HashMap::new();
-    for (oy, (ylo, wy)) in ys.iter().enumerate() {
-        let mut acc = vec![[0f32; 3]; ow];
-        let mut wsum_y = 0f32;
-        for (dy, &wyv) in wy.iter().enumerate() {
-            let sy = ylo + dy;
-            let row = rows.entry(sy).or_insert_with(|| {
-                xs.iter()
-                    .map(|(xlo, wx)| {
-                        let (mut s, mut wsum) = ([0f32; 3], 0f32);
-                        for (dx, &wxv) in wx.iter().enumerate() {
-                            let p = pixels[sy * width + xlo + dx];
-                            for (c, sc) in s.iter_mut().enumerate() {
-                                *sc += wxv * channel(p, c);
-                            }
-                            wsum += wxv;
-                        }
-                        s.map(|v| v / wsum)
-                    })
-                    .collect()
-            });
-            for (a, r) in acc.iter_mut().zip(row.iter()) {
-                for c in 0..3 {
-                    a[c] += wyv * r[c];
-                }
-            }
-            wsum_y += wyv;
+    let taps = WindowTaps::new(width, height, g, pp.size);
+    let plane = oh * ow;
+    let mut out = vec![0f32; pp.channels * plane];
+    if pp.channels == 1 {
+        let v = taps.resample(1, |x, y, _| crate::preprocess::pil_l(pixels[y * width + x]));
+        for (o, &v) in out.iter_mut().zip(&v) {
+            *o = (v as f32 / 255.0 - pp.mean[0]) / pp.std[0];
         }
-        // Rows above this footprint are not needed again (footprints move down).
-        rows.retain(|&r, _| r >= *ylo);
-        for (ox, a) in acc.iter().enumerate() {
-            let rgb = a.map(|v| (v / wsum_y).round().clamp(0.0, 255.0));
-            let at = oy * ow + ox;
-            if grey {
-                out[at] = (rgb[0] / 255.0 - pp.mean[0]) / pp.std[0];
-            } else {
-                for c in 0..3 {
-                    out[c * oh * ow + at] = (rgb[c] / 255.0 - pp.mean[c]) / pp.std[c];
-                }
+    } else {
+        let v = taps.resample(3, |x, y, c| (pixels[y * width + x] >> (8 * c)) as u8);
+        for (i, px) in v.chunks_exact(3).enumerate() {
+            for c in 0..3 {
+                out[c * plane + i] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
             }
         }
     }
     Ok(out)
-}
-
-fn cubic(x: f32) -> f32 {
-    let a = -0.5;
-    let t = x.abs();
-    if t < 1.0 {
-        ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0
-    } else if t < 2.0 {
-        (((t - 5.0) * t + 8.0) * t - 4.0) * a
-    } else {
-        0.0
-    }
 }
 
 impl CpuExec {
