@@ -800,3 +800,29 @@ fn a_convolution_the_trusted_kernels_cannot_read_safely_is_refused() {
         eprintln!("{what}: {err}");
     }
 }
+
+/// The texture kernel reads its weight texture unchecked too: a texture smaller than the
+/// weight (fewer rows than N, fewer texels than ceil(K / 4)) is refused at build, whichever
+/// kernel the adapter would pick. `b_tex` is a public field, so it is set by hand.
+#[test]
+fn a_weight_texture_smaller_than_its_weight_is_refused() {
+    let gpu = gpu();
+    let (m, n, k) = (4, 8, 12);
+    let x = gpu.storage_init("x", &vec![0.5; m * k]).unwrap();
+    let w = Matrix::upload_with(&gpu, "w", &vec![0.25; n * k], n, k, true).unwrap();
+    let out = gpu.storage("out", m * n).unwrap();
+    let fits = gpu.matrix_texture("fits", &vec![0.25; n * k], n, k).expect("an 8x3-texel texture");
+    let short = gpu.matrix_texture("short", &vec![0.25; (n - 1) * k], n - 1, k).unwrap();
+    let narrow = gpu.matrix_texture("narrow", &vec![0.25; n * (k - 4)], n, k - 4).unwrap();
+    let linear = |tex| {
+        let mut g = Gemm::linear(m, Operand::new(&x, k, 0), &w, Operand::new(&out, n, 0));
+        g.b_tex = Some(tex);
+        g.build(&gpu)
+    };
+    assert!(linear(&fits).is_ok(), "a texture of the weight's size builds");
+    for (what, tex) in [("7 rows for n = 8", &short), ("2 texels for k = 12", &narrow)] {
+        let err = linear(tex).err().unwrap_or_else(|| panic!("{what}: built"));
+        eprintln!("{what}: {err}");
+        assert!(err.to_string().contains("texture"), "{what}: {err}");
+    }
+}

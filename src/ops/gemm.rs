@@ -510,6 +510,18 @@ impl<'a> Gemm<'a> {
         }
         let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
         check_extent_of("gemm B", self.b.buf, b_end, self.b_precision().bytes())?;
+        if let Some(view) = self.b_tex {
+            // The texture kernel reads texel (k / 4, n) of it unchecked: [N, ceil(K / 4)] at least.
+            let t = view.texture();
+            if (t.width() as u64) < k.div_ceil(4) || (t.height() as u64) < n {
+                return Err(Error::Input(format!(
+                    "gemm B texture is {} texels by {} rows; a {n}x{k} weight needs {} by {n}",
+                    t.width(),
+                    t.height(),
+                    k.div_ceil(4)
+                )));
+            }
+        }
         check_extent_of("gemm C", self.c.buf, last(&self.c, c_rows, c_cols), self.c.precision().bytes())?;
         if let Some(g) = &self.gate {
             if self.scale.is_some() {
