@@ -47,17 +47,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) l
 #if A_TRANS
             // Lanes 0-3 fetch rows +0..3 at k+0..3, lanes 4-7 rows +4..7: one texel each.
             let tx = min((m0 + g * LANES) / 4u + lane / 4u, (p.m - 1u) / 4u);
-            let t = textureLoad(atex, vec2<u32>(tx, bt * p.k + min(k + lane % 4u, last)), 0);
+            // Past K: zeros (the clamped row's values times the weights' zero padding would
+            // be NaN for an infinite activation).
+            let t = select(vec4<f32>(0.0), textureLoad(atex, vec2<u32>(tx, bt * p.k + min(k + lane % 4u, last)), 0), k + lane % 4u <= last);
 #else
             let mine = textureLoad(atex, vec2<u32>(k / 4u, bt * p.m + rows[g]), 0);
 #endif
 #else
-            // Past K the texture holds zeros, so a clamped (finite) A value adds nothing.
+            // Past K: zeros, not the clamped last value (the weight texture's zero padding
+            // times an infinite activation would be NaN).
             let mine = vec4<f32>(
                 load_a(bt, rows[g], k),
-                load_a(bt, rows[g], min(k + 1u, last)),
-                load_a(bt, rows[g], min(k + 2u, last)),
-                load_a(bt, rows[g], min(k + 3u, last)));
+                select(0.0, load_a(bt, rows[g], min(k + 1u, last)), k + 1u <= last),
+                select(0.0, load_a(bt, rows[g], min(k + 2u, last)), k + 2u <= last),
+                select(0.0, load_a(bt, rows[g], min(k + 3u, last)), k + 3u <= last));
 #endif
             // (Measured on lavapipe: eight literal-lane subgroupBroadcasts are no faster than
             // subgroupShuffle here, so the shorter form stays.)
