@@ -83,7 +83,14 @@ fn cpu_gemm(c: &Case, a: &[f32], b: &[f32], bias: &[f32], scale: &[f32], c0: &[f
 }
 
 fn run_case(gpu: &Gpu, c: Case, seed: u64) {
-    let a = random(c.batch * c.m * c.k, seed);
+    let (got, want) = compute_case(gpu, c, random(c.batch * c.m * c.k, seed), seed);
+    let diff = max_abs_diff(&got, &want);
+    let bound = tol::GEMM * (c.k as f32).sqrt().max(1.0) * max_abs(&want).max(1.0);
+    assert!(diff <= bound, "{} {c:?}: max diff {diff} > {bound}", gpu.gemm.name());
+}
+
+/// Case `c` with A = `a` on the device's GEMM, and the f64 reference: (got, want).
+fn compute_case(gpu: &Gpu, c: Case, a: Vec<f32>, seed: u64) -> (Vec<f32>, Vec<f32>) {
     let b = random(c.batch * c.k * c.n, seed + 1);
     let bias = random(c.m.max(c.n), seed + 2);
     let scale = random(c.m.max(c.n), seed + 3);
@@ -123,9 +130,41 @@ fn run_case(gpu: &Gpu, c: Case, seed: u64) {
     // The kernels that compute in f16 round both operands (products of f16 values are exact
     // in f32, so the f32 bound still holds against the rounded operands).
     let want = cpu_gemm(&c, &as_computed(gpu, &a), &as_computed(gpu, &b), &bias, &scale, &c0);
-    let diff = max_abs_diff(&got, &want);
-    let bound = tol::GEMM * (c.k as f32).sqrt().max(1.0) * max_abs(&want).max(1.0);
-    assert!(diff <= bound, "{} {c:?}: max diff {diff} > {bound}", gpu.gemm.name());
+    (got, want)
+}
+
+/// An infinite activation gives the infinities IEEE arithmetic gives (x · ±w = ±inf, plus
+/// finite terms), not NaN, on every kernel; above all where K is not a multiple of 4, so the
+/// kernels that read 4 values of k at once clamp past the end of A (and must not multiply the
+/// clamped inf by the zero padding), and on the token-mixing layout whose mirror texture holds
+/// A transposed (m = 64, so the texture kernel gets its A mirror). The other outputs stay
+/// within the usual bound.
+#[test]
+fn an_infinite_activation_gives_infinities_not_nan() {
+    let variants = all_variants();
+    for gpu in &variants {
+        for (m, n, k, a_trans) in [(5, 6, 7, false), (64, 6, 7, true), (3, 4, 5, false), (64, 8, 9, true)] {
+            let c = Case { bias: None, scale: None, gelu: false, residual: false, a_trans, ..Case::linear(m, n, k) };
+            let mut a = random(m * k, 40 + k as u64);
+            // A[2, k - 1]: the last k, the one the clamped reads repeat.
+            a[if a_trans { (k - 1) * m + 2 } else { 2 * k + k - 1 }] = f32::INFINITY;
+            let (got, want) = compute_case(gpu, c, a, 40 + k as u64);
+            let finite: Vec<(f32, f32)> = got.iter().zip(&want).filter(|(_, w)| w.is_finite()).map(|(&g, &w)| (g, w)).collect();
+            let infinite: Vec<(f32, f32)> = got.iter().zip(&want).filter(|(_, w)| !w.is_finite()).map(|(&g, &w)| (g, w)).collect();
+            assert_eq!(infinite.len(), n, "{} {c:?}: row 2 of the reference is infinite", gpu.gemm.name());
+            assert!(
+                infinite.iter().all(|(g, w)| g == w),
+                "{} {c:?}: row 2 is {:?}, IEEE gives {:?}",
+                gpu.gemm.name(),
+                infinite.iter().map(|p| p.0).collect::<Vec<_>>(),
+                infinite.iter().map(|p| p.1).collect::<Vec<_>>()
+            );
+            let (g, w): (Vec<f32>, Vec<f32>) = finite.into_iter().unzip();
+            let bound = tol::GEMM * (k as f32).sqrt() * max_abs(&w).max(1.0);
+            assert!(max_abs_diff(&g, &w) <= bound, "{} {c:?}: the finite outputs are off by {}", gpu.gemm.name(), max_abs_diff(&g, &w));
+        }
+    }
+    assert!(!variants.is_empty() || common::wanted("cpu"), "no GEMM variant ran");
 }
 
 /// Shapes of one and many tiles, ragged edges and long k, with every epilogue and operand
@@ -754,6 +793,60 @@ fn autotuner_times_once_per_class_and_caches_per_adapter() {
     assert_eq!(fresh.tuning.timed(), 1);
     assert!(std::fs::read_to_string(&file).unwrap().contains(&class));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A cached choice of a kernel that computes in f16 (the tensor-core coop kernels, here their
+/// lane-by-lane double, which every lavapipe runs) is checked against the tiled kernel again
+/// in the process that reads it, once per class, as when it was timed: the cache is a file
+/// anyone can edit. The choice is kept when it agrees, and nothing is timed.
+#[test]
+fn a_cached_f16_kernel_is_checked_again_before_it_is_used() {
+    let scratch = common::scratch("tune-f16");
+    let file = scratch.path().join("gemm-tuning.json");
+    let device = || {
+        let mut gpu = pollster::block_on(Gpu::new_at(Precision::F16)).expect("a wgpu adapter");
+        assert_eq!(gpu.precision, Precision::F16, "the test adapter has shader-f16");
+        gpu.force_autotune(Some(file.clone()));
+        gpu
+    };
+    let (m, n, k) = (100, 48, 40);
+    let (a, w) = (random(m * k, 3), random(n * k, 4));
+    let linear = |gpu: &Gpu| {
+        let wm = Matrix::upload(gpu, "w", &w, n, k).unwrap();
+        let (ab, cb) = (gpu.storage_init("a", &a).unwrap(), gpu.storage("c", m * n).unwrap());
+        let g = Gemm::linear(m, Operand::new(&ab, k, 0), &wm, Operand::new(&cb, n, 0));
+        let class = g.shape_class();
+        gpu.run_ops(&[g.build(gpu).unwrap()]).unwrap();
+        let got = pollster::block_on(gpu.read_buffer(&cb, m * n)).unwrap();
+        let case = Case { bias: None, scale: None, gelu: false, residual: false, ..Case::linear(m, n, k) };
+        let want = cpu_gemm(&case, &a, &w, &[], &[], &vec![0.0; m * n]);
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::F16 * max_abs(&want).max(1.0), "{}: diff {diff}", gpu.gemm_summary());
+        class
+    };
+    let first = device();
+    let f16_kernel = [GemmVariant::CoopEmulated, GemmVariant::Coop]
+        .into_iter()
+        .find(|&v| first.supports(v).is_ok())
+        .expect("the test adapter runs a kernel that computes in f16");
+    let class = linear(&first);
+    assert_eq!(first.tuning.timed(), 1);
+    // Edit the cache as a person (or another program) could: this class → the f16 kernel.
+    let text = std::fs::read_to_string(&file).expect("the cache file was written");
+    let mut cache: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (_, entry) in cache.as_object_mut().expect("an object").iter_mut() {
+        entry[&class] = serde_json::json!(f16_kernel.name());
+    }
+    std::fs::write(&file, cache.to_string()).unwrap();
+
+    let again = device();
+    assert_eq!(again.tuning.choices().get(&class).map(String::as_str), Some(f16_kernel.name()));
+    assert!(again.tuning.checked().is_empty());
+    linear(&again);
+    assert_eq!(again.tuning.checked(), vec![class.clone()], "the cached {} was checked against tiled", f16_kernel.name());
+    assert_eq!(again.tuning.timed(), 0, "it agreed, so nothing was timed");
+    assert!(again.tuning.rejected().is_empty(), "{:?}", again.tuning.rejected());
+    assert_eq!(again.tuning.choices().get(&class).map(String::as_str), Some(f16_kernel.name()));
 }
 
 /// The subgroup kernels are compiled for the adapter's own subgroup size. lavapipe has 8

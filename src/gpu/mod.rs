@@ -371,7 +371,9 @@ impl Gpu {
             memory_hints: wgpu::MemoryHints::Performance,
             // SAFETY: the one experimental feature ever requested is cooperative matrices, used
             // by gemm_coop.wgsl alone, whose results the autotuner checks against the tiled
-            // kernel's before it ever picks it (`ops::gemm`).
+            // kernel's in each process before it uses it, whether it timed it or read it from
+            // the cache (`ops::gemm`); only `TOKENMIX_GEMM=coop` (a person's explicit choice,
+            // and the tests') runs it unchecked. Its reads are bounded by `Gemm::check`.
             experimental_features: if coop { unsafe { wgpu::ExperimentalFeatures::enabled() } } else { wgpu::ExperimentalFeatures::disabled() },
             ..Default::default()
         };

@@ -35,6 +35,8 @@ pub struct Tuning {
     /// Kernels left out of a class because their results were wrong on this device: "coop on
     /// linear m256 n512 k512: differs from the tiled kernel by …".
     rejected: Mutex<Vec<String>>,
+    /// Shape classes whose f16 kernel (coop) this process checked against the tiled kernel.
+    checked: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// The sources whose change invalidates cached choices.
@@ -158,6 +160,22 @@ impl Tuning {
     pub(crate) fn reject(&self, class: &str, v: super::GemmVariant, why: &str) {
         if let Ok(mut r) = self.rejected.lock() {
             r.push(format!("{} on {class}: {why}", v.name()));
+        }
+    }
+
+    /// Shape classes whose kernel that computes in f16 this process checked against the tiled
+    /// kernel's results: when it timed it, and when the cache named it (a file is only a file).
+    pub fn checked(&self) -> Vec<String> {
+        self.checked.lock().map(|c| c.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    pub(crate) fn is_checked(&self, class: &str) -> bool {
+        self.checked.lock().is_ok_and(|c| c.contains(class))
+    }
+
+    pub(crate) fn mark_checked(&self, class: &str) {
+        if let Ok(mut c) = self.checked.lock() {
+            c.insert(class.to_string());
         }
     }
 

@@ -621,7 +621,19 @@ impl<'a> Gemm<'a> {
     fn tuned(&self, gpu: &Gpu) -> Result<GemmVariant> {
         let class = self.shape_class();
         if let Some(v) = gpu.tuning.get(&class).filter(|&v| gpu.supports(v).is_ok()) {
-            return Ok(v);
+            // A cached kernel that computes in f16 was checked against the tiled kernel by the
+            // process that chose it, but the cache is only a file: check it again, once per
+            // class and process, before trusting it; if it fails, time the class afresh.
+            if !v.computes_in_f16() || gpu.tuning.is_checked(&class) {
+                return Ok(v);
+            }
+            match self.agrees_with_tiled(gpu, |g| g.build_with(gpu, v)) {
+                Ok(()) => {
+                    gpu.tuning.mark_checked(&class);
+                    return Ok(v);
+                }
+                Err(why) => gpu.tuning.reject(&class, v, &format!("cached, {why}")),
+            }
         }
         if !gpu.tuning.times_at_build() {
             // The browser: `GpuExec::autotune` times this class later, when it can wait.
@@ -642,7 +654,8 @@ impl<'a> Gemm<'a> {
     /// The kernels the autotuner times for this GEMM, built: every one the device can run
     /// (without a weight texture the texture kernel is the subgroup one, so it is left out),
     /// and the tensor-core kernels only once their results matched the tiled kernel's (CI tests
-    /// them on one driver's cooperative matrices, lavapipe's; each device proves it here).
+    /// them on one driver's cooperative matrices, lavapipe's; each device proves it here, and
+    /// again in each later process that reads the choice from the cache: [`Self::tuned`]).
     fn candidates(&self, gpu: &Gpu, class: &str) -> Vec<(GemmVariant, Op)> {
         let mut out = Vec::new();
         for v in gpu.gemm_variants() {
@@ -656,6 +669,7 @@ impl<'a> Gemm<'a> {
                     gpu.tuning.reject(class, v, &why);
                     continue;
                 }
+                gpu.tuning.mark_checked(class);
             }
             out.push((v, op));
         }
