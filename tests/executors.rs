@@ -161,6 +161,42 @@ fn token_mixing_gemm_matches_reference() {
     }
 }
 
+/// An infinite activation gives IEEE's infinities (inf · ±w = ±inf, plus finite terms), not
+/// NaN, on every executor, in both GEMM layouts, with K not a multiple of 4 (where kernels
+/// that read k four at a time run past the end of A) and the rest of the output unharmed.
+#[test]
+fn an_infinite_activation_gives_infinities_on_every_executor() {
+    let (rows, k, n) = (6, 7, 9);
+    let (w, x) = (random(n * k, 71), random(rows * k, 72));
+    let mut a = x.clone();
+    a[2 * k + k - 1] = f32::INFINITY; // row 2, the last k
+    let linear = Step::Gemm(Gemm::new(GemmKind::Linear { rows, a: View::dense(Slot::Xn, rows, k) }, W(0), View::dense(Slot::X, rows, n)));
+    // Token mixing: W [n, k] · X [k, d], with X[k - 1, 2] infinite (column 2 of C).
+    let d = 5;
+    let mut xt = random(k * d, 73);
+    xt[(k - 1) * d + 2] = f32::NEG_INFINITY;
+    let tokens = Step::Gemm(Gemm::new(GemmKind::Tokens { x: View::dense(Slot::Xn, k, d), channels: d }, W(0), View::dense(Slot::X, n, d)));
+    let linear_want: Vec<f32> =
+        (0..rows * n).map(|at| (0..k).map(|kk| a[at / n * k + kk] as f64 * w[at % n * k + kk] as f64).sum::<f64>() as f32).collect();
+    let tokens_want: Vec<f32> =
+        (0..n * d).map(|at| (0..k).map(|kk| w[at / d * k + kk] as f64 * xt[kk * d + at % d] as f64).sum::<f64>() as f32).collect();
+    for (what, step, input, want) in [("linear", linear, a.clone(), linear_want), ("token mixing", tokens, xt.clone(), tokens_want)] {
+        // Row 2 of the linear output, column 2 of the token-mixing one: n values either way.
+        assert_eq!(want.iter().filter(|v| v.is_infinite()).count(), n, "{what}: the reference has one infinite row or column");
+        let weights = || vec![tensor("w", &[n, k], w.clone())];
+        on_every_executor(weights, step, 1, &[(Slot::Xn, input.clone()), (Slot::X, vec![0.0; want.len()])], |dev, slots| {
+            let got = &slots[Slot::X.index()][..want.len()];
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                if w.is_finite() {
+                    assert!((g - w).abs() <= tol::GEMM * 10.0 * w.abs().max(1.0), "{dev} {what}: output {i} is {g}, want {w}");
+                } else {
+                    assert_eq!(g, w, "{dev} {what}: output {i} is {g}, IEEE gives {w}");
+                }
+            }
+        });
+    }
+}
+
 #[test]
 fn convolution_matches_reference() {
     // (images, cin, ih, iw, k, stride, pad, cout): patch embedding, PoolFormer stem, downsampling.
