@@ -92,9 +92,7 @@ pub fn layer_pngs(model: &Model, li: &LayerInsight, base: &RgbImage, dir: &Path,
         "gmlp" | "resmlp" => {
             let s = li.cols;
             let cell = (VIEW / s as u32).max(1);
-            let mut sorted: Vec<f32> = li.data.iter().map(|v| v.abs()).collect();
-            sorted.sort_by(f32::total_cmp);
-            let clip = sorted.get((0.99 * (sorted.len().max(1) - 1) as f64) as usize).copied().unwrap_or(1.0);
+            let clip = colour::clip99(&li.data);
             save(&heatmap(&li.data, s, s, cell, |v| colour::diverging(v, clip)), dir, &format!("layer{l}_matrix.png"), written)?;
             // The centre token's row: how it mixes from every token, over the image.
             let t = (gh / 2) * gw + gw / 2;

@@ -472,6 +472,21 @@ pub mod colour {
         values.iter().fold(0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { m })
     }
 
+    /// The 99th percentile of |v| (finite values; index floor(0.99 (n - 1)) of the sorted
+    /// magnitudes, as the page's `percentileAbs`), else [`scale`] when that is 0: where the
+    /// token-by-token matrices saturate on every path (CLI, page, desktop), so that one strong
+    /// diagonal does not wash out the rest.
+    pub fn clip99(values: &[f32]) -> f32 {
+        let mut a: Vec<f32> = values.iter().filter(|v| v.is_finite()).map(|v| v.abs()).collect();
+        a.sort_by(f32::total_cmp);
+        let p = a.get((0.99 * (a.len().max(1) - 1) as f64) as usize).copied().unwrap_or(0.0);
+        if p > 0.0 {
+            p
+        } else {
+            scale(values)
+        }
+    }
+
     /// Diverging: v in [-scale, scale] (non-finite values grey).
     pub fn diverging(v: f32, scale: f32) -> [u8; 3] {
         if !v.is_finite() {

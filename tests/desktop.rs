@@ -144,7 +144,8 @@ fn a_corrupt_model_file_shows_an_error_and_the_previous_model_keeps_working() {
     assert_eq!(c.predictions[0].label, "Trouser");
 }
 
-/// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces.
+/// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces, for any
+/// repository `timm/poolformer_*`.
 fn serve(body: Vec<u8>) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -154,7 +155,7 @@ fn serve(body: Vec<u8>) -> String {
             let mut req = [0u8; 2048];
             let n = s.read(&mut req).unwrap_or(0);
             let line = String::from_utf8_lossy(&req[..n]).lines().next().unwrap_or("").to_string();
-            if !line.contains("/timm/poolformer_test/resolve/main/model.safetensors") {
+            if !(line.contains("/timm/poolformer_") && line.contains("/resolve/main/model.safetensors")) {
                 let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
                 continue;
             }
@@ -208,6 +209,68 @@ fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
     h.get_by_label("Download").click();
     h.run();
     assert!(h.state().error.as_deref().unwrap_or("").contains("owner/name"));
+    h.state_mut().error = None;
+
+    let wait = |h: &mut Harness<'static, Viewer>| {
+        let start = std::time::Instant::now();
+        while h.state().download.is_some() && start.elapsed().as_secs() < 60 {
+            h.step();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(h.state().download.is_none(), "the download ended");
+        h.run();
+    };
+    let repo_dir = |name: &str| cache.join(format!("timm--{name}"));
+    let download = |h: &mut Harness<'static, Viewer>, name: &str| {
+        h.state_mut().hub_repo = format!("timm/{name}");
+        h.run(); // (the layout settles first: the click goes where the button is now)
+        h.get_by_label("Download").click();
+        h.step();
+    };
+
+    // A model chosen while a download runs is not replaced when the download ends; the file
+    // is cached for later.
+    download(&mut h, "poolformer_race");
+    assert!(h.state().download.is_some(), "a download runs: {:?} / {}", h.state().error, h.state().status);
+    h.get_by_label("Model").click();
+    h.step();
+    h.step(); // the popup opens, then is laid out
+    h.get_by_label("gmlp_fmnist").click();
+    h.step();
+    assert_eq!(h.state().model.info.family, "gMLP");
+    wait(&mut h);
+    assert_eq!(h.state().model.info.family, "gMLP", "the download did not replace the model chosen meanwhile");
+    assert!(h.state().status.contains("not loaded"), "{}", h.state().status);
+    assert!(repo_dir("poolformer_race").join("model.safetensors").is_file(), "the download is cached");
+
+    // A cancelled download stops, loads nothing and leaves no partial file.
+    download(&mut h, "poolformer_cancel");
+    h.step();
+    h.get_by_label("Cancel download").click();
+    h.step();
+    assert!(h.state().download.is_none() && h.state().status.contains("cancelled"), "{}", h.state().status);
+    let start = std::time::Instant::now();
+    let leftovers = || std::fs::read_dir(repo_dir("poolformer_cancel")).map(|d| d.count()).unwrap_or(0);
+    while leftovers() > 0 && start.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(leftovers(), 0, "no partial or complete file of the cancelled download");
+    assert_eq!(h.state().model.info.family, "gMLP");
+
+    // A cached file that does not load is removed, so that Download fetches it again.
+    std::fs::create_dir_all(repo_dir("poolformer_bad")).unwrap();
+    std::fs::write(repo_dir("poolformer_bad").join("model.safetensors"), b"<html>a proxy's page</html>").unwrap();
+    download(&mut h, "poolformer_bad");
+    wait(&mut h);
+    let err = h.state().error.clone().unwrap_or_default();
+    assert!(err.contains("Could not load") && err.contains("removed from the cache"), "{err}");
+    assert!(!repo_dir("poolformer_bad").join("model.safetensors").exists(), "the bad file is gone");
+    assert_eq!(h.state().model.info.family, "gMLP", "the previous model stays");
+    download(&mut h, "poolformer_bad");
+    wait(&mut h);
+    assert_eq!(h.state().error, None);
+    assert_eq!(h.state().model.info.family, "PoolFormer", "downloaded afresh and loaded");
+    assert_eq!(h.state().model_name, "timm/poolformer_bad");
 }
 
 #[test]
@@ -239,6 +302,18 @@ fn the_camera_captures_frames_or_says_there_is_none() {
     h.get_by_label("Paste image").click();
     h.run();
     assert!(h.state().error.as_deref().unwrap_or("").contains("No image to paste"), "{:?}", h.state().error);
+    // Ctrl/Cmd+V does the same (egui-winit raises no Paste event for the system clipboard)…
+    h.state_mut().error = None;
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::V);
+    h.run();
+    assert!(h.state().error.as_deref().unwrap_or("").contains("No image to paste"), "Ctrl+V: {:?}", h.state().error);
+    // …but not while a text field has the keyboard: it pastes text there.
+    h.state_mut().error = None;
+    h.get_by_label("Path").click();
+    h.run();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::V);
+    h.run();
+    assert_eq!(h.state().error, None, "Ctrl+V in the path field");
 }
 
 #[test]

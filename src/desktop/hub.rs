@@ -1,17 +1,24 @@
 //! timm checkpoints from the Hugging Face hub for the desktop app: `<base>/<repo>/resolve/main/
 //! model.safetensors`, downloaded on a thread into a cache directory with progress the window
 //! polls. The base URL is configurable (`--hub`, `TOKENMIX_HUB`), so tests serve a local file.
+//! A download can be cancelled; one whose server stops answering fails after a while; a
+//! failed or cancelled one leaves no partial file behind.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 
 /// The hub's default address.
 pub const HUB: &str = "https://huggingface.co";
 /// The largest checkpoint a download accepts (mixer_l16 is 0.9 GB in F32).
-const MAX_BYTES: u64 = 4 << 30;
+pub const MAX_BYTES: u64 = 4 << 30;
+/// How long the server may take to accept the connection, and to send each piece.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where downloads live: `$TOKENMIX_CACHE_DIR`, else `$XDG_CACHE_HOME/tokenmix/hub`, else
 /// `~/.cache/tokenmix/hub`.
@@ -48,6 +55,7 @@ pub struct Download {
     pub repo: String,
     pub url: String,
     state: Arc<Mutex<Progress>>,
+    cancelled: Arc<AtomicBool>,
 }
 
 impl Download {
@@ -57,12 +65,13 @@ impl Download {
         let url = format!("{}/{repo}/resolve/main/model.safetensors", base.trim_end_matches('/'));
         let path = cache_dir().join(repo.replace('/', "--")).join("model.safetensors");
         let state = Arc::new(Mutex::new(Progress::Running { loaded: 0, total: None }));
+        let cancelled = Arc::new(AtomicBool::new(false));
         if path.is_file() {
             *state.lock().map_err(|_| Error::Input("download state poisoned".into()))? = Progress::Done { path, cached: true };
         } else {
-            let (s, u) = (state.clone(), url.clone());
+            let (s, u, c) = (state.clone(), url.clone(), cancelled.clone());
             std::thread::spawn(move || {
-                let end = match fetch(&u, &path, &s) {
+                let end = match fetch(&u, &path, &s, &c) {
                     Ok(()) => Progress::Done { path, cached: false },
                     Err(e) => Progress::Failed(e.to_string()),
                 };
@@ -71,7 +80,13 @@ impl Download {
                 }
             });
         }
-        Ok(Download { repo: repo.to_string(), url, state })
+        Ok(Download { repo: repo.to_string(), url, state, cancelled })
+    }
+
+    /// Asks the download to stop: its thread ends at its next read (at most [`READ_TIMEOUT`]
+    /// later) and removes its partial file.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
     }
 
     pub fn progress(&self) -> Progress {
@@ -79,26 +94,41 @@ impl Download {
     }
 }
 
-fn fetch(url: &str, path: &Path, state: &Mutex<Progress>) -> Result<()> {
-    let mut response = ureq::get(url).call().map_err(|e| Error::Input(format!("{url}: {e}")))?;
+fn fetch(url: &str, path: &Path, state: &Mutex<Progress>, cancelled: &AtomicBool) -> Result<()> {
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_connect(Some(CONNECT_TIMEOUT)).timeout_per_read(Some(READ_TIMEOUT)).build().into();
+    let mut response = agent.get(url).call().map_err(|e| Error::Input(format!("{url}: {e}")))?;
     let total = response.body().content_length();
     if total.is_some_and(|t| t > MAX_BYTES) {
         return Err(Error::Input(format!("{url}: {} bytes is more than a checkpoint of these families needs", total.unwrap_or(0))));
     }
     let dir = path.parent().ok_or_else(|| Error::Input("cache path has no folder".into()))?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    // Written beside the target and renamed at the end: a cut download never looks complete.
-    let part = path.with_extension("part");
-    let mut file = std::fs::File::create(&part).map_err(|e| Error::io(&part, e))?;
-    let mut reader = response.body_mut().with_config().limit(MAX_BYTES).reader();
+    // Written beside the target under a name of its own (two downloads of one repository, in
+    // two windows, do not write one file) and renamed at the end: a cut download never looks
+    // complete, and a failed or cancelled one is removed.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let part = path.with_extension(format!("{}-{}.part", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
+    let written = write_part(url, &part, response.body_mut().with_config().limit(MAX_BYTES).reader(), total, state, cancelled)
+        .and_then(|()| std::fs::rename(&part, path).map_err(|e| Error::io(path, e)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&part);
+    }
+    written
+}
+
+fn write_part(url: &str, part: &Path, mut reader: impl Read, total: Option<u64>, state: &Mutex<Progress>, cancelled: &AtomicBool) -> Result<()> {
+    let mut file = std::fs::File::create(part).map_err(|e| Error::io(part, e))?;
     let mut buf = vec![0u8; 1 << 16];
     let mut loaded = 0u64;
     loop {
+        if cancelled.load(Ordering::SeqCst) {
+            return Err(Error::Input(format!("{url}: cancelled")));
+        }
         let n = reader.read(&mut buf).map_err(|e| Error::Input(format!("{url}: {e}")))?;
         if n == 0 {
             break;
         }
-        file.write_all(&buf[..n]).map_err(|e| Error::io(&part, e))?;
+        file.write_all(&buf[..n]).map_err(|e| Error::io(part, e))?;
         loaded += n as u64;
         if let Ok(mut g) = state.lock() {
             *g = Progress::Running { loaded, total };
@@ -107,6 +137,5 @@ fn fetch(url: &str, path: &Path, state: &Mutex<Progress>) -> Result<()> {
     if total.is_some_and(|t| t != loaded) {
         return Err(Error::Input(format!("{url}: the download stopped at {loaded} of {} bytes", total.unwrap_or(0))));
     }
-    file.flush().map_err(|e| Error::io(&part, e))?;
-    std::fs::rename(&part, path).map_err(|e| Error::io(path, e))
+    file.flush().map_err(|e| Error::io(part, e))
 }

@@ -94,11 +94,19 @@ pub struct Viewer {
     /// A token row of the current layer under the pointer (gMLP/ResMLP).
     pub hover: Option<Overlay>,
     pub error: Option<String>,
+    /// Why the current layer has no token-mixing view (kept apart from [`Self::error`], which
+    /// the next successful classification clears).
+    pub insight_error: Option<String>,
     pub status: String,
     pub path_field: String,
     pub hub_base: String,
     pub hub_repo: String,
     pub download: Option<hub::Download>,
+    /// [`Self::model_changes`] when the running download started: a download finishing after
+    /// the user chose another model does not replace it.
+    download_since: u64,
+    /// Counts the models the user asked for (picker, file, drop, hub).
+    pub model_changes: u64,
     /// Fractions of the running download seen by the window (tests check progress showed).
     pub progress_seen: Vec<f32>,
     pub camera: Box<dyn Camera>,
@@ -149,11 +157,14 @@ impl Viewer {
             insight: None,
             hover: None,
             error: None,
+            insight_error: None,
             status: format!("Loaded {name}."),
             path_field: String::new(),
             hub_base: crate::env::env().hub.clone().unwrap_or_else(|| hub::HUB.to_string()),
             hub_repo: "timm/gmlp_s16_224.ra3_in1k".into(),
             download: None,
+            download_since: 0,
+            model_changes: 0,
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
             generation: 0,
@@ -164,8 +175,9 @@ impl Viewer {
     }
 
     /// Swaps in the model in `bytes`; on failure the error is shown and the previous model
-    /// stays (and keeps classifying).
-    pub fn load_model(&mut self, name: &str, bytes: &[u8]) {
+    /// stays (and keeps classifying). True when the model loaded.
+    pub fn load_model(&mut self, name: &str, bytes: &[u8]) -> bool {
+        self.model_changes += 1;
         match Model::load(self.device.clone(), bytes, None) {
             Ok(m) => {
                 self.model = Arc::new(m);
@@ -179,21 +191,44 @@ impl Viewer {
                 if let Some(c) = self.classified.take() {
                     self.classify(c.source, c.image);
                 }
+                true
             }
-            Err(e) => self.error = Some(format!("Could not load {name}: {e}. The previous model ({}) stays loaded.", self.model_name)),
+            Err(e) => {
+                self.error = Some(format!("Could not load {name}: {e}. The previous model ({}) stays loaded.", self.model_name));
+                false
+            }
         }
     }
 
-    /// Loads a `.safetensors` file from disk (the path field, a dropped file, the hub cache).
-    pub fn load_model_file(&mut self, path: &Path) {
-        match std::fs::read(path) {
+    /// Loads a `.safetensors` file from disk (the path field, a dropped file, the hub cache),
+    /// refusing one larger than any checkpoint of these families before reading it. True when
+    /// the model loaded.
+    pub fn load_model_file(&mut self, path: &Path) -> bool {
+        let read = std::fs::metadata(path).and_then(|m| {
+            if m.len() > hub::MAX_BYTES {
+                Err(std::io::Error::other(format!("{} bytes is more than a checkpoint of these families needs", m.len())))
+            } else {
+                std::fs::read(path)
+            }
+        });
+        match read {
             Ok(bytes) => self.load_model(&path.display().to_string(), &bytes),
-            Err(e) => self.error = Some(format!("{}: {e}", path.display())),
+            Err(e) => {
+                self.model_changes += 1;
+                self.error = Some(format!("{}: {e}", path.display()));
+                false
+            }
         }
     }
 
-    /// Opens an image file (PNG/JPEG) and classifies it.
+    /// Opens an image file (PNG/JPEG) and classifies it. An image larger than classification
+    /// takes ([`preprocess::check_image_size`]) is refused from its header, before decoding.
     pub fn open_image(&mut self, path: &Path) {
+        let header = image::ImageReader::open(path).and_then(|r| r.with_guessed_format()).ok().and_then(|r| r.into_dimensions().ok());
+        if let Some(Err(e)) = header.map(|(w, h)| preprocess::check_image_size(w as usize, h as usize)) {
+            self.error = Some(format!("{}: {e}", path.display()));
+            return;
+        }
         match preprocess::load_image(path) {
             Ok(img) => self.classify(path.display().to_string(), img),
             Err(e) => self.error = Some(format!("{e}")),
@@ -250,10 +285,13 @@ impl Viewer {
 
     fn refresh_insight(&mut self) {
         match self.model.insight(self.layer) {
-            Ok(i) => self.insight = Some(i),
+            Ok(i) => {
+                self.insight = Some(i);
+                self.insight_error = None;
+            }
             Err(e) => {
                 self.insight = None;
-                self.error = Some(format!("No token-mixing view: {e}"));
+                self.insight_error = Some(format!("No token-mixing view: {e}"));
             }
         }
         self.generation += 1;
@@ -305,28 +343,51 @@ impl Viewer {
                 self.status = format!("Downloading {} …", d.url);
                 self.progress_seen.clear();
                 self.download = Some(d);
+                self.download_since = self.model_changes;
             }
             Err(e) => self.error = Some(e.to_string()),
         }
     }
 
-    /// Advances a running download; loads the model when it is done. Returns true while one runs.
+    /// Stops the running download (its thread ends at its next read and removes its partial
+    /// file); the model stays as it is.
+    pub fn cancel_download(&mut self) {
+        if let Some(d) = self.download.take() {
+            d.cancel();
+            self.status = format!("Download of {} cancelled.", d.repo);
+        }
+    }
+
+    /// Advances a running download; loads the model when it is done, unless the user chose
+    /// another model meanwhile. Returns true while one runs.
     pub fn poll_download(&mut self) -> bool {
         let Some(d) = &self.download else { return false };
         match d.progress() {
             hub::Progress::Running { loaded, total } => {
                 if let Some(t) = total.filter(|&t| t > 0) {
-                    self.progress_seen.push(loaded as f32 / t as f32);
+                    let f = loaded as f32 / t as f32;
+                    if self.progress_seen.last() != Some(&f) {
+                        self.progress_seen.push(f);
+                    }
                 }
                 true
             }
             hub::Progress::Done { path, cached } => {
                 let repo = d.repo.clone();
                 self.download = None;
-                self.load_model_file(&path);
-                if self.error.is_none() {
+                if self.model_changes != self.download_since {
+                    self.status = format!("Downloaded {repo} into the cache; not loaded, as another model was chosen meanwhile (Download loads it).");
+                    return false;
+                }
+                if self.load_model_file(&path) {
                     self.model_name = repo;
                     self.status = format!("Loaded {} from the hub{}.", self.model_name, if cached { " (cached)" } else { "" });
+                } else {
+                    // A file that does not load is not kept: the next Download fetches it again.
+                    let removed = std::fs::remove_file(&path).is_ok();
+                    if let (Some(e), true) = (&mut self.error, removed) {
+                        e.push_str(&format!(" The {} file was removed from the cache.", if cached { "cached" } else { "downloaded" }));
+                    }
                 }
                 false
             }
@@ -374,8 +435,17 @@ impl Viewer {
                 self.open_image(&p);
             }
         }
-        // Ctrl/Cmd+V pastes an image from the clipboard.
-        if ui.ctx().input(|i| i.events.iter().any(|e| matches!(e, egui::Event::Paste(_)))) {
+        // Ctrl/Cmd+V pastes an image from the clipboard, unless a text field has the keyboard
+        // (it pastes text there). egui-winit raises `Paste` only for text it holds itself, so
+        // the key press is what counts.
+        let paste = ui.ctx().input(|i| {
+            i.events.iter().any(|e| match e {
+                egui::Event::Paste(_) => true,
+                egui::Event::Key { key: egui::Key::V, pressed: true, modifiers, .. } => modifiers.command,
+                _ => false,
+            })
+        });
+        if paste && !ui.ctx().egui_wants_keyboard_input() {
             self.paste();
         }
         egui::Panel::top("header").show(ui, |ui| {
@@ -390,8 +460,12 @@ impl Viewer {
             egui::ScrollArea::vertical().show(ui, |ui| self.insight_panel(ui));
         });
         if self.download.is_some() {
-            ui.ctx().request_repaint();
+            // Progress is polled; a frame every 50 ms is enough for it.
+            ui.ctx().request_repaint_after(std::time::Duration::from_millis(50));
         }
+        // Views of earlier generations that this frame did not draw again (another model's
+        // 512 unit tiles, say) are let go.
+        self.textures.0.retain(|_, (g, _)| *g == self.generation);
     }
 
     fn image_panel(&mut self, ui: &mut egui::Ui) {
@@ -531,6 +605,9 @@ impl Viewer {
             if ui.add_enabled(!busy, egui::Button::new("Download")).clicked() {
                 self.start_download();
             }
+            if busy && ui.button("Cancel download").clicked() {
+                self.cancel_download();
+            }
             ui.label(self.hub_base.clone());
         });
         if let Some(d) = &self.download {
@@ -553,7 +630,12 @@ impl Viewer {
                 self.set_layer(l);
             }
         }
-        let Some(li) = &self.insight else { return };
+        let Some(li) = &self.insight else {
+            if let Some(e) = &self.insight_error {
+                ui.colored_label(Color32::from_rgb(180, 40, 40), e);
+            }
+            return;
+        };
         let (textures, generation) = (&mut self.textures, self.generation);
         ui.label(li.note);
         if let (Some(f), Some(i)) = (li.figures, li.init) {
@@ -602,7 +684,8 @@ impl Viewer {
             "gmlp" | "resmlp" => {
                 ui.label(format!("Tokens × tokens map ({0}×{0}); hover the image to see one token's row over it.", li.cols));
                 let n = li.cols;
-                let t = textures.get(ui.ctx(), generation, "matrix", || heat(&li.data, n, n, false));
+                // Clipped at the 99th percentile of |w|, as the page and the CLI draw it.
+                let t = textures.get(ui.ctx(), generation, "matrix", || heat_clipped(&li.data, n, n, colour::clip99(&li.data)));
                 ui.add(egui::Image::new((t.id(), Vec2::new(260.0, 260.0))));
             }
             _ => {
@@ -631,6 +714,12 @@ impl Viewer {
 fn heat(values: &[f32], h: usize, w: usize, sequential: bool) -> ColorImage {
     let s = colour::scale(values);
     let rgb: Vec<u8> = values.iter().flat_map(|&v| if sequential { colour::sequential(v, s) } else { colour::diverging(v, s) }).collect();
+    ColorImage::from_rgb([w, h], &rgb)
+}
+
+/// A diverging heatmap saturating at `clip`.
+fn heat_clipped(values: &[f32], h: usize, w: usize, clip: f32) -> ColorImage {
+    let rgb: Vec<u8> = values.iter().flat_map(|&v| colour::diverging(v, clip)).collect();
     ColorImage::from_rgb([w, h], &rgb)
 }
 
