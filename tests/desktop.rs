@@ -391,3 +391,18 @@ fn a_mixer_with_many_token_units_keeps_its_offset_kernel_in_view() {
     // The kernel image (160 px tall on a 7x7 grid) below its caption, inside the 820 px window.
     assert!(kernel.max.y + 160.0 <= 820.0, "the offset kernel is pushed out of view: its caption ends at y = {}", kernel.max.y);
 }
+
+/// A camera program that does not answer (a busy or stuck device) is ended after the limit
+/// and reported, instead of hanging the window; one that answers gives its output.
+#[test]
+fn a_camera_program_that_hangs_is_ended() {
+    let mut sleeper = Command::new("sleep");
+    sleeper.arg("30");
+    let err = camera::output_within(sleeper, std::time::Duration::from_millis(300)).expect_err("a sleeping program times out");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    let mut echo = Command::new("sh");
+    echo.args(["-c", "printf frame; printf note >&2"]);
+    let out = camera::output_within(echo, std::time::Duration::from_secs(20)).expect("a program that answers");
+    assert!(out.status.success());
+    assert_eq!((out.stdout.as_slice(), out.stderr.as_slice()), (&b"frame"[..], &b"note"[..]));
+}

@@ -138,10 +138,10 @@ impl Camera for Ffmpeg {
             return Err(Error::Input("the camera is not started".into()));
         }
         let (format, device) = &self.input;
-        let out = std::process::Command::new("ffmpeg")
-            .args(["-loglevel", "error", "-f", format, "-i", device, "-frames:v", "1", "-f", "image2pipe", "-vcodec", "png", "-"])
-            .output()
-            .map_err(|e| Error::Input(format!("camera: running ffmpeg: {e}")))?;
+        let mut ffmpeg = std::process::Command::new("ffmpeg");
+        ffmpeg.args(["-loglevel", "error", "-f", format, "-i", device, "-frames:v", "1", "-f", "image2pipe", "-vcodec", "png", "-"]);
+        // A busy or stuck device must not hang the window: ffmpeg is ended after a while.
+        let out = output_within(ffmpeg, FRAME_TIMEOUT).map_err(|e| Error::Input(format!("camera {}: ffmpeg: {e}", self.name())))?;
         if !out.status.success() {
             let why = String::from_utf8_lossy(&out.stderr);
             return Err(Error::Input(format!("camera {}: {}", self.name(), why.lines().last().unwrap_or("ffmpeg failed"))));
@@ -154,4 +154,41 @@ impl Camera for Ffmpeg {
     fn running(&self) -> bool {
         self.on
     }
+}
+
+/// How long one still from ffmpeg may take (opening the device, exposure, one frame).
+const FRAME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// `command`'s output, as `Command::output` gives it, or an error (and the process killed)
+/// when it has not ended within `limit`.
+pub fn output_within(mut command: std::process::Command, limit: std::time::Duration) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    // The pipes are drained on threads of their own, so a large frame cannot block the child.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {} s", limit.as_secs_f64())));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let take = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
+    Ok(std::process::Output { status, stdout: take(stdout), stderr: take(stderr) })
 }
