@@ -196,7 +196,7 @@ mod native {
         let (w, h) = (img.width() as usize, img.height() as usize);
         let g = pp.geometry(w, h)?;
         let [ch, cw] = pp.size;
-        let taps = WindowTaps::new(w, h, &g, pp.size);
+        let taps = WindowTaps::new(w, h, &g, pp.size)?;
         let src = img.as_raw();
         let mut out = vec![0f32; pp.channels * ch * cw];
         if pp.channels == 1 {
@@ -247,13 +247,15 @@ fn pil_taps(in_size: usize, out_size: usize, range: std::ops::Range<usize>) -> V
     let scale = in_size as f64 / out_size as f64;
     let filterscale = scale.max(1.0);
     let support = 2.0 * filterscale;
+    // Multiplied by its inverse, as PIL does (dividing can differ in the last bit).
+    let ss = 1.0 / filterscale;
     range
         .map(|xx| {
             let center = (xx as f64 + 0.5) * scale;
             // C's (int) truncates toward zero; a negative start is clamped to 0 either way.
             let xmin = ((center - support + 0.5) as i64).max(0) as usize;
             let xmax = ((center + support + 0.5) as i64).clamp(xmin as i64, in_size as i64) as usize;
-            let w: Vec<f64> = (xmin..xmax).map(|x| pil_bicubic((x as f64 - center + 0.5) / filterscale)).collect();
+            let w: Vec<f64> = (xmin..xmax).map(|x| pil_bicubic((x as f64 - center + 0.5) * ss)).collect();
             let sum: f64 = w.iter().sum();
             let one = (1u32 << PIL_PRECISION_BITS) as f64;
             let fixed = w
@@ -277,10 +279,18 @@ pub struct WindowTaps {
 
 impl WindowTaps {
     /// The taps that make the `[height, width]` = `crop` window at (`g.left`, `g.top`) of the
-    /// resize of a `src_w` x `src_h` image to `g.resized`.
-    pub fn new(src_w: usize, src_h: usize, g: &Geometry, crop: [usize; 2]) -> WindowTaps {
+    /// resize of a `src_w` x `src_h` image to `g.resized`; an error when the window is empty or
+    /// not inside the resized image (a [`Geometry`] made by hand).
+    pub fn new(src_w: usize, src_h: usize, g: &Geometry, crop: [usize; 2]) -> Result<WindowTaps> {
         let (rw, rh) = g.resized;
-        WindowTaps { cols: pil_taps(src_w, rw, g.left..g.left + crop[1]), rows: pil_taps(src_h, rh, g.top..g.top + crop[0]) }
+        let inside = |start: usize, len: usize, size: usize| start.checked_add(len).is_some_and(|end| end <= size);
+        if src_w == 0 || src_h == 0 || crop.contains(&0) || !inside(g.left, crop[1], rw) || !inside(g.top, crop[0], rh) {
+            return Err(Error::Input(format!(
+                "a {}x{} crop at ({}, {}) of a {src_w}x{src_h} image resized to {rw}x{rh} is not inside it",
+                crop[1], crop[0], g.left, g.top
+            )));
+        }
+        Ok(WindowTaps { cols: pil_taps(src_w, rw, g.left..g.left + crop[1]), rows: pil_taps(src_h, rh, g.top..g.top + crop[0]) })
     }
 
     /// The taps as one table for `preprocess.wgsl`: (first sample, count, offset of the

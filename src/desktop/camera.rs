@@ -165,30 +165,39 @@ pub fn output_within(mut command: std::process::Command, limit: std::time::Durat
     use std::io::Read;
     use std::process::Stdio;
     let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    // The pipes are drained on threads of their own, so a large frame cannot block the child.
+    // The pipes are drained on threads of their own, so a large frame cannot block the child;
+    // they hand their bytes over a channel, so a grandchild still holding a pipe open cannot
+    // block this function either.
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(mut p) = pipe {
                 let _ = p.read_to_end(&mut bytes);
             }
-            bytes
-        })
+            let _ = tx.send(bytes);
+        });
+        rx
     };
     let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let start = std::time::Instant::now();
     let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if start.elapsed() > limit {
+        let waited = child.try_wait();
+        if !matches!(waited, Ok(None)) || start.elapsed() > limit {
+            if let Ok(Some(status)) = waited {
+                break status;
+            }
+            // Timed out, or the wait itself failed: the process does not outlive the call.
             let _ = child.kill();
             let _ = child.wait();
-            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {} s", limit.as_secs_f64())));
+            return Err(match waited {
+                Err(e) => e,
+                _ => std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {} s", limit.as_secs_f64())),
+            });
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
-    let take = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
+    let take = |rx: std::sync::mpsc::Receiver<Vec<u8>>| rx.recv_timeout(std::time::Duration::from_secs(2)).unwrap_or_default();
     Ok(std::process::Output { status, stdout: take(stdout), stderr: take(stderr) })
 }

@@ -59,11 +59,12 @@ pub struct Download {
 }
 
 impl Download {
-    /// Starts fetching `repo` from `base` on a thread; a file already in the cache is used as is.
-    pub fn start(base: &str, repo: &str) -> Result<Download> {
+    /// Starts fetching `repo` from `base` into the cache folder `cache` on a thread; a file
+    /// already in the cache is used as is.
+    pub fn start(base: &str, repo: &str, cache: &Path) -> Result<Download> {
         check_repo(repo)?;
         let url = format!("{}/{repo}/resolve/main/model.safetensors", base.trim_end_matches('/'));
-        let path = cache_dir().join(repo.replace('/', "--")).join("model.safetensors");
+        let path = cache.join(repo.replace('/', "--")).join("model.safetensors");
         let state = Arc::new(Mutex::new(Progress::Running { loaded: 0, total: None }));
         let cancelled = Arc::new(AtomicBool::new(false));
         if path.is_file() {
@@ -83,7 +84,7 @@ impl Download {
         Ok(Download { repo: repo.to_string(), url, state, cancelled })
     }
 
-    /// Asks the download to stop: its thread ends at its next read (at most [`READ_TIMEOUT`]
+    /// Asks the download to stop: its thread ends at its next read (at most the read timeout
     /// later) and removes its partial file.
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
@@ -133,6 +134,10 @@ fn write_part(url: &str, part: &Path, mut reader: impl Read, total: Option<u64>,
         if let Ok(mut g) = state.lock() {
             *g = Progress::Running { loaded, total };
         }
+    }
+    // (A cancel during the last read: nothing is renamed into place.)
+    if cancelled.load(Ordering::SeqCst) {
+        return Err(Error::Input(format!("{url}: cancelled")));
     }
     if total.is_some_and(|t| t != loaded) {
         return Err(Error::Input(format!("{url}: the download stopped at {loaded} of {} bytes", total.unwrap_or(0))));

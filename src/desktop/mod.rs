@@ -101,6 +101,8 @@ pub struct Viewer {
     pub path_field: String,
     pub hub_base: String,
     pub hub_repo: String,
+    /// Where downloads are kept ([`hub::cache_dir`]).
+    pub hub_cache: std::path::PathBuf,
     pub download: Option<hub::Download>,
     /// [`Self::model_changes`] when the running download started: a download finishing after
     /// the user chose another model does not replace it.
@@ -162,6 +164,7 @@ impl Viewer {
             path_field: String::new(),
             hub_base: crate::env::env().hub.clone().unwrap_or_else(|| hub::HUB.to_string()),
             hub_repo: "timm/gmlp_s16_224.ra3_in1k".into(),
+            hub_cache: hub::cache_dir(),
             download: None,
             download_since: 0,
             model_changes: 0,
@@ -177,6 +180,10 @@ impl Viewer {
     /// Swaps in the model in `bytes`; on failure the error is shown and the previous model
     /// stays (and keeps classifying). True when the model loaded.
     pub fn load_model(&mut self, name: &str, bytes: &[u8]) -> bool {
+        self.try_load_model(name, bytes).is_ok()
+    }
+
+    fn try_load_model(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
         self.model_changes += 1;
         match Model::load(self.device.clone(), bytes, None) {
             Ok(m) => {
@@ -191,11 +198,11 @@ impl Viewer {
                 if let Some(c) = self.classified.take() {
                     self.classify(c.source, c.image);
                 }
-                true
+                Ok(())
             }
             Err(e) => {
                 self.error = Some(format!("Could not load {name}: {e}. The previous model ({}) stays loaded.", self.model_name));
-                false
+                Err(e)
             }
         }
     }
@@ -204,6 +211,10 @@ impl Viewer {
     /// refusing one larger than any checkpoint of these families before reading it. True when
     /// the model loaded.
     pub fn load_model_file(&mut self, path: &Path) -> bool {
+        self.try_load_model_file(path).is_ok()
+    }
+
+    fn try_load_model_file(&mut self, path: &Path) -> Result<()> {
         let read = std::fs::metadata(path).and_then(|m| {
             if m.len() > hub::MAX_BYTES {
                 Err(std::io::Error::other(format!("{} bytes is more than a checkpoint of these families needs", m.len())))
@@ -212,11 +223,11 @@ impl Viewer {
             }
         });
         match read {
-            Ok(bytes) => self.load_model(&path.display().to_string(), &bytes),
+            Ok(bytes) => self.try_load_model(&path.display().to_string(), &bytes),
             Err(e) => {
                 self.model_changes += 1;
                 self.error = Some(format!("{}: {e}", path.display()));
-                false
+                Err(Error::io(path, e))
             }
         }
     }
@@ -338,7 +349,7 @@ impl Viewer {
 
     /// Starts a hub download (or takes the cached file).
     pub fn start_download(&mut self) {
-        match hub::Download::start(&self.hub_base, self.hub_repo.trim()) {
+        match hub::Download::start(&self.hub_base, self.hub_repo.trim(), &self.hub_cache) {
             Ok(d) => {
                 self.status = format!("Downloading {} …", d.url);
                 self.progress_seen.clear();
@@ -376,18 +387,26 @@ impl Viewer {
                 let repo = d.repo.clone();
                 self.download = None;
                 if self.model_changes != self.download_since {
-                    self.status = format!("Downloaded {repo} into the cache; not loaded, as another model was chosen meanwhile (Download loads it).");
+                    self.status =
+                        format!("Downloaded {repo} into the cache; not loaded, as another model was asked for meanwhile (Download loads it).");
                     return false;
                 }
-                if self.load_model_file(&path) {
-                    self.model_name = repo;
-                    self.status = format!("Loaded {} from the hub{}.", self.model_name, if cached { " (cached)" } else { "" });
-                } else {
-                    // A file that does not load is not kept: the next Download fetches it again.
-                    let removed = std::fs::remove_file(&path).is_ok();
-                    if let (Some(e), true) = (&mut self.error, removed) {
-                        e.push_str(&format!(" The {} file was removed from the cache.", if cached { "cached" } else { "downloaded" }));
+                match self.try_load_model_file(&path) {
+                    Ok(()) => {
+                        self.model_name = repo;
+                        self.status = format!("Loaded {} from the hub{}.", self.model_name, if cached { " (cached)" } else { "" });
                     }
+                    // A file that is not a model of these families is not kept, so that the next
+                    // Download fetches it again; one this device could not run (memory, limits)
+                    // is a good file and stays.
+                    Err(Error::Format(_) | Error::Tensor { .. } | Error::Config(_)) => {
+                        if std::fs::remove_file(&path).is_ok() {
+                            if let Some(e) = &mut self.error {
+                                e.push_str(&format!(" The {} file was removed from the cache.", if cached { "cached" } else { "downloaded" }));
+                            }
+                        }
+                    }
+                    Err(_) => {}
                 }
                 false
             }
@@ -415,6 +434,20 @@ impl Viewer {
         }
     }
 
+    /// Classifies an image egui holds (a Ctrl+V `PasteImage`), checking its size first.
+    pub fn classify_colour_image(&mut self, source: &str, img: &ColorImage) {
+        let [w, h] = img.size;
+        if let Err(e) = preprocess::check_image_size(w, h) {
+            self.error = Some(format!("{source}: {e}"));
+            return;
+        }
+        let rgb: Vec<u8> = img.pixels.iter().flat_map(|p| [p.r(), p.g(), p.b()]).collect();
+        match RgbImage::from_raw(w as u32, h as u32, rgb) {
+            Some(i) => self.classify(source.into(), i),
+            None => self.error = Some(format!("{source}: its pixels do not make a {w}x{h} image")),
+        }
+    }
+
     /// Takes one frame from the camera and classifies it.
     pub fn capture(&mut self) {
         match self.camera.frame() {
@@ -435,17 +468,17 @@ impl Viewer {
                 self.open_image(&p);
             }
         }
-        // Ctrl/Cmd+V pastes an image from the clipboard, unless a text field has the keyboard
-        // (it pastes text there). egui-winit raises `Paste` only for text it holds itself, so
-        // the key press is what counts.
-        let paste = ui.ctx().input(|i| {
-            i.events.iter().any(|e| match e {
-                egui::Event::Paste(_) => true,
-                egui::Event::Key { key: egui::Key::V, pressed: true, modifiers, .. } => modifiers.command,
-                _ => false,
-            })
+        // Ctrl/Cmd+V: egui-winit (with its arboard clipboard, Cargo.toml) turns it into
+        // `PasteImage` when the clipboard holds an image and no text, which is classified; into
+        // `Paste` when it holds text, which goes to a text field that has the keyboard, and
+        // elsewhere makes the app look for an image on the clipboard (and say there is none).
+        let (image, text) = ui.ctx().input(|i| {
+            let image = i.events.iter().rev().find_map(|e| if let egui::Event::PasteImage(img) = e { Some(img.clone()) } else { None });
+            (image, i.events.iter().any(|e| matches!(e, egui::Event::Paste(_))))
         });
-        if paste && !ui.ctx().egui_wants_keyboard_input() {
+        if let Some(img) = image {
+            self.classify_colour_image("pasted image", &img);
+        } else if text && !ui.ctx().egui_wants_keyboard_input() {
             self.paste();
         }
         egui::Panel::top("header").show(ui, |ui| {

@@ -938,7 +938,7 @@ pub fn rgba_to_input(pp: &Preprocess, g: &Geometry, pixels: &[u32], width: usize
         return Err(Error::Input(format!("{} pixels for a {width}x{height} image", pixels.len())));
     }
     let [oh, ow] = pp.size;
-    let taps = WindowTaps::new(width, height, g, pp.size);
+    let taps = WindowTaps::new(width, height, g, pp.size)?;
     let plane = oh * ow;
     let mut out = vec![0f32; pp.channels * plane];
     if pp.channels == 1 {

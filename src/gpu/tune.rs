@@ -173,6 +173,14 @@ impl Tuning {
         self.checked.lock().is_ok_and(|c| c.contains(class))
     }
 
+    /// Drops the choice for `class` (one that failed its check), in memory; the cache file is
+    /// rewritten when the class is timed again.
+    pub(crate) fn forget(&self, class: &str) {
+        if let Ok(mut c) = self.choices.lock() {
+            c.remove(class);
+        }
+    }
+
     pub(crate) fn mark_checked(&self, class: &str) {
         if let Ok(mut c) = self.checked.lock() {
             c.insert(class.to_string());

@@ -510,8 +510,9 @@ impl<'a> Gemm<'a> {
         }
         let b_end = if self.b_trans { last(&self.b, n, k) } else { last(&self.b, k, n) };
         check_extent_of("gemm B", self.b.buf, b_end, self.b_precision().bytes())?;
-        if let Some(view) = self.b_tex {
-            // The texture kernel reads texel (k / 4, n) of it unchecked: [N, ceil(K / 4)] at least.
+        if let (Some(view), true) = (self.b_tex, self.b_trans && self.b.bs == 0) {
+            // The texture kernel (which takes it only for a shared, transposed weight, as
+            // `build_with` decides) reads texel (k / 4, n) of it unchecked: [N, ceil(K / 4)] at least.
             let t = view.texture();
             if (t.width() as u64) < k.div_ceil(4) || (t.height() as u64) < n {
                 return Err(Error::Input(format!(
@@ -620,6 +621,7 @@ impl<'a> Gemm<'a> {
     /// plan-building time: the GEMM writes only its output, which the forward pass overwrites.
     fn tuned(&self, gpu: &Gpu) -> Result<GemmVariant> {
         let class = self.shape_class();
+        let mut failed = None;
         if let Some(v) = gpu.tuning.get(&class).filter(|&v| gpu.supports(v).is_ok()) {
             // A cached kernel that computes in f16 was checked against the tiled kernel by the
             // process that chose it, but the cache is only a file: check it again, once per
@@ -632,7 +634,13 @@ impl<'a> Gemm<'a> {
                     gpu.tuning.mark_checked(&class);
                     return Ok(v);
                 }
-                Err(why) => gpu.tuning.reject(&class, v, &format!("cached, {why}")),
+                Err(why) => {
+                    gpu.tuning.reject(&class, v, &format!("cached, {why}"));
+                    // Forgotten, so the class is timed again (here, or by the browser's
+                    // `tune_async`) without that kernel, and not checked again on each build.
+                    gpu.tuning.forget(&class);
+                    failed = Some(v);
+                }
             }
         }
         if !gpu.tuning.times_at_build() {
@@ -640,7 +648,7 @@ impl<'a> Gemm<'a> {
             return Ok(gpu.gemm);
         }
         let mut best: Option<(f64, GemmVariant)> = None;
-        for (v, op) in self.candidates(gpu, &class) {
+        for (v, op) in self.candidates(gpu, &class, failed) {
             let Some(t) = time_op(gpu, &op) else { continue };
             if best.is_none_or(|(b, _)| t < b) {
                 best = Some((t, v));
@@ -656,10 +664,11 @@ impl<'a> Gemm<'a> {
     /// and the tensor-core kernels only once their results matched the tiled kernel's (CI tests
     /// them on one driver's cooperative matrices, lavapipe's; each device proves it here, and
     /// again in each later process that reads the choice from the cache: [`Self::tuned`]).
-    fn candidates(&self, gpu: &Gpu, class: &str) -> Vec<(GemmVariant, Op)> {
+    fn candidates(&self, gpu: &Gpu, class: &str, failed: Option<GemmVariant>) -> Vec<(GemmVariant, Op)> {
         let mut out = Vec::new();
         for v in gpu.gemm_variants() {
-            if v == GemmVariant::Texture && self.b_tex.is_none() {
+            // (`failed`: a cached choice that just failed its check is not checked twice.)
+            if (v == GemmVariant::Texture && self.b_tex.is_none()) || Some(v) == failed {
                 continue;
             }
             // A kernel this driver cannot compile or run is simply not a candidate.
@@ -686,7 +695,7 @@ impl<'a> Gemm<'a> {
             return Ok(false);
         }
         let mut best: Option<(f64, GemmVariant)> = None;
-        for (v, op) in self.candidates(gpu, &class) {
+        for (v, op) in self.candidates(gpu, &class, None) {
             let Some(t) = time_op_async(gpu, &op).await else { continue };
             if best.is_none_or(|(b, _)| t < b) {
                 best = Some((t, v));
