@@ -26,6 +26,18 @@ fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
     Harness::builder().with_size([1200.0, 820.0]).wgpu().build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
 }
 
+/// Steps frames until the model loading in the background (the picker, Open, a download) has
+/// been adopted; the window draws meanwhile.
+fn settle(h: &mut Harness<'static, Viewer>) {
+    let start = std::time::Instant::now();
+    while h.state().loading().is_some() && start.elapsed().as_secs() < 60 {
+        h.step();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(h.state().loading().is_none(), "the load ended within 60 s");
+    h.run();
+}
+
 fn viewer() -> Viewer {
     Viewer::new(Device::cpu(), "CPU (test)".into(), None).expect("the embedded model loads")
 }
@@ -89,7 +101,11 @@ fn switching_models_and_layers_redraws_the_views() {
     h.get_by_label("Model").click();
     h.run();
     h.get_by_label("gmlp_fmnist").click();
-    h.run();
+    h.step();
+    // The model loads on a thread of its own while the window keeps drawing.
+    assert_eq!(h.state().loading(), Some("gmlp_fmnist"), "the load runs in the background");
+    assert_eq!(h.state().model.info.family, "MLP-Mixer", "the previous model serves until then");
+    settle(&mut h);
     assert_eq!(h.state().model.info.family, "gMLP");
     assert_eq!(h.state().insight.as_ref().map(|i| i.kind), Some("gmlp"));
     assert!(h.state().classified.is_some(), "the image is classified again by the new model");
@@ -111,7 +127,8 @@ fn switching_models_and_layers_redraws_the_views() {
     h.get_by_label("Model").click();
     h.run();
     h.get_by_label("poolformer_fmnist").click();
-    h.run();
+    h.step();
+    settle(&mut h);
     assert_eq!(h.state().insight.as_ref().map(|i| i.kind), Some("poolformer"));
     h.get_by_label("Activation energy of this image, per stage:");
     shot(&mut h, "poolformer");
@@ -132,7 +149,8 @@ fn a_corrupt_model_file_shows_an_error_and_the_previous_model_keeps_working() {
     h.run();
     assert_eq!(h.state().path_field, bad.to_str().unwrap(), "typed into the path field");
     h.get_by_label("Open").click();
-    h.run();
+    h.step();
+    settle(&mut h);
     let err = h.state().error.clone().expect("an error is shown");
     assert!(err.contains("Could not load") && err.contains("previous model"), "{err}");
     h.get_by_label_contains("Could not load");
@@ -195,7 +213,7 @@ fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    h.run();
+    settle(&mut h); // the downloaded file loads in the background
     let s = h.state();
     assert!(s.error.is_none(), "{:?}", s.error);
     assert!(s.progress_seen.iter().any(|&f| f > 0.0 && f < 1.0), "progress was shown: {:?}", s.progress_seen);
@@ -217,7 +235,7 @@ fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         assert!(h.state().download.is_none(), "the download ended");
-        h.run();
+        settle(h);
     };
     let repo_dir = |name: &str| cache.join(format!("timm--{name}"));
     let download = |h: &mut Harness<'static, Viewer>, name: &str| {
@@ -236,6 +254,7 @@ fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
     h.step(); // the popup opens, then is laid out
     h.get_by_label("gmlp_fmnist").click();
     h.step();
+    settle(&mut h);
     assert_eq!(h.state().model.info.family, "gMLP");
     wait(&mut h);
     assert_eq!(h.state().model.info.family, "gMLP", "the download did not replace the model chosen meanwhile");

@@ -109,12 +109,48 @@ pub struct Viewer {
     download_since: u64,
     /// Counts the models the user asked for (picker, file, drop, hub).
     pub model_changes: u64,
+    /// A model loading on a thread of its own (reading the file, building the plans, compiling
+    /// the pipelines and, on a GPU, timing GEMM kernels: seconds for a hub model), so that the
+    /// window keeps drawing; a newer request supersedes it.
+    loading: Option<PendingLoad>,
     /// Fractions of the running download seen by the window (tests check progress showed).
     pub progress_seen: Vec<f32>,
     pub camera: Box<dyn Camera>,
     /// Bumped whenever what the views draw changes (textures are keyed by it).
     pub generation: u64,
     textures: Textures,
+}
+
+/// Where a model to load in the background comes from.
+pub enum ModelSource {
+    /// A model built into the binary (the picker's).
+    Bytes(&'static [u8]),
+    /// A `.safetensors` file, read on the loading thread.
+    File(std::path::PathBuf),
+}
+
+/// A load running on its thread: the model's name and where the result arrives.
+struct PendingLoad {
+    name: String,
+    rx: std::sync::mpsc::Receiver<Result<Model>>,
+    /// Set when it loads a hub download (named after the repository once it loaded).
+    hub: Option<HubFile>,
+}
+
+struct HubFile {
+    repo: String,
+    path: std::path::PathBuf,
+    cached: bool,
+}
+
+/// A model file's bytes, refusing one larger than any checkpoint of these families before
+/// reading it.
+fn read_model_file(path: &Path) -> Result<Vec<u8>> {
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+    if len > hub::MAX_BYTES {
+        return Err(Error::Input(format!("{}: {len} bytes is more than a checkpoint of these families needs", path.display())));
+    }
+    std::fs::read(path).map_err(|e| Error::io(path, e))
 }
 
 /// The views' textures, remade only when [`Viewer::generation`] moved on; a field of its own
@@ -168,6 +204,7 @@ impl Viewer {
             download: None,
             download_since: 0,
             model_changes: 0,
+            loading: None,
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
             generation: 0,
@@ -185,7 +222,59 @@ impl Viewer {
 
     fn try_load_model(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
         self.model_changes += 1;
-        match Model::load(self.device.clone(), bytes, None) {
+        self.loading = None;
+        let loaded = Model::load(self.device.clone(), bytes, None);
+        self.adopt(name, loaded)
+    }
+
+    /// Starts loading a model on a thread of its own; [`Self::ui`] adopts it when it is ready
+    /// (or shows why not), unless a newer request came meanwhile. What the app's own widgets
+    /// (the model picker, Open, a dropped file, a finished download) use.
+    pub fn start_load(&mut self, name: &str, source: ModelSource) {
+        self.start_load_for(name, source, None);
+    }
+
+    fn start_load_for(&mut self, name: &str, source: ModelSource, hub: Option<HubFile>) {
+        self.model_changes += 1;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let device = self.device.clone();
+        std::thread::spawn(move || {
+            let loaded = match source {
+                ModelSource::Bytes(bytes) => Model::load(device, bytes, None),
+                ModelSource::File(path) => read_model_file(&path).and_then(|bytes| Model::load(device, &bytes, None)),
+            };
+            // (A superseded load's receiver is gone: nothing to do.)
+            let _ = tx.send(loaded);
+        });
+        self.status = format!("Loading {name} …");
+        self.loading = Some(PendingLoad { name: name.to_string(), rx, hub });
+    }
+
+    /// The name of the model loading in the background, if one is.
+    pub fn loading(&self) -> Option<&str> {
+        self.loading.as_ref().map(|p| p.name.as_str())
+    }
+
+    /// Adopts the background load once it has ended. True while one runs.
+    pub fn poll_load(&mut self) -> bool {
+        let Some(p) = &self.loading else { return false };
+        let loaded = match p.rx.try_recv() {
+            Ok(loaded) => loaded,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return true,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(Error::Input("the loading thread ended without a model".into())),
+        };
+        let Some(p) = self.loading.take() else { return false };
+        let outcome = self.adopt(&p.name, loaded);
+        if let Some(h) = p.hub {
+            self.hub_loaded(h, outcome);
+        }
+        false
+    }
+
+    /// The model (or the error) a load ended with: swapped in, views and classification
+    /// redone; or the error shown with the previous model kept.
+    fn adopt(&mut self, name: &str, loaded: Result<Model>) -> Result<()> {
+        match loaded {
             Ok(m) => {
                 self.model = Arc::new(m);
                 self.model_name = name.to_string();
@@ -215,19 +304,13 @@ impl Viewer {
     }
 
     fn try_load_model_file(&mut self, path: &Path) -> Result<()> {
-        let read = std::fs::metadata(path).and_then(|m| {
-            if m.len() > hub::MAX_BYTES {
-                Err(std::io::Error::other(format!("{} bytes is more than a checkpoint of these families needs", m.len())))
-            } else {
-                std::fs::read(path)
-            }
-        });
-        match read {
+        match read_model_file(path) {
             Ok(bytes) => self.try_load_model(&path.display().to_string(), &bytes),
             Err(e) => {
                 self.model_changes += 1;
-                self.error = Some(format!("{}: {e}", path.display()));
-                Err(Error::io(path, e))
+                self.loading = None;
+                self.error = Some(e.to_string());
+                Err(e)
             }
         }
     }
@@ -391,23 +474,8 @@ impl Viewer {
                         format!("Downloaded {repo} into the cache; not loaded, as another model was asked for meanwhile (Download loads it).");
                     return false;
                 }
-                match self.try_load_model_file(&path) {
-                    Ok(()) => {
-                        self.model_name = repo;
-                        self.status = format!("Loaded {} from the hub{}.", self.model_name, if cached { " (cached)" } else { "" });
-                    }
-                    // A file that is not a model of these families is not kept, so that the next
-                    // Download fetches it again; one this device could not run (memory, limits)
-                    // is a good file and stays.
-                    Err(Error::Format(_) | Error::Tensor { .. } | Error::Config(_)) => {
-                        if std::fs::remove_file(&path).is_ok() {
-                            if let Some(e) = &mut self.error {
-                                e.push_str(&format!(" The {} file was removed from the cache.", if cached { "cached" } else { "downloaded" }));
-                            }
-                        }
-                    }
-                    Err(_) => {}
-                }
+                let name = path.display().to_string();
+                self.start_load_for(&name, ModelSource::File(path.clone()), Some(HubFile { repo, path, cached }));
                 false
             }
             hub::Progress::Failed(e) => {
@@ -415,6 +483,27 @@ impl Viewer {
                 self.error = Some(format!("Download failed: {e}"));
                 false
             }
+        }
+    }
+
+    /// A downloaded (or cached) hub file's load ended.
+    fn hub_loaded(&mut self, h: HubFile, outcome: Result<()>) {
+        match outcome {
+            Ok(()) => {
+                self.model_name = h.repo;
+                self.status = format!("Loaded {} from the hub{}.", self.model_name, if h.cached { " (cached)" } else { "" });
+            }
+            // A file that is not a model of these families is not kept, so that the next
+            // Download fetches it again; one this device could not run (memory, limits) is a
+            // good file and stays.
+            Err(Error::Format(_) | Error::Tensor { .. } | Error::Config(_)) => {
+                if std::fs::remove_file(&h.path).is_ok() {
+                    if let Some(e) = &mut self.error {
+                        e.push_str(&format!(" The {} file was removed from the cache.", if h.cached { "cached" } else { "downloaded" }));
+                    }
+                }
+            }
+            Err(_) => {}
         }
     }
 
@@ -459,11 +548,12 @@ impl Viewer {
     /// Draws one frame and applies what the user did in it.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.poll_download();
+        self.poll_load();
         let dropped: Vec<std::path::PathBuf> =
             ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
         for p in dropped {
             if p.extension().is_some_and(|e| e == "safetensors") {
-                self.load_model_file(&p);
+                self.start_load(&p.display().to_string(), ModelSource::File(p.clone()));
             } else {
                 self.open_image(&p);
             }
@@ -492,8 +582,8 @@ impl Viewer {
         egui::CentralPanel::default().show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| self.insight_panel(ui));
         });
-        if self.download.is_some() {
-            // Progress is polled; a frame every 50 ms is enough for it.
+        if self.download.is_some() || self.loading.is_some() {
+            // Progress and loads are polled; a frame every 50 ms is enough for them.
             ui.ctx().request_repaint_after(std::time::Duration::from_millis(50));
         }
         // Views of earlier generations that this frame did not draw again (another model's
@@ -510,7 +600,7 @@ impl Viewer {
             if ui.button("Open").clicked() {
                 let p = std::path::PathBuf::from(self.path_field.trim());
                 if p.extension().is_some_and(|e| e == "safetensors") {
-                    self.load_model_file(&p);
+                    self.start_load(&p.display().to_string(), ModelSource::File(p.clone()));
                 } else {
                     self.open_image(&p);
                 }
@@ -627,7 +717,7 @@ impl Viewer {
         });
         if let Some(i) = pick {
             let (name, bytes) = SHIPPED[i];
-            self.load_model(name, bytes);
+            self.start_load(name, ModelSource::Bytes(bytes));
         }
         let i = &self.model.info;
         ui.label(format!("{} · {:.2} M parameters · {} classes · {}", i.family, i.params as f64 / 1e6, i.arch.num_classes(), self.model.backend()));
@@ -650,7 +740,12 @@ impl Viewer {
                 ui.add(egui::ProgressBar::new(frac).text(text).desired_width(300.0));
             }
         }
-        ui.label(self.status.clone());
+        ui.horizontal(|ui| {
+            if self.loading.is_some() {
+                ui.spinner();
+            }
+            ui.label(self.status.clone());
+        });
     }
 
     fn insight_panel(&mut self, ui: &mut egui::Ui) {
