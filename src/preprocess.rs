@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// The largest model input side (a model file's `img_size`, a preprocessing `size`).
+pub const MAX_INPUT_SIDE: usize = 4096;
+
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
@@ -66,8 +69,8 @@ impl Preprocess {
         if !(self.crop_pct > 0.05 && self.crop_pct <= 1.0) {
             return bad(format!("crop_pct {} is outside (0.05, 1]", self.crop_pct));
         }
-        if self.size[0] == 0 || self.size[1] == 0 || self.size[0] > 4096 || self.size[1] > 4096 {
-            return bad(format!("size {:?} is outside 1..=4096", self.size));
+        if self.size[0] == 0 || self.size[1] == 0 || self.size[0] > MAX_INPUT_SIDE || self.size[1] > MAX_INPUT_SIDE {
+            return bad(format!("size {:?} is outside 1..={MAX_INPUT_SIDE}", self.size));
         }
         Ok(())
     }
@@ -194,27 +197,12 @@ mod native {
     pub fn transform(img: &image::RgbImage, pp: &Preprocess) -> Result<Vec<f32>> {
         pp.validate()?;
         let (w, h) = (img.width() as usize, img.height() as usize);
-        let g = pp.geometry(w, h)?;
-        let [ch, cw] = pp.size;
-        let taps = WindowTaps::new(w, h, &g, pp.size)?;
+        let taps = WindowTaps::new(w, h, &pp.geometry(w, h)?, pp.size)?;
         let src = img.as_raw();
-        let mut out = vec![0f32; pp.channels * ch * cw];
-        if pp.channels == 1 {
-            // PIL's "L" conversion first, then the resize, as timm's pipeline does it.
-            let l: Vec<u8> = src.chunks_exact(3).map(|p| pil_l(u32::from_le_bytes([p[0], p[1], p[2], 255]))).collect();
-            let v = taps.resample(1, |x, y, _| l[y * w + x]);
-            for (o, &v) in out.iter_mut().zip(&v) {
-                *o = (v as f32 / 255.0 - pp.mean[0]) / pp.std[0];
-            }
-            return Ok(out);
-        }
-        let v = taps.resample(3, |x, y, c| src[(y * w + x) * 3 + c]);
-        for (i, px) in v.chunks_exact(3).enumerate() {
-            for c in 0..3 {
-                out[c * ch * cw + i] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
-            }
-        }
-        Ok(out)
+        Ok(pp.window_input(&taps, |x, y| {
+            let p = &src[(y * w + x) * 3..][..3];
+            u32::from_le_bytes([p[0], p[1], p[2], 255])
+        }))
     }
 }
 
@@ -340,6 +328,28 @@ fn pil_pass((start, weights): &Tap, sample: impl Fn(usize) -> u8) -> u8 {
     let half = 1i64 << (PIL_PRECISION_BITS - 1);
     let sum = weights.iter().enumerate().fold(half, |acc, (i, &w)| acc + sample(start + i) as i64 * w as i64);
     (sum >> PIL_PRECISION_BITS).clamp(0, 255) as u8
+}
+
+impl Preprocess {
+    /// The model input (CHW, normalised) of the crop window `taps` resamples from an image
+    /// whose pixel (x, y) is `rgba(x, y)` (RGBA8 in a u32, R in the low byte): the resize of
+    /// the CLI and of the CPU executor's page path. One channel: PIL's "L" of each source
+    /// pixel, before the resize, as timm's pipeline converts first.
+    pub fn window_input(&self, taps: &WindowTaps, rgba: impl Fn(usize, usize) -> u32) -> Vec<f32> {
+        let bytes = if self.channels == 1 {
+            taps.resample(1, |x, y, _| pil_l(rgba(x, y)))
+        } else {
+            taps.resample(3, |x, y, c| (rgba(x, y) >> (8 * c)) as u8)
+        };
+        let plane = bytes.len() / self.channels;
+        let mut out = vec![0f32; bytes.len()];
+        for (i, px) in bytes.chunks_exact(self.channels).enumerate() {
+            for (c, &v) in px.iter().enumerate() {
+                out[c * plane + i] = (v as f32 / 255.0 - self.mean[c]) / self.std[c];
+            }
+        }
+        out
+    }
 }
 
 /// RGBA8 bytes as one u32 per pixel, box-averaged over k x k blocks first when k > 1

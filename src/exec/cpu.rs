@@ -930,31 +930,14 @@ fn softmax(row: &[f32], out: &mut Vec<f32>) {
 
 /// timm's eval transform of RGBA pixels (one u32 per pixel, R in the low byte) on the CPU:
 /// PIL's resampling of the crop window ([`WindowTaps`], the same taps `preprocess.wgsl` gets),
-/// cropped, normalised, CHW. One channel: PIL's "L" of each source pixel, before the resize,
-/// as timm's pipeline has it (the image is converted, then resized).
+/// normalised, CHW ([`Preprocess::window_input`], as the CLI's transform).
 pub fn rgba_to_input(pp: &Preprocess, g: &Geometry, pixels: &[u32], width: usize, height: usize) -> Result<Vec<f32>> {
     pp.validate()?;
     if width == 0 || height == 0 || pixels.len() != width * height {
         return Err(Error::Input(format!("{} pixels for a {width}x{height} image", pixels.len())));
     }
-    let [oh, ow] = pp.size;
     let taps = WindowTaps::new(width, height, g, pp.size)?;
-    let plane = oh * ow;
-    let mut out = vec![0f32; pp.channels * plane];
-    if pp.channels == 1 {
-        let v = taps.resample(1, |x, y, _| crate::preprocess::pil_l(pixels[y * width + x]));
-        for (o, &v) in out.iter_mut().zip(&v) {
-            *o = (v as f32 / 255.0 - pp.mean[0]) / pp.std[0];
-        }
-    } else {
-        let v = taps.resample(3, |x, y, c| (pixels[y * width + x] >> (8 * c)) as u8);
-        for (i, px) in v.chunks_exact(3).enumerate() {
-            for c in 0..3 {
-                out[c * plane + i] = (px[c] as f32 / 255.0 - pp.mean[c]) / pp.std[c];
-            }
-        }
-    }
-    Ok(out)
+    Ok(pp.window_input(&taps, |x, y| pixels[y * width + x]))
 }
 
 impl CpuExec {

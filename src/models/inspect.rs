@@ -3,7 +3,7 @@
 //! activation bound, preprocessing and labels.
 
 use crate::error::{Error, Result};
-use crate::preprocess::Preprocess;
+use crate::preprocess::{Preprocess, MAX_INPUT_SIDE};
 use crate::weights::Weights;
 
 use super::arch::Arch;
@@ -15,8 +15,6 @@ const MAX_METADATA_BYTES: usize = 1 << 20;
 /// Bound on one image's widest activation (1 GiB): a config implied by shapes that would need
 /// more is refused before anything is allocated, whatever the executor.
 pub(crate) const MAX_ACTIVATION_BYTES: u64 = 1 << 30;
-/// The largest input side a model file may ask for (what [`Preprocess::validate`] takes).
-const MAX_IMAGE_SIDE: usize = 4096;
 
 /// tokenmix's own `__metadata__` entries (all optional): `config` (JSON, may give `img_size`),
 /// `preprocess` (JSON, [`Preprocess`]), `labels` (JSON array of strings).
@@ -78,8 +76,8 @@ pub fn inspect(bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Inspected<'
     let img_size = img_size.or(meta.img_size).or(meta.preprocess.as_ref().map(|p| p.size));
     // Bounded before any arithmetic on it (the input sizes Preprocess takes).
     if let Some([h, w]) = img_size {
-        if h == 0 || w == 0 || h > MAX_IMAGE_SIDE || w > MAX_IMAGE_SIDE {
-            return Err(Error::Config(format!("image size {h}x{w} is outside 1..={MAX_IMAGE_SIDE} a side")));
+        if h == 0 || w == 0 || h > MAX_INPUT_SIDE || w > MAX_INPUT_SIDE {
+            return Err(Error::Config(format!("image size {h}x{w} is outside 1..={MAX_INPUT_SIDE} a side")));
         }
     }
     let arch = if let Some(kind) = MlpMixerConfig::detect(&w) {

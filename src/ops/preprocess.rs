@@ -22,7 +22,7 @@ pub fn rgba_to_input(gpu: &Gpu, pp: &Preprocess, g: &Geometry, pixels: &wgpu::Bu
     }
     let pipeline = gpu.pipeline(&Kernel::new("preprocess", SOURCE, BINDINGS))?;
     let table = WindowTaps::new(width, height, g, pp.size)?.table();
-    let taps = gpu.storage_words("preprocess taps", &table.iter().map(|&v| v as u32).collect::<Vec<_>>())?;
+    let taps = gpu.storage_words("preprocess taps", bytemuck::cast_slice(&table))?;
     let mut params: Vec<u32> = [width, height, w, h, pp.channels, 0, 0, 0].iter().map(|&v| v as u32).collect();
     for values in [&pp.mean, &pp.std] {
         let mut v = [0f32; 4];
