@@ -122,10 +122,11 @@ fn write_part(url: &str, part: &Path, mut reader: impl Read, total: Option<u64>,
     let mut buf = vec![0u8; 1 << 16];
     let mut loaded = 0u64;
     loop {
+        let n = reader.read(&mut buf).map_err(|e| Error::Input(format!("{url}: {e}")))?;
+        // (After every read, the last one too: a cancelled download renames nothing.)
         if cancelled.load(Ordering::SeqCst) {
             return Err(Error::Input(format!("{url}: cancelled")));
         }
-        let n = reader.read(&mut buf).map_err(|e| Error::Input(format!("{url}: {e}")))?;
         if n == 0 {
             break;
         }
@@ -134,10 +135,6 @@ fn write_part(url: &str, part: &Path, mut reader: impl Read, total: Option<u64>,
         if let Ok(mut g) = state.lock() {
             *g = Progress::Running { loaded, total };
         }
-    }
-    // (A cancel during the last read: nothing is renamed into place.)
-    if cancelled.load(Ordering::SeqCst) {
-        return Err(Error::Input(format!("{url}: cancelled")));
     }
     if total.is_some_and(|t| t != loaded) {
         return Err(Error::Input(format!("{url}: the download stopped at {loaded} of {} bytes", total.unwrap_or(0))));

@@ -296,22 +296,13 @@ impl Viewer {
         }
     }
 
-    /// Loads a `.safetensors` file from disk (the path field, a dropped file, the hub cache),
-    /// refusing one larger than any checkpoint of these families before reading it. True when
-    /// the model loaded.
-    pub fn load_model_file(&mut self, path: &Path) -> bool {
-        self.try_load_model_file(path).is_ok()
-    }
-
-    fn try_load_model_file(&mut self, path: &Path) -> Result<()> {
-        match read_model_file(path) {
-            Ok(bytes) => self.try_load_model(&path.display().to_string(), &bytes),
-            Err(e) => {
-                self.model_changes += 1;
-                self.loading = None;
-                self.error = Some(e.to_string());
-                Err(e)
-            }
+    /// Opens a path the user gave (the path field, a dropped file): a `.safetensors` model
+    /// loads in the background, anything else is classified as an image.
+    pub fn open_path(&mut self, path: std::path::PathBuf) {
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            self.start_load(&path.display().to_string(), ModelSource::File(path));
+        } else {
+            self.open_image(&path);
         }
     }
 
@@ -511,27 +502,25 @@ impl Viewer {
     pub fn paste(&mut self) {
         let got = arboard::Clipboard::new().and_then(|mut c| c.get_image());
         match got {
-            Ok(img) => {
-                let (w, h) = (img.width as u32, img.height as u32);
-                let rgb: Vec<u8> = img.bytes.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
-                match RgbImage::from_raw(w, h, rgb) {
-                    Some(i) => self.classify("pasted image".into(), i),
-                    None => self.error = Some("the clipboard's image has an inconsistent size".into()),
-                }
-            }
+            Ok(img) => self.classify_pixels("pasted image", img.width, img.height, img.bytes.chunks_exact(4).map(|p| [p[0], p[1], p[2]])),
             Err(e) => self.error = Some(format!("No image to paste: {e}")),
         }
     }
 
-    /// Classifies an image egui holds (a Ctrl+V `PasteImage`), checking its size first.
+    /// Classifies an image egui holds (a Ctrl+V `PasteImage`).
     pub fn classify_colour_image(&mut self, source: &str, img: &ColorImage) {
         let [w, h] = img.size;
+        self.classify_pixels(source, w, h, img.pixels.iter().map(|p| [p.r(), p.g(), p.b()]));
+    }
+
+    /// Classifies a `w` x `h` image given as its RGB pixels (a pasted one), checking its size
+    /// before anything is copied.
+    fn classify_pixels(&mut self, source: &str, w: usize, h: usize, rgb: impl Iterator<Item = [u8; 3]>) {
         if let Err(e) = preprocess::check_image_size(w, h) {
             self.error = Some(format!("{source}: {e}"));
             return;
         }
-        let rgb: Vec<u8> = img.pixels.iter().flat_map(|p| [p.r(), p.g(), p.b()]).collect();
-        match RgbImage::from_raw(w as u32, h as u32, rgb) {
+        match RgbImage::from_raw(w as u32, h as u32, rgb.flatten().collect()) {
             Some(i) => self.classify(source.into(), i),
             None => self.error = Some(format!("{source}: its pixels do not make a {w}x{h} image")),
         }
@@ -552,11 +541,7 @@ impl Viewer {
         let dropped: Vec<std::path::PathBuf> =
             ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
         for p in dropped {
-            if p.extension().is_some_and(|e| e == "safetensors") {
-                self.start_load(&p.display().to_string(), ModelSource::File(p.clone()));
-            } else {
-                self.open_image(&p);
-            }
+            self.open_path(p);
         }
         // Ctrl/Cmd+V: egui-winit (with its arboard clipboard, Cargo.toml) turns it into
         // `PasteImage` when the clipboard holds an image and no text, which is classified; into
@@ -598,12 +583,7 @@ impl Viewer {
             let label = ui.label("Path");
             ui.add(egui::TextEdit::singleline(&mut self.path_field).desired_width(180.0).hint_text("an image or a model")).labelled_by(label.id);
             if ui.button("Open").clicked() {
-                let p = std::path::PathBuf::from(self.path_field.trim());
-                if p.extension().is_some_and(|e| e == "safetensors") {
-                    self.start_load(&p.display().to_string(), ModelSource::File(p.clone()));
-                } else {
-                    self.open_image(&p);
-                }
+                self.open_path(std::path::PathBuf::from(self.path_field.trim()));
             }
         });
         ui.label("Samples (Fashion-MNIST test set):");
@@ -813,7 +793,7 @@ impl Viewer {
                 ui.label(format!("Tokens × tokens map ({0}×{0}); hover the image to see one token's row over it.", li.cols));
                 let n = li.cols;
                 // Clipped at the 99th percentile of |w|, as the page and the CLI draw it.
-                let t = textures.get(ui.ctx(), generation, "matrix", || heat_clipped(&li.data, n, n, colour::clip99(&li.data)));
+                let t = textures.get(ui.ctx(), generation, "matrix", || heat_scaled(&li.data, n, n, false, colour::clip99(&li.data)));
                 ui.add(egui::Image::new((t.id(), Vec2::new(260.0, 260.0))));
             }
             _ => {
@@ -840,14 +820,12 @@ impl Viewer {
 
 /// A heatmap image of `values` (h x w): diverging around zero, or sequential from zero.
 fn heat(values: &[f32], h: usize, w: usize, sequential: bool) -> ColorImage {
-    let s = colour::scale(values);
-    let rgb: Vec<u8> = values.iter().flat_map(|&v| if sequential { colour::sequential(v, s) } else { colour::diverging(v, s) }).collect();
-    ColorImage::from_rgb([w, h], &rgb)
+    heat_scaled(values, h, w, sequential, colour::scale(values))
 }
 
-/// A diverging heatmap saturating at `clip`.
-fn heat_clipped(values: &[f32], h: usize, w: usize, clip: f32) -> ColorImage {
-    let rgb: Vec<u8> = values.iter().flat_map(|&v| colour::diverging(v, clip)).collect();
+/// [`heat`] saturating at `s` rather than at the largest |v|.
+fn heat_scaled(values: &[f32], h: usize, w: usize, sequential: bool, s: f32) -> ColorImage {
+    let rgb: Vec<u8> = values.iter().flat_map(|&v| if sequential { colour::sequential(v, s) } else { colour::diverging(v, s) }).collect();
     ColorImage::from_rgb([w, h], &rgb)
 }
 
