@@ -1,7 +1,6 @@
 // The classifier over the wasm module (./pkg, built by `make web`), the same object in a worker
 // and on the main thread: index.js uses it directly (worker: false) or through worker.js.
 
-/** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video). */
 /**
  * Whether `image` is an element with nothing to draw yet: an <img> still loading (it has its
  * width attribute but no pixels) or a video without a frame.
@@ -11,6 +10,7 @@ export function notReady(image) {
     || ('videoWidth' in image && !(image.readyState >= 2 && image.videoWidth > 0))));
 }
 
+/** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video). */
 export async function toImageData(image) {
   if (typeof ImageData !== 'undefined' && image instanceof ImageData) return image;
   const noPixels = () => new Error('classify: the image has no pixels yet (not loaded, or a video without a frame)');

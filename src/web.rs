@@ -357,26 +357,21 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     // Every option is read and checked before anything changes.
     let on_progress = option("onProgress");
     let use_cache = option("cache").as_bool().unwrap_or(false);
-    let wanted = option("backend");
-    let wanted = if wanted.is_undefined() || wanted.is_null() {
-        None
-    } else {
-        let text = wanted.as_string().ok_or_else(|| js_err("loadModel: options.backend must be 'auto', 'gpu' or 'cpu'"))?;
-        Some(BackendChoice::parse(&text).map_err(js_err)?)
-    };
-    let precision = option("precision");
-    let precision = if precision.is_undefined() || precision.is_null() {
-        None
-    } else {
-        let text = precision.as_string().ok_or_else(|| js_err("loadModel: options.precision must be 'f32' or 'f16'"))?;
-        Some(crate::gpu::Precision::parse(&text).map_err(js_err)?)
-    };
-    let autotune = option("autotune");
-    let autotune = if autotune.is_undefined() || autotune.is_null() {
-        None
-    } else {
-        Some(autotune.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))?)
-    };
+    // An option that is absent (undefined or null) is None; a given one must parse.
+    let given = |key: &str| Some(option(key)).filter(|v| !v.is_undefined() && !v.is_null());
+    let wanted = given("backend")
+        .map(|v| {
+            let text = v.as_string().ok_or_else(|| js_err("loadModel: options.backend must be 'auto', 'gpu' or 'cpu'"))?;
+            BackendChoice::parse(&text).map_err(js_err)
+        })
+        .transpose()?;
+    let precision = given("precision")
+        .map(|v| {
+            let text = v.as_string().ok_or_else(|| js_err("loadModel: options.precision must be 'f32' or 'f16'"))?;
+            crate::gpu::Precision::parse(&text).map_err(js_err)
+        })
+        .transpose()?;
+    let autotune = given("autotune").map(|v| v.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))).transpose()?;
     // A URL loaded with `cache: true` comes from the Cache API when it is there, and goes into
     // it once it has loaded (never a file that failed to load).
     let mut cache_after: Option<(String, Uint8Array)> = None;

@@ -120,6 +120,8 @@ export async function loadModelSource(source, { label, option, cacheable = false
   });
   const progress = (...a) => { if (!abort.signal.aborted) onProgress(...a); };
   let url = null;
+  // What "Reload model" loads again once this load is the one in use.
+  const lastLoad = { source, opts: { label, option, cacheable, fileName } };
   try {
     let desc;
     if (typeof source === 'string') {
@@ -131,13 +133,13 @@ export async function loadModelSource(source, { label, option, cacheable = false
     if (abort.signal.aborted) {
       // It loaded, so tokenmix runs it until the newer load ends: should that one fail, the
       // page adopts this model (below), so that what it shows is what classifies.
-      state.loadedMeanwhile = { desc, option, label, fileName, lastLoad: { source, opts: { label, option, cacheable, fileName } } };
+      state.loadedMeanwhile = { desc, option, label, fileName, lastLoad };
       throw superseded();
     }
     const fromCache = Boolean(desc?.fromCache);
     finishProgress();
     state.loadedMeanwhile = null;
-    state.lastLoad = { source, opts: { label, option, cacheable, fileName } };
+    state.lastLoad = lastLoad;
     if (option === 'current-file') fileOption(fileName ?? label);
     await adoptModel(desc, option);
     const info = state.model;
