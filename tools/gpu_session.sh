@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared run on a lent GPU machine (NVIDIA, PyTorch + timm installed, no network).
-# SESSION=kernels (default; ~8 min on an H200):
+# SESSION=kernels (default; ~12 min on an H200 in all, so gpu_prep.sh prints it as two calls):
 #   the GEMM kernels (`tokenmix bench --gemm`, every kernel, both layouts) beside torch.matmul
 #   fp32 and autocast f16 at 1568x512x2048, 12544x512x2048 and 4096^3; then the autotuned
 #   models at batch 1/8/64 beside PyTorch CUDA fp32, and with f16 weights and hidden activations beside autocast f16
@@ -46,6 +46,13 @@ PATCH=${PATCH:-2}
 python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)"
 if ! $TM info >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+# No adapter means every step below would fail one by one (2026-12-04: six minutes of device
+# time spent that way): stop at once and show what the Vulkan loader saw.
+if [ -z "${REHEARSE:-}" ] && ! $TM info >/dev/null 2>&1; then
+  VK_LOADER_DEBUG=error,warn $TM info 2>&1 | head -20
+  echo "no Vulkan adapter: are all of .gl/*.deb there (bash tools/gpu_prep.sh)?" >&2
+  exit 3
 fi
 $TM info | grep -E "runs on|kernels|norm rows|precision"
 # Cooperative matrices (tensor cores): under f16 the `coop` and `coop128` kernels (64x64 and
