@@ -8,7 +8,13 @@
 // `coop128`) with four subgroups, one per QS x QS quarter, each holding FR x FR fragments of C
 // in f32 (at FR = 4 and F = 16, CUTLASS's usual 128x128 tile of four 64x64 warp tiles). Per
 // step of BK = 2F values of k, all invocations stage the 2QS x BK tile of A and the BK x 2QS
-// tile of B into workgroup memory, rounded to f16 (the operand views of gemm_common.wgsl, so
+// tile of B into workgroup memory, rounded to f16, each laid out as its operand is in memory
+// (A row-major, or column-major under A_TRANS; B row-major, or column-major under B_TRANS, the
+// `linear` layout's weights), so that the invocations, which fetch consecutive addresses of
+// the operand, also store to consecutive addresses of workgroup memory: the other way round,
+// the k-contiguous weights of `linear` went to addresses a whole tile row apart, all in one
+// bank. The fragment loads say which layout they read (coopLoadT row-major, coopLoad
+// column-major). (The operand views of gemm_common.wgsl, so
 // token mixing, implicit im2col and f16 weights all work); each subgroup then loads its
 // fragments from there and multiplies. The epilogue goes through workgroup memory: each
 // subgroup stores one fragment at a time to its own slot, and every invocation applies store_c
@@ -46,11 +52,28 @@ const SLOTS: u32 = {{SLOTS}}u;      // subgroups at the smallest size: 4 x large
 const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
 const LB: u32 = TN * BK / NT;
 
-var<workgroup> ta: array<f16, TM * BK>;         // [TM][BK]
-var<workgroup> tb: array<f16, BK * TN>;         // [BK][TN]
+var<workgroup> ta: array<f16, TM * BK>;         // [TM][BK], A_TRANS [BK][TM]
+var<workgroup> tb: array<f16, BK * TN>;         // [BK][TN], B_TRANS [TN][BK]
 var<workgroup> tc: array<f32, SLOTS * FF>;      // [SLOTS][F][F]
 
 // (a_slot, b_slot: gemm_tile_slots.wgsl.)
+
+// Where the A tile's element (row mm, kk) and the B tile's (kk, column nn) are staged.
+fn ta_at(mm: u32, kk: u32) -> u32 {
+#if A_TRANS
+    return kk * TM + mm;
+#else
+    return mm * BK + kk;
+#endif
+}
+
+fn tb_at(kk: u32, nn: u32) -> u32 {
+#if B_TRANS
+    return nn * BK + kk;
+#else
+    return kk * TN + nn;
+#endif
+}
 
 // The tiles at k0, zero outside A and B, rounded to f16.
 fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
@@ -59,14 +82,14 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let m = m0 + s.y;
         let k = k0 + s.x;
         let v = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
-        ta[s.y * BK + s.x] = f16(v);
+        ta[ta_at(s.y, s.x)] = f16(v);
     }
     for (var i = 0u; i < LB; i++) {
         let s = b_slot(tid + i * NT);
         let n = n0 + s.y;
         let k = k0 + s.x;
         let v = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
-        tb[s.x * TN + s.y] = f16(v);
+        tb[tb_at(s.x, s.y)] = f16(v);
     }
 }
 
@@ -96,7 +119,7 @@ fn mma_emulated(acc: ptr<function, array<f32, FR * FR * EPL>>, f: u32, arow: u32
         let col = e % F;
         var s = 0.0;
         for (var j = 0u; j < F; j++) {
-            s = fma(f32(ta[(arow + r) * BK + kk + j]), f32(tb[(kk + j) * TN + bcol + col]), s);
+            s = fma(f32(ta[ta_at(arow + r, kk + j)]), f32(tb[tb_at(kk + j, bcol + col)]), s);
         }
         (*acc)[f * EPL + i] += s;
     }
@@ -125,8 +148,16 @@ fn main(
     var c{i}{j} = coop_mat{{F}}x{{F}}<f32, C>();
 #end
 #end
+#if A_TRANS
+    let a_ld = TM;
+#else
     let a_ld = BK;
+#endif
+#if B_TRANS
+    let b_ld = BK;
+#else
     let b_ld = TN;
+#endif
 #endif
 
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
@@ -142,12 +173,20 @@ fn main(
 #else
             // (Every address a `let` of its own: the SPIR-V the matrix operations need.)
 #unroll i FR
-            let ia{i} = (qm + {i}u * F) * BK + kk;
+            let ia{i} = ta_at(qm + {i}u * F, kk);
+#if A_TRANS
+            let a{i} = coopLoad<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia{i}], a_ld);
+#else
             let a{i} = coopLoadT<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia{i}], a_ld);
+#endif
 #end
 #unroll j FR
-            let ib{j} = kk * TN + qn + {j}u * F;
+            let ib{j} = tb_at(kk, qn + {j}u * F);
+#if B_TRANS
+            let b{j} = coopLoad<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib{j}], b_ld);
+#else
             let b{j} = coopLoadT<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib{j}], b_ld);
+#endif
 #end
 #unroll i FR
 #unroll j FR

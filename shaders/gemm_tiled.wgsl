@@ -16,6 +16,13 @@
 // operand's layout (A, A_TRANS, B, B_TRANS, the implicit im2col of A_CONV): operands are
 // arbitrary strided views (offsets and leading dimensions need not be multiples of 4).
 //
+// Workgroup memory is swizzled: in row kk of a stage, the tile's vec4 column c is stored at
+// column c ^ (kk % T4), T4 being the row's vec4 count (TM4 or TN4, powers of two). Where
+// consecutive invocations fetch along k (row-major A, B_TRANS: the `linear` layout's both
+// operands) they store to one column of consecutive rows, which without it all fall in one
+// bank (rows are 32 to 128 floats apart): an 8- or 16-way conflict on every staging store. With
+// it they spread over the banks; the inner loop's reads, all of one row kk, are only permuted.
+//
 // Tile shapes are defines (the Rust side names three: tiled 64x64/4x4, tiled128 128x128/8x8,
 // tiled32 32x32/4x4 for small GEMMs that must still fill a large GPU), each within WebGPU's
 // default limits: 256 invocations and 16 KiB of workgroup memory.
@@ -65,13 +72,11 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
 fn stage_tiles(stage: u32, tid: u32) {
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
-        let at = (stage * BK + s.x) * TM + s.y;
-        ta[at / 4u][at % 4u] = ra[i];
+        ta[(stage * BK + s.x) * TM4 + ((s.y / 4u) ^ (s.x % TM4))][s.y % 4u] = ra[i];
     }
     for (var i = 0u; i < LB; i++) {
         let s = b_slot(tid + i * NT);
-        let at = (stage * BK + s.x) * TN + s.y;
-        tb[at / 4u][at % 4u] = rb[i];
+        tb[(stage * BK + s.x) * TN4 + ((s.y / 4u) ^ (s.x % TN4))][s.y % 4u] = rb[i];
     }
 }
 
@@ -109,12 +114,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         for (var kk = 0u; kk < BK; kk++) {
             let abase = (stage * BK + kk) * TM4;
             let bbase = (stage * BK + kk) * TN4;
+            let aswz = kk % TM4;
+            let bswz = kk % TN4;
             var bv: array<vec4<f32>, GN>;
             for (var h = 0u; h < GN; h++) {
-                bv[h] = tb[bbase + h * WX + lid.x];
+                bv[h] = tb[bbase + ((h * WX + lid.x) ^ bswz)];
             }
             for (var g = 0u; g < GM; g++) {
-                let av = ta[abase + g * WY + lid.y];
+                let av = ta[abase + ((g * WY + lid.y) ^ aswz)];
                 for (var i = 0u; i < 4u; i++) {
                     let r = (g * 4u + i) * GN;
                     for (var h = 0u; h < GN; h++) {
