@@ -161,6 +161,10 @@ fn bench_profile_says_where_the_time_goes() {
         let runs = v["runs"].as_array().unwrap();
         assert_eq!(runs.len(), 2, "{v}");
         for run in runs {
+            // The GPU also times the pass with its input left on the device; the CPU has no upload.
+            let device = run["device_ms"].as_f64();
+            assert_eq!(device.is_some(), backend == "gpu", "{backend}: device_ms on the GPU alone: {run}");
+            assert!(device.is_none_or(|d| d > 0.0), "{backend}: {run}");
             let p = &run["profile"];
             assert_eq!(p["batch"], run["batch"], "{backend}: {p}");
             let rows = p["rows"].as_array().unwrap();

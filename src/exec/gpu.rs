@@ -513,6 +513,20 @@ impl GpuExec {
 
 #[cfg(not(target_arch = "wasm32"))]
 impl GpuExec {
+    /// The forward pass of `batch` images again on the input the last forward pass of that
+    /// batch uploaded, which stays on the device: nothing is uploaded, the logits are read back.
+    /// What a framework's timing with its input already on the GPU measures (`bench`'s
+    /// `device_ms`, beside PyTorch's in `tools/bench_torch.py`). At most [`Self::max_batch`].
+    pub fn rerun_resident(&self, batch: usize) -> Result<()> {
+        if batch == 0 || batch > self.max_batch() {
+            return Err(Error::Input(format!("a resident rerun takes 1 to {} images, not {batch}", self.max_batch())));
+        }
+        let plan = self.plan(batch, false)?;
+        let staging = self.submit(&plan, None, None, None)?;
+        pollster::block_on(self.gpu.read_back(&staging))?;
+        Ok(())
+    }
+
     /// One forward pass of `input` (at most [`Self::max_batch`] images) with GPU timestamps at
     /// the start and end of each step's work. Each step gets a compute pass of its own, so steps
     /// cannot overlap, as they may in [`Self::forward`]'s shared passes; copies are timed where

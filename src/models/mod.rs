@@ -315,6 +315,17 @@ impl Model {
         }
     }
 
+    /// GPU only: [`crate::exec::GpuExec::rerun_resident`], the last forward pass of `batch`
+    /// images again with its input already on the device; `Ok(false)` on the CPU executor, whose
+    /// input never leaves the host.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn rerun_resident(&self, batch: usize) -> Result<bool> {
+        match &self.exec {
+            Executor::Gpu(g) => g.rerun_resident(batch).map(|()| true),
+            Executor::Cpu(_) => Ok(false),
+        }
+    }
+
     /// Synchronous forward for native callers.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward_blocking(&self, input: &[f32]) -> Result<Output> {
