@@ -75,8 +75,36 @@ fn tb_at(kk: u32, nn: u32) -> u32 {
 #endif
 }
 
-// The tiles at k0, zero outside A and B, rounded to f16.
+// The tiles at k0, zero outside A and B, rounded to f16. Under A_VEC (B_VEC) the operand's
+// contiguous dimension (k for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a
+// multiple of 4, so its runs of 4 along that dimension, which tile edges never split (TM, TN
+// and BK are multiples of 4), are wholly inside or wholly outside the operand: each invocation
+// stages whole runs, one address and one bounds check for four values (a run outside reads
+// the operand's last run in place, clamped as the value-by-value path clamps; consecutive
+// invocations take consecutive runs, so the reads stay coalesced and the stores contiguous).
+// Otherwise value by value, the operand views of gemm_common.wgsl (implicit im2col too).
 fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
+#if A_VEC
+    for (var g = tid; g < TM * BK / 4u; g += NT) {
+#if A_TRANS
+        let kk = g / (TM / 4u);
+        let mm = (g % (TM / 4u)) * 4u;
+        let at = p.a_off + bt * p.a_bs + min(k0 + kk, p.k - 1u) * p.a_ld + min(m0 + mm, p.m - 4u);
+        let inside = m0 + mm < p.m && k0 + kk < p.k;
+        for (var j = 0u; j < 4u; j++) {
+            ta[ta_at(mm + j, kk)] = select(f16(0.0), f16(a[at + j]), inside);
+        }
+#else
+        let mm = g / (BK / 4u);
+        let kk = (g % (BK / 4u)) * 4u;
+        let at = p.a_off + bt * p.a_bs + min(m0 + mm, p.m - 1u) * p.a_ld + min(k0 + kk, p.k - 4u);
+        let inside = m0 + mm < p.m && k0 + kk < p.k;
+        for (var j = 0u; j < 4u; j++) {
+            ta[ta_at(mm, kk + j)] = select(f16(0.0), f16(a[at + j]), inside);
+        }
+#endif
+    }
+#else
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
         let m = m0 + s.y;
@@ -84,6 +112,28 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let v = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
         ta[ta_at(s.y, s.x)] = f16(v);
     }
+#endif
+#if B_VEC
+    for (var g = tid; g < TN * BK / 4u; g += NT) {
+#if B_TRANS
+        let nn = g / (BK / 4u);
+        let kk = (g % (BK / 4u)) * 4u;
+        let at = p.b_off + bt * p.b_bs + min(n0 + nn, p.n - 1u) * p.b_ld + min(k0 + kk, p.k - 4u);
+        let inside = n0 + nn < p.n && k0 + kk < p.k;
+        for (var j = 0u; j < 4u; j++) {
+            tb[tb_at(kk + j, nn)] = select(f16(0.0), f16(b[at + j]), inside);
+        }
+#else
+        let kk = g / (TN / 4u);
+        let nn = (g % (TN / 4u)) * 4u;
+        let at = p.b_off + bt * p.b_bs + min(k0 + kk, p.k - 1u) * p.b_ld + min(n0 + nn, p.n - 4u);
+        let inside = n0 + nn < p.n && k0 + kk < p.k;
+        for (var j = 0u; j < 4u; j++) {
+            tb[tb_at(kk, nn + j)] = select(f16(0.0), f16(b[at + j]), inside);
+        }
+#endif
+    }
+#else
     for (var i = 0u; i < LB; i++) {
         let s = b_slot(tid + i * NT);
         let n = n0 + s.y;
@@ -91,6 +141,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let v = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
         tb[tb_at(s.x, s.y)] = f16(v);
     }
+#endif
 }
 
 // Fragment (fi, fj) of every quarter, as stored in slots 0-3, through the epilogue into C.

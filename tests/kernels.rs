@@ -169,7 +169,7 @@ fn an_infinite_activation_gives_infinities_not_nan() {
 
 /// Shapes of one and many tiles, ragged edges and long k, with every epilogue and operand
 /// layout.
-const GEMM_SHAPES: [(usize, usize, usize, usize); 12] = [
+const GEMM_SHAPES: [(usize, usize, usize, usize); 13] = [
     (1, 1, 1, 1),
     (1, 7, 13, 1),
     (2, 33, 65, 17),
@@ -182,6 +182,9 @@ const GEMM_SHAPES: [(usize, usize, usize, usize); 12] = [
     // Several 128x128 tiles with ragged edges, K not a multiple of any k step.
     (1, 257, 131, 35),
     (2, 130, 260, 9),
+    // M, N and K multiples of 4 (the coop kernels stage runs of 4: A_VEC, B_VEC), ragged
+    // against every tile and k step.
+    (2, 132, 68, 36),
     // Few output tiles, long k: split-K cuts k into 6 parts of 48 (the last one empty).
     (1, 33, 65, 200),
 ];

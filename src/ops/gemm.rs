@@ -389,7 +389,11 @@ impl<'a> Gemm<'a> {
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
         if let Some(fr) = variant.coop_fragments() {
-            kernel = kernel.flag("EMULATE", variant == GemmVariant::CoopEmulated);
+            // Staging in runs of 4 along each operand's contiguous dimension, where that
+            // dimension is a multiple of 4 (gemm_coop.wgsl's `stage_tiles`).
+            let a_vec = self.conv.is_none() && (if self.a_trans { self.m } else { self.k }) % 4 == 0;
+            let b_vec = (if self.b_trans { self.k } else { self.n }) % 4 == 0;
+            kernel = kernel.flag("EMULATE", variant == GemmVariant::CoopEmulated).flag("A_VEC", a_vec).flag("B_VEC", b_vec);
             for (key, v) in coop_sizes(lanes, min_lanes, frag, fr) {
                 kernel = kernel.define(key, v);
             }
@@ -1070,6 +1074,10 @@ mod tests {
             &["A_TRANS", "B_TRANS", "B_F16", "C_TRANS", "BIAS_N", "GELU", "RESIDUAL"],
             &["A_CONV", "B_TRANS", "BIAS_N"],
             &["A_CONV", "A_NHWC", "B_TRANS", "B_F16", "BIAS_N"],
+            // Staging in runs of 4, in each operand layout.
+            &["A_VEC", "B_VEC", "B_TRANS", "B_F16", "BIAS_N", "GELU"],
+            &["A_VEC", "B_VEC", "A_TRANS", "C_TRANS", "BIAS_N", "RESIDUAL"],
+            &["A_F16", "A_VEC", "B_VEC", "BIAS_M", "GATE"],
         ];
         let mut compiled = 0;
         for flags in cases {
