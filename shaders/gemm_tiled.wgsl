@@ -49,35 +49,129 @@ var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 // (a_slot, b_slot: gemm_tile_slots.wgsl.)
 
 // The tiles at k0 this invocation fetches from global memory (zero outside A and B), held in
-// registers until they are staged.
+// registers until they are staged. Under A_VEC (B_VEC) the operand's contiguous dimension (k
+// for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, and so
+// are TM, TN, BK and split-K's k ranges: its runs of 4 along that dimension are wholly inside
+// or wholly outside, and each invocation fetches LA / 4 whole runs, one address and one bounds
+// check for four values (a run outside reads the operand's last run in place, clamped as the
+// value-by-value path clamps). Consecutive invocations take consecutive runs.
 var<private> ra: array<f32, LA>;
 var<private> rb: array<f32, LB>;
 
+// Run r of this invocation's share of the A tile: its first value's (kk, mm); the run goes
+// along mm under A_TRANS, along kk otherwise.
+fn a_run(r: u32) -> vec2<u32> {
+#if A_TRANS
+    return vec2<u32>(r / TM4, (r % TM4) * 4u);
+#else
+    return vec2<u32>((r % (BK / 4u)) * 4u, r / (BK / 4u));
+#endif
+}
+
+// Run r of the B tile: (kk, nn), along kk under B_TRANS, along nn otherwise.
+fn b_run(r: u32) -> vec2<u32> {
+#if B_TRANS
+    return vec2<u32>((r % (BK / 4u)) * 4u, r / (BK / 4u));
+#else
+    return vec2<u32>(r / TN4, (r % TN4) * 4u);
+#endif
+}
+
 fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
+#if A_VEC
+    for (var i = 0u; i < LA / 4u; i++) {
+        let s = a_run(tid + i * NT);
+        let m = m0 + s.y;
+        let k = k0 + s.x;
+        let inside = m < p.m && k < k_end;
+#if A_TRANS
+        let at = p.a_off + bt * p.a_bs + min(k, p.k - 1u) * p.a_ld + min(m, p.m - 4u);
+#else
+        let at = p.a_off + bt * p.a_bs + min(m, p.m - 1u) * p.a_ld + min(k, p.k - 4u);
+#endif
+        for (var j = 0u; j < 4u; j++) {
+            ra[i * 4u + j] = select(0.0, f32(a[at + j]), inside);
+        }
+    }
+#else
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
         let m = m0 + s.y;
         let k = k0 + s.x;
         ra[i] = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < k_end);
     }
+#endif
+#if B_VEC
+    for (var i = 0u; i < LB / 4u; i++) {
+        let s = b_run(tid + i * NT);
+        let n = n0 + s.y;
+        let k = k0 + s.x;
+        let inside = n < p.n && k < k_end;
+#if B_TRANS
+        let at = p.b_off + bt * p.b_bs + min(n, p.n - 1u) * p.b_ld + min(k, p.k - 4u);
+#else
+        let at = p.b_off + bt * p.b_bs + min(k, p.k - 1u) * p.b_ld + min(n, p.n - 4u);
+#endif
+        for (var j = 0u; j < 4u; j++) {
+            rb[i * 4u + j] = select(0.0, f32(b[at + j]), inside);
+        }
+    }
+#else
     for (var i = 0u; i < LB; i++) {
         let s = b_slot(tid + i * NT);
         let n = n0 + s.y;
         let k = k0 + s.x;
         rb[i] = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < k_end);
     }
+#endif
+}
+
+// Where value (kk, mm) of the A tile (or (kk, nn) of B's) goes in workgroup-memory stage
+// `stage`: the vec4 and the lane, swizzled (see the top).
+fn ta_put(stage: u32, kk: u32, mm: u32, v: f32) {
+    ta[(stage * BK + kk) * TM4 + ((mm / 4u) ^ (kk % TM4))][mm % 4u] = v;
+}
+
+fn tb_put(stage: u32, kk: u32, nn: u32, v: f32) {
+    tb[(stage * BK + kk) * TN4 + ((nn / 4u) ^ (kk % TN4))][nn % 4u] = v;
 }
 
 // Stores the fetched tiles into workgroup-memory stage `stage`.
 fn stage_tiles(stage: u32, tid: u32) {
+#if A_VEC
+    for (var i = 0u; i < LA / 4u; i++) {
+        let s = a_run(tid + i * NT);
+        for (var j = 0u; j < 4u; j++) {
+#if A_TRANS
+            ta_put(stage, s.x, s.y + j, ra[i * 4u + j]);
+#else
+            ta_put(stage, s.x + j, s.y, ra[i * 4u + j]);
+#endif
+        }
+    }
+#else
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
-        ta[(stage * BK + s.x) * TM4 + ((s.y / 4u) ^ (s.x % TM4))][s.y % 4u] = ra[i];
+        ta_put(stage, s.x, s.y, ra[i]);
     }
+#endif
+#if B_VEC
+    for (var i = 0u; i < LB / 4u; i++) {
+        let s = b_run(tid + i * NT);
+        for (var j = 0u; j < 4u; j++) {
+#if B_TRANS
+            tb_put(stage, s.x + j, s.y, rb[i * 4u + j]);
+#else
+            tb_put(stage, s.x, s.y + j, rb[i * 4u + j]);
+#endif
+        }
+    }
+#else
     for (var i = 0u; i < LB; i++) {
         let s = b_slot(tid + i * NT);
-        tb[(stage * BK + s.x) * TN4 + ((s.y / 4u) ^ (s.x % TN4))][s.y % 4u] = rb[i];
+        tb_put(stage, s.x, s.y, rb[i]);
     }
+#endif
 }
 
 @compute @workgroup_size({{WX}}, {{WY}})

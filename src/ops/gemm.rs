@@ -389,10 +389,7 @@ impl<'a> Gemm<'a> {
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
         if let Some(fr) = variant.coop_fragments() {
-            // Staging in runs of 4 along each operand's contiguous dimension, where that
-            // dimension is a multiple of 4 (gemm_coop.wgsl's `stage_tiles`).
-            let a_vec = self.conv.is_none() && (if self.a_trans { self.m } else { self.k }) % 4 == 0;
-            let b_vec = (if self.b_trans { self.k } else { self.n }) % 4 == 0;
+            let (a_vec, b_vec) = self.runs_of_4();
             kernel = kernel.flag("EMULATE", variant == GemmVariant::CoopEmulated).flag("A_VEC", a_vec).flag("B_VEC", b_vec);
             for (key, v) in coop_sizes(lanes, min_lanes, frag, fr) {
                 kernel = kernel.define(key, v);
@@ -402,7 +399,10 @@ impl<'a> Gemm<'a> {
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", lanes);
         }
         if let Some([tm, tn, rm, rn, bk]) = variant.tile() {
+            let (a_vec, b_vec) = self.runs_of_4();
             kernel = kernel
+                .flag("A_VEC", a_vec)
+                .flag("B_VEC", b_vec)
                 .define("TM", tm)
                 .define("TN", tn)
                 .define("RM", rm)
@@ -415,6 +415,15 @@ impl<'a> Gemm<'a> {
                 .define("ACC_VEC4", rm * rn / 4);
         }
         kernel
+    }
+
+    /// Whether A and B can be staged in runs of 4 along their contiguous dimension (the tiled
+    /// and coop kernels' A_VEC and B_VEC): where that dimension is a multiple of 4, so that no
+    /// run straddles the operand's edge. Not the implicit im2col view.
+    fn runs_of_4(&self) -> (bool, bool) {
+        let a = self.conv.is_none() && (if self.a_trans { self.m } else { self.k }) % 4 == 0;
+        let b = (if self.b_trans { self.k } else { self.n }) % 4 == 0;
+        (a, b)
     }
 
     /// The flags of the epilogue and of C's layout.
