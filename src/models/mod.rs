@@ -315,7 +315,7 @@ impl Model {
         }
     }
 
-    /// GPU only: [`crate::exec::GpuExec::rerun_resident`], the last forward pass of `batch`
+    /// GPU only: [`GpuExec::rerun_resident`], the last forward pass of `batch`
     /// images again with its input already on the device; `Ok(false)` on the CPU executor, whose
     /// input never leaves the host.
     #[cfg(not(target_arch = "wasm32"))]
