@@ -79,8 +79,7 @@ fn tb_at(kk: u32, nn: u32) -> u32 {
 // contiguous dimension (k for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a
 // multiple of 4, so its runs of 4 along that dimension, which tile edges never split (TM, TN
 // and BK are multiples of 4), are wholly inside or wholly outside the operand: each invocation
-// stages whole runs, one address and one bounds check for four values (a run outside reads
-// the operand's last run in place, clamped as the value-by-value path clamps; consecutive
+// stages whole runs, one address and one bounds check for four values (`run_at`; consecutive
 // invocations take consecutive runs, so the reads stay coalesced and the stores contiguous).
 // Otherwise value by value, the operand views of gemm_common.wgsl (implicit im2col too).
 fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
@@ -89,7 +88,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #if A_TRANS
         let kk = g / (TM / 4u);
         let mm = (g % (TM / 4u)) * 4u;
-        let at = p.a_off + bt * p.a_bs + min(k0 + kk, p.k - 1u) * p.a_ld + min(m0 + mm, p.m - 4u);
+        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, k0 + kk, m0 + mm, p.k, p.m);
         let inside = m0 + mm < p.m && k0 + kk < p.k;
         for (var j = 0u; j < 4u; j++) {
             ta[ta_at(mm + j, kk)] = select(f16(0.0), f16(a[at + j]), inside);
@@ -97,7 +96,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #else
         let mm = g / (BK / 4u);
         let kk = (g % (BK / 4u)) * 4u;
-        let at = p.a_off + bt * p.a_bs + min(m0 + mm, p.m - 1u) * p.a_ld + min(k0 + kk, p.k - 4u);
+        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, m0 + mm, k0 + kk, p.m, p.k);
         let inside = m0 + mm < p.m && k0 + kk < p.k;
         for (var j = 0u; j < 4u; j++) {
             ta[ta_at(mm, kk + j)] = select(f16(0.0), f16(a[at + j]), inside);
@@ -118,7 +117,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #if B_TRANS
         let nn = g / (BK / 4u);
         let kk = (g % (BK / 4u)) * 4u;
-        let at = p.b_off + bt * p.b_bs + min(n0 + nn, p.n - 1u) * p.b_ld + min(k0 + kk, p.k - 4u);
+        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, n0 + nn, k0 + kk, p.n, p.k);
         let inside = n0 + nn < p.n && k0 + kk < p.k;
         for (var j = 0u; j < 4u; j++) {
             tb[tb_at(kk + j, nn)] = select(f16(0.0), f16(b[at + j]), inside);
@@ -126,7 +125,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #else
         let kk = g / (TN / 4u);
         let nn = (g % (TN / 4u)) * 4u;
-        let at = p.b_off + bt * p.b_bs + min(k0 + kk, p.k - 1u) * p.b_ld + min(n0 + nn, p.n - 4u);
+        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, k0 + kk, n0 + nn, p.k, p.n);
         let inside = n0 + nn < p.n && k0 + kk < p.k;
         for (var j = 0u; j < 4u; j++) {
             tb[tb_at(kk, nn + j)] = select(f16(0.0), f16(b[at + j]), inside);

@@ -21,3 +21,11 @@ fn b_slot(e: u32) -> vec2<u32> {
     return vec2<u32>(e / TN, e % TN);
 #endif
 }
+
+// Where a run of 4 values starts (A_VEC, B_VEC): row `row` and column `col` of an operand of
+// `rows` x `cols` (the columns its contiguous dimension, a multiple of 4) with offset `off`,
+// batch stride `bs` and leading dimension `ld`, clamped into the operand, as the
+// value-by-value loads are, so that a run outside it reads its last run in place.
+fn run_at(off: u32, bs: u32, ld: u32, bt: u32, row: u32, col: u32, rows: u32, cols: u32) -> u32 {
+    return off + bt * bs + min(row, rows - 1u) * ld + min(col, cols - 4u);
+}

@@ -53,8 +53,8 @@ var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 // for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, and so
 // are TM, TN, BK and split-K's k ranges: its runs of 4 along that dimension are wholly inside
 // or wholly outside, and each invocation fetches LA / 4 whole runs, one address and one bounds
-// check for four values (a run outside reads the operand's last run in place, clamped as the
-// value-by-value path clamps). Consecutive invocations take consecutive runs.
+// check for four values (`run_at`). Consecutive invocations take consecutive runs. (A's and
+// B's paths are written out twice: a WGSL function cannot take a storage array.)
 var<private> ra: array<f32, LA>;
 var<private> rb: array<f32, LB>;
 
@@ -85,9 +85,9 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
         let k = k0 + s.x;
         let inside = m < p.m && k < k_end;
 #if A_TRANS
-        let at = p.a_off + bt * p.a_bs + min(k, p.k - 1u) * p.a_ld + min(m, p.m - 4u);
+        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, k, m, p.k, p.m);
 #else
-        let at = p.a_off + bt * p.a_bs + min(m, p.m - 1u) * p.a_ld + min(k, p.k - 4u);
+        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, m, k, p.m, p.k);
 #endif
         for (var j = 0u; j < 4u; j++) {
             ra[i * 4u + j] = select(0.0, f32(a[at + j]), inside);
@@ -108,9 +108,9 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
         let k = k0 + s.x;
         let inside = n < p.n && k < k_end;
 #if B_TRANS
-        let at = p.b_off + bt * p.b_bs + min(n, p.n - 1u) * p.b_ld + min(k, p.k - 4u);
+        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, n, k, p.n, p.k);
 #else
-        let at = p.b_off + bt * p.b_bs + min(k, p.k - 1u) * p.b_ld + min(n, p.n - 4u);
+        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, k, n, p.k, p.n);
 #endif
         for (var j = 0u; j < 4u; j++) {
             rb[i * 4u + j] = select(0.0, f32(b[at + j]), inside);
