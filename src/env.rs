@@ -33,6 +33,9 @@ pub struct Env {
     pub dump_shaders: Option<std::path::PathBuf>,
     /// `TOKENMIX_CPU_PROFILE=1`: time per kind of step on the CPU executor.
     pub cpu_profile: bool,
+    /// `TOKENMIX_TUNE_LOG=1`: the GEMM autotuner prints each candidate's time per shape class
+    /// to stderr (`tune: …`), for reading its choices on a real GPU.
+    pub tune_log: bool,
     /// `WGPU_ADAPTER_NAME`: a substring of the adapter to use.
     pub adapter_name: Option<String>,
     /// `TOKENMIX_HUB`: the Hugging Face hub's base URL for the desktop app (tests serve a
@@ -74,6 +77,7 @@ fn read() -> Env {
         subgroup_tile: var("TOKENMIX_SUBGROUP_TILE"),
         dump_shaders: std::env::var_os("TOKENMIX_DUMP_SHADERS").map(Into::into),
         cpu_profile: var("TOKENMIX_CPU_PROFILE").is_some_and(|v| v != "0"),
+        tune_log: var("TOKENMIX_TUNE_LOG").is_some_and(|v| v != "0"),
         adapter_name: var("WGPU_ADAPTER_NAME"),
         hub: var("TOKENMIX_HUB"),
     }

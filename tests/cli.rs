@@ -204,12 +204,31 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
         cmd.output().expect("runs tokenmix")
     };
     let bench = ["bench", "--backend", "gpu", "--weights", weights.to_str().unwrap(), "--batch", "1", "--iters", "1", "--json"];
-    let out = run(&bench, &[("TOKENMIX_AUTOTUNE", "1")]);
+    let out = run(&bench, &[("TOKENMIX_AUTOTUNE", "1"), ("TOKENMIX_TUNE_LOG", "1")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["gemm_autotune"], true, "{v}");
     let tuning = v["gemm_tuning"].as_object().expect("choices").clone();
     assert!(tuning.len() >= 3, "linear, token-mixing and head GEMMs each have a class: {v}");
+    // TOKENMIX_TUNE_LOG: one line per timed class, a time for every candidate, the choice the
+    // fastest of them.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let logged: Vec<&str> = stderr.lines().filter_map(|l| l.strip_prefix("tune: ")).collect();
+    assert_eq!(logged.len(), tuning.len(), "{stderr}");
+    for line in logged {
+        let (class, times) = line.split_once(": ").expect("class: times");
+        let times: Vec<(&str, f64)> = times
+            .split(", ")
+            .map(|t| {
+                let (kernel, ms) = t.split_once(' ').expect("kernel time");
+                (kernel, ms.strip_suffix(" ms").and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("{line}")))
+            })
+            .collect();
+        assert!(times.len() >= 2 && times.iter().all(|&(_, ms)| ms > 0.0), "{line}");
+        let least = times.iter().map(|&(_, ms)| ms).fold(f64::INFINITY, f64::min);
+        let chosen = tuning.get(class).and_then(|k| k.as_str()).unwrap_or_else(|| panic!("{class} untuned"));
+        assert!(times.iter().any(|&(k, ms)| k == chosen && ms == least), "{chosen} is not the fastest: {line}");
+    }
     assert!(tuning.keys().any(|k| k.starts_with("linear")) && tuning.keys().any(|k| k.starts_with("tokens")), "{v}");
     let cached = std::fs::read_to_string(cache.join("gemm-tuning.json")).expect("the cache file");
     assert!(tuning.keys().all(|k| cached.contains(k.as_str())), "{cached}");

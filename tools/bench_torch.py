@@ -93,6 +93,10 @@ def tokenmix_json(cmd):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {out.returncode}\n{out.stderr.strip()}")
+    # TOKENMIX_TUNE_LOG=1 (gpu_session.sh): the autotuner's time per candidate and class.
+    for line in out.stderr.splitlines():
+        if line.startswith("tune: "):
+            print(f"  {line}")
     return json.loads(out.stdout)
 
 

@@ -59,8 +59,9 @@ $TM info | grep -E "runs on|kernels|norm rows|precision"
 # 128x128 tiles) join `bench --gemm` below, with their error against the CPU GEMM; the autotuner
 # admits each per shape class only once it matched the tiled kernel ("rejected: …" in `gemm`).
 for k in coop coop128; do TOKENMIX_GEMM=$k timeout -k 5 60 $TM info --precision f16 2>&1 | grep -E "error|kernels|precision"; done
-# The autotuner's cache lives with the results, so the note can quote its choices.
-export TOKENMIX_CACHE_DIR="$OUT/tuning"
+# The autotuner's cache lives with the results, so the note can quote its choices, and its
+# time per candidate and class is printed (TOKENMIX_TUNE_LOG: `tune: …` lines in bench.txt).
+export TOKENMIX_CACHE_DIR="$OUT/tuning" TOKENMIX_TUNE_LOG=1
 # Seconds since the script started, printed at each step: a run cut off at the device call's
 # timeout still says where its time went, and the next session can size the call from it.
 stamp() { echo "[t+${SECONDS}s] $*"; }

@@ -660,14 +660,9 @@ impl<'a> Gemm<'a> {
             // The browser: `GpuExec::autotune` times this class later, when it can wait.
             return Ok(gpu.gemm);
         }
-        let mut best: Option<(f64, GemmVariant)> = None;
-        for (v, op) in self.candidates(gpu, &class, failed) {
-            let Some(t) = time_op(gpu, &op) else { continue };
-            if best.is_none_or(|(b, _)| t < b) {
-                best = Some((t, v));
-            }
-        }
-        let v = best.map_or(gpu.gemm, |(_, v)| v);
+        let candidates = self.candidates(gpu, &class, failed);
+        let times = time_ops_blocking(gpu, &class, &candidates);
+        let v = fastest(&candidates, &times).unwrap_or(gpu.gemm);
         gpu.tuning.record(&class, v);
         Ok(v)
     }
@@ -707,14 +702,9 @@ impl<'a> Gemm<'a> {
         if !gpu.tuning.enabled() || gpu.tuning.get(&class).is_some_and(|v| gpu.supports(v).is_ok()) {
             return Ok(false);
         }
-        let mut best: Option<(f64, GemmVariant)> = None;
-        for (v, op) in self.candidates(gpu, &class, None) {
-            let Some(t) = time_op_async(gpu, &op).await else { continue };
-            if best.is_none_or(|(b, _)| t < b) {
-                best = Some((t, v));
-            }
-        }
-        gpu.tuning.record(&class, best.map_or(gpu.gemm, |(_, v)| v));
+        let candidates = self.candidates(gpu, &class, None);
+        let times = time_ops(gpu, &class, &candidates).await;
+        gpu.tuning.record(&class, fastest(&candidates, &times).unwrap_or(gpu.gemm));
         Ok(true)
     }
 
@@ -878,69 +868,84 @@ impl<'a> Gemm<'a> {
 /// Lanes (invocations) per workgroup of the register kernel.
 const REGISTER_LANES: u32 = 8;
 
+/// The candidate whose time is least (None when none ran).
+fn fastest(candidates: &[(GemmVariant, Op)], times: &[Option<f64>]) -> Option<GemmVariant> {
+    candidates.iter().zip(times).filter_map(|((v, _), t)| t.map(|t| (t, *v))).min_by(|a, b| a.0.total_cmp(&b.0)).map(|(_, v)| v)
+}
+
+/// Each candidate for one GEMM timed on its real operands, in seconds per run (None where a
+/// run fails), on the wall clock: a warm-up run of each (the pipeline's first use) and one
+/// timed run, then three rounds that each time every candidate in turn, by a batch of enough
+/// back-to-back runs (one submission) to take ~10 ms where one run is short, so that
+/// submission overhead does not decide between kernels on small GEMMs; each keeps its best.
+/// Round by round rather than one candidate after the other, so that whatever changes while
+/// a class is tuned (a GPU that idles at a low clock, as the H200 at 345 MHz, speeding up) does
+/// not favour a candidate for its place in the order. Timed one after the other, on the H200
+/// (2026-12-04) the last candidate at f32, `splitk` (the 64x64 kernel there), won 39 of 60
+/// classes, among them 12544x512x2048 (mixer_s16's fc1 at batch 64), where `bench --gemm` gave
+/// `tiled128` 1.66x its speed. `Gpu::idle` waits without blocking in the browser
+/// (`tune_async`) and polls natively.
+async fn time_ops(gpu: &Gpu, class: &str, candidates: &[(GemmVariant, Op)]) -> Vec<Option<f64>> {
+    let mut once = Vec::with_capacity(candidates.len());
+    for (_, op) in candidates {
+        once.push(match time_runs(gpu, op, 1).await {
+            Some(_) => time_runs(gpu, op, 1).await,
+            None => None,
+        });
+    }
+    let mut best = once.clone();
+    for _ in 0..3 {
+        for (((_, op), first), b) in candidates.iter().zip(&once).zip(best.iter_mut()) {
+            let (Some(first), Some(so_far)) = (*first, *b) else { continue };
+            if first > 0.05 {
+                continue;
+            }
+            let reps = ((0.01 / first.max(1e-6)) as usize).clamp(1, 64);
+            *b = time_runs(gpu, op, reps).await.map(|t| t.min(so_far));
+        }
+    }
+    if crate::env::env().tune_log {
+        let times: Vec<String> = candidates
+            .iter()
+            .zip(&best)
+            .map(|((v, _), t)| format!("{} {}", v.name(), t.map_or("failed".into(), |t| format!("{:.3} ms", t * 1e3))))
+            .collect();
+        eprintln!("tune: {class}: {}", times.join(", "));
+    }
+    best
+}
+
+/// `reps` back-to-back runs of `op` in one submission, in seconds per run; None if one fails.
+async fn time_runs(gpu: &Gpu, op: &Op, reps: usize) -> Option<f64> {
+    let t = crate::gpu::clock_ms();
+    let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("autotune") });
+    for _ in 0..reps {
+        super::encode_all(&mut encoder, std::slice::from_ref(op));
+    }
+    gpu.queue.submit([encoder.finish()]);
+    gpu.idle().await.ok()?;
+    Some((crate::gpu::clock_ms() - t) / 1e3 / reps as f64)
+}
+
+/// [`time_ops`] inside a synchronous plan build (native: `Gpu::idle` is a blocking poll).
+#[cfg(not(target_arch = "wasm32"))]
+fn time_ops_blocking(gpu: &Gpu, class: &str, candidates: &[(GemmVariant, Op)]) -> Vec<Option<f64>> {
+    pollster::block_on(time_ops(gpu, class, candidates))
+}
+
+/// The browser cannot wait for the GPU inside a synchronous plan build: no timing there
+/// (`Tuning::times_at_build` is false, so this is not reached; `tune_async` times later).
+#[cfg(target_arch = "wasm32")]
+fn time_ops_blocking(_gpu: &Gpu, _class: &str, candidates: &[(GemmVariant, Op)]) -> Vec<Option<f64>> {
+    vec![None; candidates.len()]
+}
+
 /// Rows x columns-per-lane of the register kernel: 8 x 8 (measured on SwiftShader, where this
 /// kernel is what the browser gets: 196x512x2048 ran at 0.9 GFLOP/s with 8x8, 0.55 with 8x4,
 /// 0.09 with the looped 8x4 kernel; tools/swiftshader_gemm_lab). `TOKENMIX_GEMM_TILE=RxC`
 /// overrides it natively for tuning. Convolutions (implicit im2col) get 4 x 4: with 8 rows
 /// SwiftShader took 15-16 s to compile each of them (4 rows: 0.4 s; measured by creating the
 /// pipelines of poolformer_fmnist in Chromium), and they are a small share of the work.
-/// One run of `op` on its real operands, timed on the wall clock after a warm-up run: the best
-/// of a single run and, when that is short, three batches of enough back-to-back runs (one
-/// submission each) to take ~10 ms, so that submission overhead does not decide between
-/// kernels on small GEMMs. None when a run fails.
-#[cfg(not(target_arch = "wasm32"))]
-fn time_op(gpu: &Gpu, op: &Op) -> Option<f64> {
-    let run = |reps: usize| -> Option<f64> {
-        let t = std::time::Instant::now();
-        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("autotune") });
-        for _ in 0..reps {
-            super::encode_all(&mut encoder, std::slice::from_ref(op));
-        }
-        gpu.queue.submit([encoder.finish()]);
-        gpu.wait().ok()?;
-        Some(t.elapsed().as_secs_f64() / reps as f64)
-    };
-    run(1)?; // warm-up: the pipeline's first use
-    let once = run(1)?;
-    if once > 0.05 {
-        return Some(once);
-    }
-    let reps = ((0.01 / once.max(1e-6)) as usize).clamp(1, 64);
-    (0..3).try_fold(once, |best, _| Some(best.min(run(reps)?)))
-}
-
-/// The browser cannot wait for the GPU inside a synchronous plan build: no timing there.
-#[cfg(target_arch = "wasm32")]
-fn time_op(_gpu: &Gpu, _op: &Op) -> Option<f64> {
-    None
-}
-
-/// [`time_op`] for a caller that can await the GPU (any target): the best of one run and
-/// three batches of runs that take ~10 ms, after a warm-up run, in seconds per run.
-async fn time_op_async(gpu: &Gpu, op: &Op) -> Option<f64> {
-    let run = |reps: usize| async move {
-        let t = crate::gpu::clock_ms();
-        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("autotune") });
-        for _ in 0..reps {
-            super::encode_all(&mut encoder, std::slice::from_ref(op));
-        }
-        gpu.queue.submit([encoder.finish()]);
-        gpu.idle().await.ok()?;
-        Some((crate::gpu::clock_ms() - t) / 1e3 / reps as f64)
-    };
-    run(1).await?;
-    let once = run(1).await?;
-    if once > 0.05 {
-        return Some(once);
-    }
-    let reps = ((0.01 / once.max(1e-6)) as usize).clamp(1, 64);
-    let mut best = once;
-    for _ in 0..3 {
-        best = best.min(run(reps).await?);
-    }
-    Some(best)
-}
-
 fn register_tile(conv: bool) -> (u32, u32) {
     tile_override(crate::env::env().gemm_tile.as_deref())
         .filter(|&(r, c): &(u32, u32)| (1..=32).contains(&r) && (1..=16).contains(&c))
