@@ -79,29 +79,21 @@ fn tb_at(kk: u32, nn: u32) -> u32 {
 // contiguous dimension (k for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a
 // multiple of 4, so its runs of 4 along that dimension, which tile edges never split (TM, TN
 // and BK are multiples of 4), are wholly inside or wholly outside the operand: each invocation
-// stages whole runs, one address and one bounds check for four values (`run_at`; consecutive
-// invocations take consecutive runs, so the reads stay coalesced and the stores contiguous).
+// stages whole runs, one address and one bounds check for four values (`a_run`, `a_run_at`,
+// `A_STEP` and B's: gemm_tile_slots.wgsl; consecutive invocations take consecutive runs, so
+// the reads stay coalesced and the stores contiguous).
 // Otherwise value by value, the operand views of gemm_common.wgsl (implicit im2col too).
 fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #if A_VEC
-    for (var g = tid; g < TM * BK / 4u; g += NT) {
-#if A_TRANS
-        let kk = g / (TM / 4u);
-        let mm = (g % (TM / 4u)) * 4u;
-        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, k0 + kk, m0 + mm, p.k, p.m);
-        let inside = m0 + mm < p.m && k0 + kk < p.k;
+    for (var r = tid; r < TM * BK / 4u; r += NT) {
+        let s = a_run(r);
+        let m = m0 + s.y;
+        let k = k0 + s.x;
+        let at = a_run_at(bt, m, k);
         for (var j = 0u; j < 4u; j++) {
-            ta[ta_at(mm + j, kk)] = select(f16(0.0), f16(a[at + j]), inside);
+            let e = s + j * A_STEP;
+            ta[ta_at(e.y, e.x)] = select(f16(0.0), f16(a[at + j]), m < p.m && k < p.k);
         }
-#else
-        let mm = g / (BK / 4u);
-        let kk = (g % (BK / 4u)) * 4u;
-        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, m0 + mm, k0 + kk, p.m, p.k);
-        let inside = m0 + mm < p.m && k0 + kk < p.k;
-        for (var j = 0u; j < 4u; j++) {
-            ta[ta_at(mm, kk + j)] = select(f16(0.0), f16(a[at + j]), inside);
-        }
-#endif
     }
 #else
     for (var i = 0u; i < LA; i++) {
@@ -113,24 +105,15 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
     }
 #endif
 #if B_VEC
-    for (var g = tid; g < TN * BK / 4u; g += NT) {
-#if B_TRANS
-        let nn = g / (BK / 4u);
-        let kk = (g % (BK / 4u)) * 4u;
-        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, n0 + nn, k0 + kk, p.n, p.k);
-        let inside = n0 + nn < p.n && k0 + kk < p.k;
+    for (var r = tid; r < TN * BK / 4u; r += NT) {
+        let s = b_run(r);
+        let n = n0 + s.y;
+        let k = k0 + s.x;
+        let at = b_run_at(bt, k, n);
         for (var j = 0u; j < 4u; j++) {
-            tb[tb_at(kk + j, nn)] = select(f16(0.0), f16(b[at + j]), inside);
+            let e = s + j * B_STEP;
+            tb[tb_at(e.x, e.y)] = select(f16(0.0), f16(b[at + j]), n < p.n && k < p.k);
         }
-#else
-        let kk = g / (TN / 4u);
-        let nn = (g % (TN / 4u)) * 4u;
-        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, k0 + kk, n0 + nn, p.k, p.n);
-        let inside = n0 + nn < p.n && k0 + kk < p.k;
-        for (var j = 0u; j < 4u; j++) {
-            tb[tb_at(kk, nn + j)] = select(f16(0.0), f16(b[at + j]), inside);
-        }
-#endif
     }
 #else
     for (var i = 0u; i < LB; i++) {

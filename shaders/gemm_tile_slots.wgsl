@@ -22,10 +22,59 @@ fn b_slot(e: u32) -> vec2<u32> {
 #endif
 }
 
-// Where a run of 4 values starts (A_VEC, B_VEC): row `row` and column `col` of an operand of
-// `rows` x `cols` (the columns its contiguous dimension, a multiple of 4) with offset `off`,
-// batch stride `bs` and leading dimension `ld`, clamped into the operand, as the
-// value-by-value loads are, so that a run outside it reads its last run in place.
+// Runs of 4 (A_VEC, B_VEC: the operand's contiguous dimension is a multiple of 4, so a run is
+// wholly inside or wholly outside it). Run r of the A tile starts at (kk, mm) and its values
+// follow one another by A_STEP: along m under A_TRANS, along k otherwise; consecutive runs are
+// consecutive in memory, as consecutive fetches are for a_slot.
+#if A_TRANS
+const A_STEP = vec2<u32>(0u, 1u);
+#else
+const A_STEP = vec2<u32>(1u, 0u);
+#endif
+
+fn a_run(r: u32) -> vec2<u32> {
+#if A_TRANS
+    return vec2<u32>(r / (TM / 4u), (r % (TM / 4u)) * 4u);
+#else
+    return vec2<u32>((r % (BK / 4u)) * 4u, r / (BK / 4u));
+#endif
+}
+
+// Run r of the B tile: (kk, nn), by B_STEP: along k under B_TRANS, along n otherwise.
+#if B_TRANS
+const B_STEP = vec2<u32>(1u, 0u);
+#else
+const B_STEP = vec2<u32>(0u, 1u);
+#endif
+
+fn b_run(r: u32) -> vec2<u32> {
+#if B_TRANS
+    return vec2<u32>((r % (BK / 4u)) * 4u, r / (BK / 4u));
+#else
+    return vec2<u32>(r / (TN / 4u), (r % (TN / 4u)) * 4u);
+#endif
+}
+
+// Where the run of A starting at (m, k) (of B at (k, n)) starts in memory, clamped into the
+// operand as the value-by-value loads are, so that a run outside it reads its last run in place.
+fn a_run_at(bt: u32, m: u32, k: u32) -> u32 {
+#if A_TRANS
+    return run_at(p.a_off, p.a_bs, p.a_ld, bt, k, m, p.k, p.m);
+#else
+    return run_at(p.a_off, p.a_bs, p.a_ld, bt, m, k, p.m, p.k);
+#endif
+}
+
+fn b_run_at(bt: u32, k: u32, n: u32) -> u32 {
+#if B_TRANS
+    return run_at(p.b_off, p.b_bs, p.b_ld, bt, n, k, p.n, p.k);
+#else
+    return run_at(p.b_off, p.b_bs, p.b_ld, bt, k, n, p.k, p.n);
+#endif
+}
+
+// Row `row`, column `col` of an operand of `rows` x `cols`, its columns the contiguous
+// dimension, with offset `off`, batch stride `bs` and leading dimension `ld`, clamped.
 fn run_at(off: u32, bs: u32, ld: u32, bt: u32, row: u32, col: u32, rows: u32, cols: u32) -> u32 {
     return off + bt * bs + min(row, rows - 1u) * ld + min(col, cols - 4u);
 }

@@ -53,29 +53,10 @@ var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 // for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, and so
 // are TM, TN, BK and split-K's k ranges: its runs of 4 along that dimension are wholly inside
 // or wholly outside, and each invocation fetches LA / 4 whole runs, one address and one bounds
-// check for four values (`run_at`). Consecutive invocations take consecutive runs. (A's and
-// B's paths are written out twice: a WGSL function cannot take a storage array.)
+// check for four values (`a_run`, `a_run_at`, `A_STEP` and B's: gemm_tile_slots.wgsl). (A's
+// and B's loops are written out twice: a WGSL function cannot take a storage array.)
 var<private> ra: array<f32, LA>;
 var<private> rb: array<f32, LB>;
-
-// Run r of this invocation's share of the A tile: its first value's (kk, mm); the run goes
-// along mm under A_TRANS, along kk otherwise.
-fn a_run(r: u32) -> vec2<u32> {
-#if A_TRANS
-    return vec2<u32>(r / TM4, (r % TM4) * 4u);
-#else
-    return vec2<u32>((r % (BK / 4u)) * 4u, r / (BK / 4u));
-#endif
-}
-
-// Run r of the B tile: (kk, nn), along kk under B_TRANS, along nn otherwise.
-fn b_run(r: u32) -> vec2<u32> {
-#if B_TRANS
-    return vec2<u32>((r % (BK / 4u)) * 4u, r / (BK / 4u));
-#else
-    return vec2<u32>(r / TN4, (r % TN4) * 4u);
-#endif
-}
 
 fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
 #if A_VEC
@@ -83,14 +64,9 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
         let s = a_run(tid + i * NT);
         let m = m0 + s.y;
         let k = k0 + s.x;
-        let inside = m < p.m && k < k_end;
-#if A_TRANS
-        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, k, m, p.k, p.m);
-#else
-        let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, m, k, p.m, p.k);
-#endif
+        let at = a_run_at(bt, m, k);
         for (var j = 0u; j < 4u; j++) {
-            ra[i * 4u + j] = select(0.0, f32(a[at + j]), inside);
+            ra[i * 4u + j] = select(0.0, f32(a[at + j]), m < p.m && k < k_end);
         }
     }
 #else
@@ -106,14 +82,9 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
         let s = b_run(tid + i * NT);
         let n = n0 + s.y;
         let k = k0 + s.x;
-        let inside = n < p.n && k < k_end;
-#if B_TRANS
-        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, n, k, p.n, p.k);
-#else
-        let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, k, n, p.k, p.n);
-#endif
+        let at = b_run_at(bt, k, n);
         for (var j = 0u; j < 4u; j++) {
-            rb[i * 4u + j] = select(0.0, f32(b[at + j]), inside);
+            rb[i * 4u + j] = select(0.0, f32(b[at + j]), n < p.n && k < k_end);
         }
     }
 #else
@@ -142,11 +113,8 @@ fn stage_tiles(stage: u32, tid: u32) {
     for (var i = 0u; i < LA / 4u; i++) {
         let s = a_run(tid + i * NT);
         for (var j = 0u; j < 4u; j++) {
-#if A_TRANS
-            ta_put(stage, s.x, s.y + j, ra[i * 4u + j]);
-#else
-            ta_put(stage, s.x + j, s.y, ra[i * 4u + j]);
-#endif
+            let e = s + j * A_STEP;
+            ta_put(stage, e.x, e.y, ra[i * 4u + j]);
         }
     }
 #else
@@ -159,11 +127,8 @@ fn stage_tiles(stage: u32, tid: u32) {
     for (var i = 0u; i < LB / 4u; i++) {
         let s = b_run(tid + i * NT);
         for (var j = 0u; j < 4u; j++) {
-#if B_TRANS
-            tb_put(stage, s.x + j, s.y, rb[i * 4u + j]);
-#else
-            tb_put(stage, s.x, s.y + j, rb[i * 4u + j]);
-#endif
+            let e = s + j * B_STEP;
+            tb_put(stage, e.x, e.y, rb[i * 4u + j]);
         }
     }
 #else

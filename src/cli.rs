@@ -557,6 +557,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
         let med = median(times).as_secs_f64();
         // On a GPU, the same pass with its input already there (what PyTorch's timing with a
         // CUDA tensor measures); the median above includes the upload, a few ms at batch 64.
+        // The first rerun warms up, and says whether there is a GPU to rerun on.
         let mut resident = Vec::with_capacity(iters);
         if batch <= model.max_batch() && model.rerun_resident(batch)? {
             for _ in 0..iters.max(1) {

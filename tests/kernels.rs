@@ -182,7 +182,7 @@ const GEMM_SHAPES: [(usize, usize, usize, usize); 13] = [
     // Several 128x128 tiles with ragged edges, K not a multiple of any k step.
     (1, 257, 131, 35),
     (2, 130, 260, 9),
-    // M, N and K multiples of 4 (the coop kernels stage runs of 4: A_VEC, B_VEC), ragged
+    // M, N and K multiples of 4 (the tiled and coop kernels stage runs of 4: A_VEC, B_VEC), ragged
     // against every tile and k step.
     (2, 132, 68, 36),
     // Few output tiles, long k: split-K cuts k into 6 parts of 48 (the last one empty).
