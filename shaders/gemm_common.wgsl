@@ -35,17 +35,37 @@ struct Params {
 // slot the executor keeps in f16) is stored as f16. Reads widen to f32; accumulation and the
 // epilogue stay f32, and C_F16 rounds the final value once, as it is stored. G_F16 types the
 // `scale` binding as f16 for a gate (which excludes a layer scale).
+// A_VEC4 / B_VEC4 (the tiled and coop kernels, beside A_VEC / B_VEC): the operand's offset,
+// leading dimension and batch stride are multiples of 4 too, so each run of 4 they fetch is one
+// aligned vec4 of the binding, read with one 16-byte load (8 at f16) instead of four scalar
+// ones; a_at / b_at read single values of it (a[i / 4][i % 4]), a_run4 / b_run4 whole runs.
 #if A_F16
 enable f16;
+#if A_VEC4
+@group(0) @binding(1) var<storage, read> a: array<vec4<f16>>;
+#else
 @group(0) @binding(1) var<storage, read> a: array<f16>;
+#endif
+#else
+#if A_VEC4
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
 #else
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 #endif
+#endif
 #if B_F16
 enable f16;
+#if B_VEC4
+@group(0) @binding(2) var<storage, read> b: array<vec4<f16>>;
+#else
 @group(0) @binding(2) var<storage, read> b: array<f16>;
+#endif
+#else
+#if B_VEC4
+@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
 #else
 @group(0) @binding(2) var<storage, read> b: array<f32>;
+#endif
 #endif
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 #if G_F16
@@ -87,31 +107,65 @@ fn load_conv(row: vec3<i32>, kc: vec3<u32>) -> f32 {
     let x = u32(clamp(ix, 0, i32(p.iw) - 1));
     let img = u32(row.x);
 #if A_NHWC
-    let v = f32(a[p.a_off + ((img * p.ih + y) * p.iw + x) * p.cin + kc.x]);
+    let v = a_at(p.a_off + ((img * p.ih + y) * p.iw + x) * p.cin + kc.x);
 #else
-    let v = f32(a[p.a_off + ((img * p.cin + kc.x) * p.ih + y) * p.iw + x]);
+    let v = a_at(p.a_off + ((img * p.cin + kc.x) * p.ih + y) * p.iw + x);
 #endif
     return select(0.0, v, inside);
 }
 #endif
+
+// Element i of A (of B), widened to f32; the run of 4 from element i (a multiple of 4 under
+// A_VEC4 / B_VEC4).
+fn a_at(i: u32) -> f32 {
+#if A_VEC4
+    return f32(a[i / 4u][i % 4u]);
+#else
+    return f32(a[i]);
+#endif
+}
+
+fn a_run4(i: u32) -> vec4<f32> {
+#if A_VEC4
+    return vec4<f32>(a[i / 4u]);
+#else
+    return vec4<f32>(f32(a[i]), f32(a[i + 1u]), f32(a[i + 2u]), f32(a[i + 3u]));
+#endif
+}
+
+fn b_at(i: u32) -> f32 {
+#if B_VEC4
+    return f32(b[i / 4u][i % 4u]);
+#else
+    return f32(b[i]);
+#endif
+}
+
+fn b_run4(i: u32) -> vec4<f32> {
+#if B_VEC4
+    return vec4<f32>(b[i / 4u]);
+#else
+    return vec4<f32>(f32(b[i]), f32(b[i + 1u]), f32(b[i + 2u]), f32(b[i + 3u]));
+#endif
+}
 
 fn load_a(bt: u32, m: u32, k: u32) -> f32 {
 #if A_CONV
     return load_conv(conv_row(m), conv_k(k));
 #else
 #if A_TRANS
-    return f32(a[p.a_off + bt * p.a_bs + k * p.a_ld + m]);
+    return a_at(p.a_off + bt * p.a_bs + k * p.a_ld + m);
 #else
-    return f32(a[p.a_off + bt * p.a_bs + m * p.a_ld + k]);
+    return a_at(p.a_off + bt * p.a_bs + m * p.a_ld + k);
 #endif
 #endif
 }
 
 fn load_b(bt: u32, k: u32, n: u32) -> f32 {
 #if B_TRANS
-    return f32(b[p.b_off + bt * p.b_bs + n * p.b_ld + k]);
+    return b_at(p.b_off + bt * p.b_bs + n * p.b_ld + k);
 #else
-    return f32(b[p.b_off + bt * p.b_bs + k * p.b_ld + n]);
+    return b_at(p.b_off + bt * p.b_bs + k * p.b_ld + n);
 #endif
 }
 

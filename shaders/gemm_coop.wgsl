@@ -81,7 +81,8 @@ fn tb_at(kk: u32, nn: u32) -> u32 {
 // and BK are multiples of 4), are wholly inside or wholly outside the operand: each invocation
 // stages whole runs, one address and one bounds check for four values (`a_run`, `a_run_at`,
 // `A_STEP` and B's: gemm_tile_slots.wgsl; consecutive invocations take consecutive runs, so
-// the reads stay coalesced and the stores contiguous).
+// the reads stay coalesced and the stores contiguous), and under A_VEC4 (B_VEC4) one vector
+// load (a_run4, b_run4: gemm_common.wgsl).
 // Otherwise value by value, the operand views of gemm_common.wgsl (implicit im2col too).
 fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #if A_VEC
@@ -90,9 +91,10 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let m = m0 + s.y;
         let k = k0 + s.x;
         let at = a_run_at(bt, m, k);
+        let v = select(vec4<f16>(0.0), vec4<f16>(a_run4(at)), m < p.m && k < p.k);
         for (var j = 0u; j < 4u; j++) {
             let e = s + j * A_STEP;
-            ta[ta_at(e.y, e.x)] = select(f16(0.0), f16(a[at + j]), m < p.m && k < p.k);
+            ta[ta_at(e.y, e.x)] = v[j];
         }
     }
 #else
@@ -110,9 +112,10 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let n = n0 + s.y;
         let k = k0 + s.x;
         let at = b_run_at(bt, k, n);
+        let v = select(vec4<f16>(0.0), vec4<f16>(b_run4(at)), n < p.n && k < p.k);
         for (var j = 0u; j < 4u; j++) {
             let e = s + j * B_STEP;
-            tb[tb_at(e.x, e.y)] = select(f16(0.0), f16(b[at + j]), n < p.n && k < p.k);
+            tb[tb_at(e.x, e.y)] = v[j];
         }
     }
 #else

@@ -12,9 +12,11 @@
 // An invocation's rows are 4-row groups spread over the tile (group g holds rows
 // 4 * (g * WY + ty) ..+4), and likewise its columns, so neighbouring invocations read
 // neighbouring vec4s of workgroup memory and write neighbouring columns of C. Global loads are
-// scalar and ordered so that consecutive invocations read consecutive addresses whatever the
-// operand's layout (A, A_TRANS, B, B_TRANS, the implicit im2col of A_CONV): operands are
-// arbitrary strided views (offsets and leading dimensions need not be multiples of 4).
+// ordered so that consecutive invocations read consecutive addresses whatever the operand's
+// layout (A, A_TRANS, B, B_TRANS, the implicit im2col of A_CONV). Operands are arbitrary
+// strided views: where the contiguous dimension is a multiple of 4 they are read in runs of 4
+// (A_VEC, B_VEC), as one vec4 where offset and strides are multiples of 4 too (A_VEC4,
+// B_VEC4), else value by value.
 //
 // Workgroup memory is swizzled: in row kk of a stage, the tile's vec4 column c is stored at
 // column c ^ (kk % T4), T4 being the row's vec4 count (TM4 or TN4, powers of two). Where
@@ -53,7 +55,8 @@ var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 // for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, and so
 // are TM, TN, BK and split-K's k ranges: its runs of 4 along that dimension are wholly inside
 // or wholly outside, and each invocation fetches LA / 4 whole runs, one address and one bounds
-// check for four values (`a_run`, `a_run_at`, `A_STEP` and B's: gemm_tile_slots.wgsl). (A's
+// check for four values (`a_run`, `a_run_at`, `A_STEP` and B's: gemm_tile_slots.wgsl), one
+// vector load under A_VEC4 / B_VEC4 (a_run4, b_run4: gemm_common.wgsl). (A's
 // and B's loops are written out twice: a WGSL function cannot take a storage array.)
 var<private> ra: array<f32, LA>;
 var<private> rb: array<f32, LB>;
@@ -65,8 +68,9 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
         let m = m0 + s.y;
         let k = k0 + s.x;
         let at = a_run_at(bt, m, k);
+        let v = select(vec4<f32>(0.0), a_run4(at), m < p.m && k < k_end);
         for (var j = 0u; j < 4u; j++) {
-            ra[i * 4u + j] = select(0.0, f32(a[at + j]), m < p.m && k < k_end);
+            ra[i * 4u + j] = v[j];
         }
     }
 #else
@@ -83,8 +87,9 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
         let n = n0 + s.y;
         let k = k0 + s.x;
         let at = b_run_at(bt, k, n);
+        let v = select(vec4<f32>(0.0), b_run4(at), n < p.n && k < k_end);
         for (var j = 0u; j < 4u; j++) {
-            rb[i * 4u + j] = select(0.0, f32(b[at + j]), n < p.n && k < k_end);
+            rb[i * 4u + j] = v[j];
         }
     }
 #else

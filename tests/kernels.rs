@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::{
     all_variants, all_variants_f16, conv_reference as cpu_conv, gelu, gpu, group_norm_reference, layer_norm_reference, limited, max_abs,
     max_abs_diff, mean_tokens_reference, random, tol, wanted,
@@ -212,6 +214,65 @@ fn f16_gemm_matches_cpu_reference() {
     for gpu in coop {
         gemm_shapes(&gpu);
     }
+}
+
+/// Operands that are views into larger buffers, with the runs of 4 the tiled and coop kernels
+/// fetch either aligned vec4s of the binding (offsets, leading dimensions and batch strides
+/// multiples of 4: A_VEC4 / B_VEC4, one vector load per run) or not (odd offsets: A_VEC /
+/// B_VEC alone, four scalar loads), on every kernel, at f32 and on the kernels that compute in
+/// f16 with A stored as f16 too. What lies between the views' rows is NaN, so a read outside
+/// them fails the comparison.
+#[test]
+fn gemm_views_are_read_in_runs_of_4_aligned_or_not() {
+    let (batch, m, n, k) = (2, 36, 68, 40);
+    // Per operand: (offset, padding per row), elements.
+    let layouts = [((4, 4), (8, 4)), ((2, 2), (1, 6)), ((0, 0), (3, 1))];
+    let f16: Vec<_> = all_variants_f16().into_iter().filter(|g| g.gemm.computes_in_f16()).collect();
+    let devices: Vec<(Arc<Gpu>, bool)> = all_variants().into_iter().map(|g| (g, false)).chain(f16.into_iter().map(|g| (g, true))).collect();
+    let mut seed = 3000;
+    for (gpu, a_half) in &devices {
+        for ((a_off, a_pad), (b_off, b_pad)) in layouts {
+            for (a_trans, b_trans) in [(false, true), (true, false), (false, false)] {
+                seed += 10;
+                let c = Case { batch, m, n, k, b_trans, bias: Some(Axis::N), scale: None, gelu: false, residual: true, shared_b: false, a_trans };
+                let (a, b, bias, c0) =
+                    (random(batch * m * k, seed), random(batch * k * n, seed + 1), random(n, seed + 2), random(batch * m * n, seed + 3));
+                // Dense [batch][rows][cols] into rows of `cols + pad` from `off`, NaN around.
+                let view = |dense: &[f32], rows: usize, cols: usize, off: usize, pad: usize| {
+                    let ld = cols + pad;
+                    let mut v = vec![f32::NAN; off + batch * rows * ld + pad];
+                    for r in 0..batch * rows {
+                        v[off + r * ld..off + r * ld + cols].copy_from_slice(&dense[r * cols..(r + 1) * cols]);
+                    }
+                    (v, ld)
+                };
+                let (a_rows, a_cols) = if a_trans { (k, m) } else { (m, k) };
+                let (b_rows, b_cols) = if b_trans { (n, k) } else { (k, n) };
+                let (av, a_ld) = view(&a, a_rows, a_cols, a_off, a_pad);
+                let (bv, b_ld) = view(&b, b_rows, b_cols, b_off, b_pad);
+                let abuf = if *a_half { gpu.storage_f16("a", &av).unwrap() } else { upload(gpu, &av) };
+                let (bbuf, biasbuf, cbuf) = (upload(gpu, &bv), upload(gpu, &bias), upload(gpu, &c0));
+                let mut a_op = Operand { off: a_off as u32, ..Operand::new(&abuf, a_ld, a_rows * a_ld) };
+                if *a_half {
+                    a_op = a_op.f16();
+                }
+                let b_op = Operand { off: b_off as u32, ..Operand::new(&bbuf, b_ld, b_rows * b_ld) };
+                let mut g = Gemm::new(batch, m, n, k, a_op, b_op, Operand::new(&cbuf, n, m * n)).bias(&biasbuf, Axis::N).residual();
+                (g.a_trans, g.b_trans) = (a_trans, b_trans);
+                gpu.run_ops(&[g.build(gpu).unwrap()]).unwrap();
+                let a_used = if *a_half { rounded(&a) } else { as_computed(gpu, &a) };
+                let want = cpu_gemm(&c, &a_used, &as_computed(gpu, &b), &bias, &[], &c0);
+                let got = read(gpu, &cbuf, batch * m * n);
+                let diff = max_abs_diff(&got, &want);
+                let bound = tol::GEMM * (k as f32).sqrt() * max_abs(&want).max(1.0);
+                let what =
+                    format!("{} (A {}), A at {a_off} ld {a_ld}, B at {b_off} ld {b_ld}, {c:?}", gpu.gemm.name(), if *a_half { "f16" } else { "f32" });
+                assert!(got.iter().all(|v| v.is_finite()), "{what}: a NaN from outside the views");
+                assert!(diff <= bound, "{what}: max diff {diff} > {bound}");
+            }
+        }
+    }
+    assert!(!devices.is_empty(), "no GEMM kernel ran");
 }
 
 fn gemm_shapes(gpu: &Gpu) {

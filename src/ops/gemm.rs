@@ -389,8 +389,7 @@ impl<'a> Gemm<'a> {
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", REGISTER_LANES);
         }
         if let Some(fr) = variant.coop_fragments() {
-            let (a_vec, b_vec) = self.runs_of_4();
-            kernel = kernel.flag("EMULATE", variant == GemmVariant::CoopEmulated).flag("A_VEC", a_vec).flag("B_VEC", b_vec);
+            kernel = self.run_flags(kernel).flag("EMULATE", variant == GemmVariant::CoopEmulated);
             for (key, v) in coop_sizes(lanes, min_lanes, frag, fr) {
                 kernel = kernel.define(key, v);
             }
@@ -399,10 +398,8 @@ impl<'a> Gemm<'a> {
             kernel = kernel.define("ROWS", rows).define("COLS", cols).define("LANES", lanes);
         }
         if let Some([tm, tn, rm, rn, bk]) = variant.tile() {
-            let (a_vec, b_vec) = self.runs_of_4();
-            kernel = kernel
-                .flag("A_VEC", a_vec)
-                .flag("B_VEC", b_vec)
+            kernel = self
+                .run_flags(kernel)
                 .define("TM", tm)
                 .define("TN", tn)
                 .define("RM", rm)
@@ -424,6 +421,23 @@ impl<'a> Gemm<'a> {
         let a = self.conv.is_none() && (if self.a_trans { self.m } else { self.k }) % 4 == 0;
         let b = (if self.b_trans { self.k } else { self.n }) % 4 == 0;
         (a, b)
+    }
+
+    /// Whether those runs are also aligned vec4s of A's and B's bindings (A_VEC4, B_VEC4: the
+    /// operand is bound as an array of vec4, one 16-byte load per run, 8 at f16): offset,
+    /// leading dimension and batch stride multiples of 4 as well. Every run then starts at a
+    /// multiple of 4, and `check` has put the operand's last (aligned) vec4 inside the buffer.
+    fn vec4_runs(&self) -> (bool, bool) {
+        let (a, b) = self.runs_of_4();
+        let aligned = |o: &Operand| o.off.is_multiple_of(4) && o.ld.is_multiple_of(4) && o.bs.is_multiple_of(4);
+        (a && aligned(&self.a), b && aligned(&self.b))
+    }
+
+    /// The runs-of-4 flags of the tiled and coop kernels.
+    fn run_flags(&self, kernel: Kernel) -> Kernel {
+        let (a_vec, b_vec) = self.runs_of_4();
+        let (a_vec4, b_vec4) = self.vec4_runs();
+        kernel.flag("A_VEC", a_vec).flag("B_VEC", b_vec).flag("A_VEC4", a_vec4).flag("B_VEC4", b_vec4)
     }
 
     /// The flags of the epilogue and of C's layout.
@@ -1088,10 +1102,11 @@ mod tests {
             &["A_TRANS", "B_TRANS", "B_F16", "C_TRANS", "BIAS_N", "GELU", "RESIDUAL"],
             &["A_CONV", "B_TRANS", "BIAS_N"],
             &["A_CONV", "A_NHWC", "B_TRANS", "B_F16", "BIAS_N"],
-            // Staging in runs of 4, in each operand layout.
-            &["A_VEC", "B_VEC", "B_TRANS", "B_F16", "BIAS_N", "GELU"],
+            // Staging in runs of 4, in each operand layout, read as vec4s (f32 and f16) or not.
+            &["A_VEC", "B_VEC", "A_VEC4", "B_VEC4", "B_TRANS", "B_F16", "BIAS_N", "GELU"],
             &["A_VEC", "B_VEC", "A_TRANS", "C_TRANS", "BIAS_N", "RESIDUAL"],
-            &["A_F16", "A_VEC", "B_VEC", "BIAS_M", "GATE"],
+            &["A_F16", "A_VEC", "B_VEC", "A_VEC4", "B_VEC4", "BIAS_M", "GATE"],
+            &["A_VEC", "B_VEC", "A_VEC4", "A_TRANS", "B_TRANS", "B_F16", "BIAS_N"],
         ];
         let mut compiled = 0;
         for flags in cases {
