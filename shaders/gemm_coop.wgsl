@@ -17,9 +17,12 @@
 // column-major). (The operand views of gemm_common.wgsl, so
 // token mixing, implicit im2col and f16 weights all work); each subgroup then loads its
 // fragments from there and multiplies. The epilogue goes through workgroup memory: each
-// subgroup stores one fragment at a time to its own slot, and every invocation applies store_c
-// (bias, GELU, scale, gate, residual) to a share of them. The fragments are named variables
-// spelled out with `#unroll` (c00, c01, …), not an array.
+// subgroup stores ROW fragments of a fragment row at a time to its own slot, side by side (a
+// ROW x F wide strip, so that the invocations reading it, and the C rows they write, are
+// contiguous), and every invocation applies store_c (bias, GELU, scale, gate, residual) to a
+// share of the four quarters' strips. ROW = FR (a whole fragment row per round, two barriers
+// per row) where the slots fit the adapter's workgroup memory, else 1 (one fragment per round).
+// The fragments are named variables spelled out with `#unroll` (c00, c01, …), not an array.
 //
 // Rounding A (activations) to f16 is what `--precision f16` allows; accumulation stays f32.
 // Values beyond f16's range (65504) become infinite, as they would in any f16 GEMM.
@@ -49,12 +52,14 @@ const TN: u32 = 2u * QS;
 const BK: u32 = 2u * F;
 const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
 const SLOTS: u32 = {{SLOTS}}u;      // subgroups at the smallest size: 4 x largest / smallest
+const ROW: u32 = {{ROW}}u;          // fragments per epilogue round: FR or 1
+const SW: u32 = ROW * F;            // width of a slot's strip
 const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
 const LB: u32 = TN * BK / NT;
 
 var<workgroup> ta: array<f16, TM * BK>;         // [TM][BK], A_TRANS [BK][TM]
 var<workgroup> tb: array<f16, BK * TN>;         // [BK][TN], B_TRANS [TN][BK]
-var<workgroup> tc: array<f32, SLOTS * FF>;      // [SLOTS][F][F]
+var<workgroup> tc: array<f32, SLOTS * ROW * FF>; // [SLOTS][F][ROW x F]
 
 // (a_slot, b_slot: gemm_tile_slots.wgsl.)
 
@@ -129,14 +134,15 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #endif
 }
 
-// Fragment (fi, fj) of every quarter, as stored in slots 0-3, through the epilogue into C.
-fn write_fragment(bt: u32, m0: u32, n0: u32, fi: u32, fj: u32, tid: u32) {
-    for (var e = tid; e < 4u * FF; e += NT) {
-        let q = e / FF;
-        let r = (e / F) % F;
-        let col = e % F;
+// Fragments (fi, fj0) to (fi, fj0 + ROW - 1) of every quarter, as stored side by side in slots
+// 0-3, through the epilogue into C.
+fn write_fragments(bt: u32, m0: u32, n0: u32, fi: u32, fj0: u32, tid: u32) {
+    for (var e = tid; e < 4u * ROW * FF; e += NT) {
+        let q = e / (ROW * FF);
+        let r = (e / SW) % F;
+        let col = e % SW;
         let m = m0 + (q / 2u) * QS + fi * F + r;
-        let n = n0 + (q % 2u) * QS + fj * F + col;
+        let n = n0 + (q % 2u) * QS + fj0 * F + col;
         if (m < p.m && n < p.n) {
             store_c(bt, m, n, tc[e]);
         }
@@ -175,7 +181,7 @@ fn main(
     let quarter = sg % 4u;
     let qm = (quarter / 2u) * QS;  // the quarter's first row and column in the tile
     let qn = (quarter % 2u) * QS;
-    let slot = sg * FF;
+    let slot = sg * ROW * FF;
 #if EMULATE
     var acc: array<f32, FR * FR * EPL>;
 #else
@@ -234,25 +240,32 @@ fn main(
         workgroupBarrier();
     }
 
-    // Fragment by fragment: each subgroup stores its fragment to its slot, then all
-    // invocations write the four quarters' fragments out.
+    // ROW fragments at a time: each subgroup stores them side by side in its slot, then all
+    // invocations write the four quarters' strips out.
 #if EMULATE
     for (var f = 0u; f < FR * FR; f++) {
+        let fj = f % FR;
         for (var i = 0u; i < EPL; i++) {
-            tc[slot + lane + i * {{LANES}}u] = acc[f * EPL + i];
+            let e = lane + i * {{LANES}}u;
+            tc[slot + (e / F) * SW + (fj % ROW) * F + e % F] = acc[f * EPL + i];
         }
-        workgroupBarrier();
-        write_fragment(bt, m0, n0, f / FR, f % FR, tid);
-        workgroupBarrier();
+        if ((fj + 1u) % ROW == 0u) {
+            workgroupBarrier();
+            write_fragments(bt, m0, n0, f / FR, fj + 1u - ROW, tid);
+            workgroupBarrier();
+        }
     }
 #else
-    let c_ld = F;
+    let c_ld = SW;
 #unroll i FR
 #unroll j FR
-    coopStoreT(c{i}{j}, &tc[slot], c_ld);
-    workgroupBarrier();
-    write_fragment(bt, m0, n0, {i}u, {j}u, tid);
-    workgroupBarrier();
+    let ic{i}{j} = slot + ({j}u % ROW) * F;
+    coopStoreT(c{i}{j}, &tc[ic{i}{j}], c_ld);
+    if (({j}u + 1u) % ROW == 0u) {
+        workgroupBarrier();
+        write_fragments(bt, m0, n0, {i}u, {j}u + 1u - ROW, tid);
+        workgroupBarrier();
+    }
 #end
 #end
 #endif

@@ -352,8 +352,9 @@ impl<'a> Gemm<'a> {
 
     /// The kernel for this GEMM: `lanes` is the subgroup width the variant works at (the
     /// adapter's smallest for the subgroup kernels, its largest for coop), `min_lanes` the
-    /// adapter's smallest, `frag` the coop kernels' fragment size (16 or 8).
-    fn kernel(&self, variant: GemmVariant, lanes: u32, min_lanes: u32, frag: u32) -> Kernel {
+    /// adapter's smallest, `frag` the coop kernels' fragment size (16 or 8), `wg_bytes` the
+    /// adapter's workgroup memory.
+    fn kernel(&self, variant: GemmVariant, lanes: u32, min_lanes: u32, frag: u32, wg_bytes: u32) -> Kernel {
         let (name, source) = match variant {
             GemmVariant::Register => ("gemm_register", REGISTER),
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
@@ -390,7 +391,7 @@ impl<'a> Gemm<'a> {
         }
         if let Some(fr) = variant.coop_fragments() {
             kernel = self.run_flags(kernel).flag("EMULATE", variant == GemmVariant::CoopEmulated);
-            for (key, v) in coop_sizes(lanes, min_lanes, frag, fr) {
+            for (key, v) in coop_sizes(lanes, min_lanes, frag, fr, wg_bytes) {
                 kernel = kernel.define(key, v);
             }
         } else if variant.uses_subgroups() {
@@ -595,7 +596,8 @@ impl<'a> Gemm<'a> {
         for part in &parts {
             part.check()?;
         }
-        let pipeline = gpu.pipeline(&self.kernel(variant, lanes, min_lanes, frag))?;
+        let wg_bytes = gpu.limits.max_compute_workgroup_storage_size;
+        let pipeline = gpu.pipeline(&self.kernel(variant, lanes, min_lanes, frag, wg_bytes))?;
         if variant == GemmVariant::SplitK {
             return self.build_split_k(gpu, &parts, pipeline);
         }
@@ -611,7 +613,7 @@ impl<'a> Gemm<'a> {
         for part in parts {
             let splits = part.split_count(gpu);
             let next = if splits <= 1 {
-                let whole = gpu.pipeline(&part.kernel(GemmVariant::Tiled, 0, 0, 0))?;
+                let whole = gpu.pipeline(&part.kernel(GemmVariant::Tiled, 0, 0, 0, 0))?;
                 Op::dispatches(gpu, whole, &[part.dispatch(GemmVariant::Tiled, 0, 0, 1)?])?
             } else {
                 let scratch = gpu.storage("split-K partial sums", splits as usize * part.batch * part.m * part.n)?;
@@ -998,9 +1000,17 @@ fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
 /// The coop kernels' sizes (gemm_coop.wgsl): fragments of `frag`, `fr` x `fr` of them per
 /// subgroup, four subgroups of the largest size `lanes`, and room for as many more as the
 /// smallest, `min_lanes`, allows.
-fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32) -> [(&'static str, u32); 5] {
+/// The coop kernel's sizes (gemm_coop.wgsl) at subgroups of `min_lanes` to `lanes`, fragments
+/// of `frag` and `fr` x `fr` of them per subgroup, with `wg_bytes` of workgroup memory: the
+/// epilogue writes a whole fragment row per round (ROW = FR) where its slots fit beside the
+/// staged tiles, else one fragment (ROW = 1).
+fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> [(&'static str, u32); 6] {
     let (min, max) = (min_lanes.clamp(1, lanes), lanes);
-    [("F", frag), ("FR", fr), ("LANES", max), ("NT", 4 * max), ("SLOTS", 4 * max / min)]
+    let slots = 4 * max / min;
+    // The staged tiles: A (2 fr frag x 2 frag) and B (2 frag x 2 fr frag), f16.
+    let tiles = 2 * (2 * fr * frag) * (2 * frag) * 2;
+    let row = if tiles + slots * fr * frag * frag * 4 <= wg_bytes { fr } else { 1 };
+    [("F", frag), ("FR", fr), ("LANES", max), ("NT", 4 * max), ("SLOTS", slots), ("ROW", row)]
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -1013,10 +1023,11 @@ mod tests {
     /// linear layers, token mixing, convolutions, gMLP's gate) at every subgroup width, for
     /// tensor cores or emulated, with fragments of `frag`: naga's SPIR-V, validated with just
     /// the capabilities a coop device grants.
-    fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, frag: u32, fr: u32, emulate: bool) -> Vec<u32> {
+    /// Also says how many bytes of workgroup memory the module declares.
+    fn coop_spirv(flags: &[&str], lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32, emulate: bool) -> (Vec<u32>, u32) {
         let mut defines: Defines = flags.iter().map(|f| (f.to_string(), "1".to_string())).collect();
         defines.insert("EMULATE".into(), if emulate { "1" } else { "0" }.into());
-        defines.extend(super::coop_sizes(lanes, min_lanes, frag, fr).map(|(key, v)| (key.to_string(), v.to_string())));
+        defines.extend(super::coop_sizes(lanes, min_lanes, frag, fr, wg_bytes).map(|(key, v)| (key.to_string(), v.to_string())));
         let what = format!("{flags:?} at {lanes} lanes, {fr}x{fr} fragments of {frag}x{frag} (emulated: {emulate})");
         let source = preprocess("gemm_coop", super::COOP, &defines).unwrap_or_else(|e| panic!("{what}: {e}"));
         let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
@@ -1028,7 +1039,12 @@ mod tests {
             .validate(&module)
             .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
         let options = naga::back::spv::Options { lang_version: (1, 6), ..Default::default() };
-        naga::back::spv::write_vec(&module, &info, &options, None).unwrap_or_else(|e| panic!("{what}: SPIR-V: {e}"))
+        let words = naga::back::spv::write_vec(&module, &info, &options, None).unwrap_or_else(|e| panic!("{what}: SPIR-V: {e}"));
+        // The workgroup memory it declares, as naga lays it out.
+        let mut layouter = naga::proc::Layouter::default();
+        layouter.update(module.to_ctx()).unwrap_or_else(|e| panic!("{what}: layout: {e}"));
+        let shared = module.global_variables.iter().filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup).map(|(_, g)| layouter[g.ty].size).sum();
+        (words, shared)
     }
 
     /// How many instructions of each opcode a SPIR-V module holds (after its 5-word header).
@@ -1108,23 +1124,33 @@ mod tests {
             &["A_F16", "A_VEC", "B_VEC", "A_VEC4", "B_VEC4", "BIAS_M", "GATE"],
             &["A_VEC", "B_VEC", "A_VEC4", "A_TRANS", "B_TRANS", "B_F16", "BIAS_N"],
         ];
-        let mut compiled = 0;
+        let (mut compiled, mut rows_of) = (0, [0; 2]);
         for flags in cases {
             for (lanes, min, frag) in [(32, 32, 16), (64, 32, 16), (16, 8, 16), (8, 8, 16), (32, 32, 8), (64, 32, 8), (8, 8, 8)] {
                 // coop (2x2 fragments per subgroup) and coop128 (4x4): per k step, a load per
                 // fragment row of A and column of B, a multiply-add per fragment of C; a store
                 // per fragment of C at the end.
-                for fr in [2, 4] {
-                    let ops = opcodes(&coop_spirv(flags, lanes, min, frag, fr, false));
+                // With the H200's 48 KiB of workgroup memory the epilogue writes a fragment row
+                // per round, with WebGPU's default 16 KiB one fragment where a row does not fit.
+                for (fr, wg_bytes) in [2, 4].into_iter().flat_map(|fr| [(fr, 48 << 10), (fr, 16 << 10)]) {
+                    let (words, shared) = coop_spirv(flags, lanes, min, frag, fr, wg_bytes, false);
+                    let ops = opcodes(&words);
                     let n = |op| ops.get(&op).copied().unwrap_or(0);
-                    let what = format!("{flags:?} at {lanes} lanes, {fr}x{fr} fragments of {frag}x{frag}");
+                    let what = format!("{flags:?} at {lanes} lanes, {fr}x{fr} fragments of {frag}x{frag}, {wg_bytes} bytes");
                     assert_eq!((n(LOAD), n(MUL_ADD), n(STORE)), (2 * fr as usize, (fr * fr) as usize, (fr * fr) as usize), "{what}");
-                    let emulated = opcodes(&coop_spirv(flags, lanes, min, frag, fr, true));
+                    // A fragment row per round only where it fits (one fragment per round keeps
+                    // the kernel's own minimum, which `supports` leaves to the adapter).
+                    let row = super::coop_sizes(lanes, min, frag, fr, wg_bytes)[5].1;
+                    assert!(row == 1 || (row == fr && shared <= wg_bytes), "{what}: ROW {row}, {shared} bytes of workgroup memory");
+                    rows_of[(row == fr) as usize] += 1;
+                    let (emulated, _) = coop_spirv(flags, lanes, min, frag, fr, wg_bytes, true);
+                    let emulated = opcodes(&emulated);
                     assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{what} emulated");
                     compiled += 2;
                 }
             }
         }
-        assert_eq!(compiled, cases.len() * 28);
+        assert_eq!(compiled, cases.len() * 56);
+        assert!(rows_of.iter().all(|&n| n > 0), "both epilogue widths compiled: {rows_of:?}");
     }
 }
