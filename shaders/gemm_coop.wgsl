@@ -53,30 +53,32 @@ const BK: u32 = 2u * F;
 const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
 const SLOTS: u32 = {{SLOTS}}u;      // subgroups at the smallest size: 4 x largest / smallest
 const ROW: u32 = {{ROW}}u;          // fragments per epilogue round: FR or 1
+const STAGES: u32 = {{STAGES}}u;    // staged tiles: 2 (DOUBLE) or 1
 const SW: u32 = ROW * F;            // width of a slot's strip
 const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
 const LB: u32 = TN * BK / NT;
 
-var<workgroup> ta: array<f16, TM * BK>;         // [TM][BK], A_TRANS [BK][TM]
-var<workgroup> tb: array<f16, BK * TN>;         // [BK][TN], B_TRANS [TN][BK]
+var<workgroup> ta: array<f16, STAGES * TM * BK>; // [STAGES][TM][BK], A_TRANS [STAGES][BK][TM]
+var<workgroup> tb: array<f16, STAGES * BK * TN>; // [STAGES][BK][TN], B_TRANS [STAGES][TN][BK]
 var<workgroup> tc: array<f32, SLOTS * ROW * FF>; // [SLOTS][F][ROW x F]
 
 // (a_slot, b_slot: gemm_tile_slots.wgsl.)
 
-// Where the A tile's element (row mm, kk) and the B tile's (kk, column nn) are staged.
-fn ta_at(mm: u32, kk: u32) -> u32 {
+// Where the A tile's element (row mm, kk) and the B tile's (kk, column nn) are staged in
+// stage st.
+fn ta_at(st: u32, mm: u32, kk: u32) -> u32 {
 #if A_TRANS
-    return kk * TM + mm;
+    return st * TM * BK + kk * TM + mm;
 #else
-    return mm * BK + kk;
+    return st * TM * BK + mm * BK + kk;
 #endif
 }
 
-fn tb_at(kk: u32, nn: u32) -> u32 {
+fn tb_at(st: u32, kk: u32, nn: u32) -> u32 {
 #if B_TRANS
-    return nn * BK + kk;
+    return st * BK * TN + nn * BK + kk;
 #else
-    return kk * TN + nn;
+    return st * BK * TN + kk * TN + nn;
 #endif
 }
 
@@ -89,7 +91,7 @@ fn tb_at(kk: u32, nn: u32) -> u32 {
 // the reads stay coalesced and the stores contiguous), and under A_VEC4 (B_VEC4) one vector
 // load (a_run4, b_run4: gemm_common.wgsl).
 // Otherwise value by value, the operand views of gemm_common.wgsl (implicit im2col too).
-fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
+fn stage_tiles(st: u32, bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #if A_VEC
     for (var r = tid; r < TM * BK / 4u; r += NT) {
         let s = a_run(r);
@@ -99,7 +101,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let v = select(vec4<f16>(0.0), vec4<f16>(a_run4(at)), m < p.m && k < p.k);
         for (var j = 0u; j < 4u; j++) {
             let e = s + j * A_STEP;
-            ta[ta_at(e.y, e.x)] = v[j];
+            ta[ta_at(st, e.y, e.x)] = v[j];
         }
     }
 #else
@@ -108,7 +110,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let m = m0 + s.y;
         let k = k0 + s.x;
         let v = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
-        ta[ta_at(s.y, s.x)] = f16(v);
+        ta[ta_at(st, s.y, s.x)] = f16(v);
     }
 #endif
 #if B_VEC
@@ -120,7 +122,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let v = select(vec4<f16>(0.0), vec4<f16>(b_run4(at)), n < p.n && k < p.k);
         for (var j = 0u; j < 4u; j++) {
             let e = s + j * B_STEP;
-            tb[tb_at(e.x, e.y)] = v[j];
+            tb[tb_at(st, e.x, e.y)] = v[j];
         }
     }
 #else
@@ -129,7 +131,7 @@ fn stage_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
         let n = n0 + s.y;
         let k = k0 + s.x;
         let v = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
-        tb[tb_at(s.x, s.y)] = f16(v);
+        tb[tb_at(st, s.x, s.y)] = f16(v);
     }
 #endif
 }
@@ -154,14 +156,14 @@ const EPL: u32 = FF / {{LANES}}u;   // elements of a fragment each lane owns
 
 // acc[f * EPL + i] += row (arow + r) of the A tile . column (bcol + c) of the B tile over F
 // values of k from kk, for the elements (r, c) this lane owns of fragment f.
-fn mma_emulated(acc: ptr<function, array<f32, FR * FR * EPL>>, f: u32, arow: u32, bcol: u32, kk: u32, lane: u32) {
+fn mma_emulated(acc: ptr<function, array<f32, FR * FR * EPL>>, st: u32, f: u32, arow: u32, bcol: u32, kk: u32, lane: u32) {
     for (var i = 0u; i < EPL; i++) {
         let e = lane + i * {{LANES}}u;
         let r = e / F;
         let col = e % F;
         var s = 0.0;
         for (var j = 0u; j < F; j++) {
-            s = fma(f32(ta[ta_at(arow + r, kk + j)]), f32(tb[tb_at(kk + j, bcol + col)]), s);
+            s = fma(f32(ta[ta_at(st, arow + r, kk + j)]), f32(tb[tb_at(st, kk + j, bcol + col)]), s);
         }
         (*acc)[f * EPL + i] += s;
     }
@@ -202,20 +204,32 @@ fn main(
 #endif
 #endif
 
+    // Under DOUBLE, step k0 multiplies the tiles of stage st while the next step's go to the
+    // other stage, with one barrier per step: the barrier that ends a step is passed only once
+    // every subgroup has read stage st and written the other. Else stage, barrier, multiply,
+    // barrier.
+    var st = 0u;
+#if DOUBLE
+    stage_tiles(0u, bt, m0, n0, 0u, tid);
+    workgroupBarrier();
+#endif
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        stage_tiles(bt, m0, n0, k0, tid);
+#if DOUBLE
+#else
+        stage_tiles(0u, bt, m0, n0, k0, tid);
         workgroupBarrier();
+#endif
         for (var kk = 0u; kk < BK; kk += F) {
 #if EMULATE
 #unroll i FR
 #unroll j FR
-            mma_emulated(&acc, {i}u * FR + {j}u, qm + {i}u * F, qn + {j}u * F, kk, lane);
+            mma_emulated(&acc, st, {i}u * FR + {j}u, qm + {i}u * F, qn + {j}u * F, kk, lane);
 #end
 #end
 #else
             // (Every address a `let` of its own: the SPIR-V the matrix operations need.)
 #unroll i FR
-            let ia{i} = ta_at(qm + {i}u * F, kk);
+            let ia{i} = ta_at(st, qm + {i}u * F, kk);
 #if A_TRANS
             let a{i} = coopLoad<coop_mat{{F}}x{{F}}<f16, A>>(&ta[ia{i}], a_ld);
 #else
@@ -223,7 +237,7 @@ fn main(
 #endif
 #end
 #unroll j FR
-            let ib{j} = tb_at(kk, qn + {j}u * F);
+            let ib{j} = tb_at(st, kk, qn + {j}u * F);
 #if B_TRANS
             let b{j} = coopLoad<coop_mat{{F}}x{{F}}<f16, B>>(&tb[ib{j}], b_ld);
 #else
@@ -237,6 +251,12 @@ fn main(
 #end
 #endif
         }
+#if DOUBLE
+        if (k0 + BK < p.k) {
+            stage_tiles(1u - st, bt, m0, n0, k0 + BK, tid);
+        }
+        st = 1u - st;
+#endif
         workgroupBarrier();
     }
 

@@ -1003,14 +1003,18 @@ fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
 /// The coop kernel's sizes (gemm_coop.wgsl) at subgroups of `min_lanes` to `lanes`, fragments
 /// of `frag` and `fr` x `fr` of them per subgroup, with `wg_bytes` of workgroup memory: the
 /// epilogue writes a whole fragment row per round (ROW = FR) where its slots fit beside the
-/// staged tiles, else one fragment (ROW = 1).
-fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> [(&'static str, u32); 6] {
+/// staged tiles, else one fragment (ROW = 1); then the tiles are double-buffered (DOUBLE, two
+/// stages, one barrier per k step) where a second stage fits too. At 16x16 fragments and 32
+/// lanes, coop128 takes 16 KiB per stage and 16 KiB of slots: all 48 KiB of an H200's.
+fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> [(&'static str, u32); 8] {
     let (min, max) = (min_lanes.clamp(1, lanes), lanes);
     let slots = 4 * max / min;
-    // The staged tiles: A (2 fr frag x 2 frag) and B (2 frag x 2 fr frag), f16.
+    // One stage of tiles: A (2 fr frag x 2 frag) and B (2 frag x 2 fr frag), f16.
     let tiles = 2 * (2 * fr * frag) * (2 * frag) * 2;
-    let row = if tiles + slots * fr * frag * frag * 4 <= wg_bytes { fr } else { 1 };
-    [("F", frag), ("FR", fr), ("LANES", max), ("NT", 4 * max), ("SLOTS", slots), ("ROW", row)]
+    let slot_bytes = |row: u32| slots * row * frag * frag * 4;
+    let row = if tiles + slot_bytes(fr) <= wg_bytes { fr } else { 1 };
+    let stages = if 2 * tiles + slot_bytes(row) <= wg_bytes { 2 } else { 1 };
+    [("F", frag), ("FR", fr), ("LANES", max), ("NT", 4 * max), ("SLOTS", slots), ("ROW", row), ("STAGES", stages), ("DOUBLE", stages - 1)]
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -1124,7 +1128,7 @@ mod tests {
             &["A_F16", "A_VEC", "B_VEC", "A_VEC4", "B_VEC4", "BIAS_M", "GATE"],
             &["A_VEC", "B_VEC", "A_VEC4", "A_TRANS", "B_TRANS", "B_F16", "BIAS_N"],
         ];
-        let (mut compiled, mut rows_of) = (0, [0; 2]);
+        let (mut compiled, mut rows_of, mut stages_of) = (0, [0; 2], [0; 2]);
         for flags in cases {
             for (lanes, min, frag) in [(32, 32, 16), (64, 32, 16), (16, 8, 16), (8, 8, 16), (32, 32, 8), (64, 32, 8), (8, 8, 8)] {
                 // coop (2x2 fragments per subgroup) and coop128 (4x4): per k step, a load per
@@ -1140,9 +1144,13 @@ mod tests {
                     assert_eq!((n(LOAD), n(MUL_ADD), n(STORE)), (2 * fr as usize, (fr * fr) as usize, (fr * fr) as usize), "{what}");
                     // A fragment row per round only where it fits (one fragment per round keeps
                     // the kernel's own minimum, which `supports` leaves to the adapter).
-                    let row = super::coop_sizes(lanes, min, frag, fr, wg_bytes)[5].1;
+                    // Double-buffered only where that fits too.
+                    let sizes = super::coop_sizes(lanes, min, frag, fr, wg_bytes);
+                    let (row, stages) = (sizes[5].1, sizes[6].1);
                     assert!(row == 1 || (row == fr && shared <= wg_bytes), "{what}: ROW {row}, {shared} bytes of workgroup memory");
+                    assert!(stages == 1 || (stages == 2 && shared <= wg_bytes), "{what}: {stages} stages, {shared} bytes");
                     rows_of[(row == fr) as usize] += 1;
+                    stages_of[stages as usize - 1] += 1;
                     let (emulated, _) = coop_spirv(flags, lanes, min, frag, fr, wg_bytes, true);
                     let emulated = opcodes(&emulated);
                     assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{what} emulated");
@@ -1151,6 +1159,6 @@ mod tests {
             }
         }
         assert_eq!(compiled, cases.len() * 56);
-        assert!(rows_of.iter().all(|&n| n > 0), "both epilogue widths compiled: {rows_of:?}");
+        assert!(rows_of.iter().chain(&stages_of).all(|&n| n > 0), "both epilogue widths, single and double stages: {rows_of:?}, {stages_of:?}");
     }
 }
