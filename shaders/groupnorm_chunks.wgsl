@@ -40,7 +40,15 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
+#if ROW_SUBGROUP
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+    @builtin(subgroup_id) sg_id: u32,
+    @builtin(num_subgroups) sg_count: u32,
+#endif
 ) {
+#if ROW_SUBGROUP
+    row_subgroups(sg_lane, sg_id, sg_count);
+#endif
     let g = row_index(wid, nwg, lid);
     let lane = lid % LANES;
     if (g >= p.batch * p.parts) {

@@ -4,7 +4,8 @@
 // - ROW_WORKGROUP (real GPUs): a workgroup of LANES = 64 per row, striding it together. A
 //   reduction publishes each lane's value in workgroup memory (one barrier), every invocation
 //   combines all 64 in the same order (broadcast reads), and a second barrier lets the memory be
-//   written again: two barriers where a halving tree takes seven.
+//   written again: two barriers where a halving tree takes seven. With ROW_SUBGROUP (natively,
+//   where the adapter has subgroups) each subgroup combines its lanes first (see below).
 // - otherwise (CPU rasterisers, where barriers are dear): one invocation per row, LANES = 1,
 //   and a reduction is the value itself.
 // A kernel's invocation works on row `row_index(..)`, as lane `lid % LANES` (0 when it holds
@@ -15,6 +16,46 @@
 const LANES: u32 = 64u;
 var<workgroup> row_lanes: array<f32, LANES>;
 
+#if ROW_SUBGROUP
+// ROW_SUBGROUP (real GPUs with subgroups, natively): a reduction first combines each
+// subgroup's lanes (subgroupAdd, subgroupMax), and only the subgroups' results go through
+// workgroup memory (2 values on NVIDIA's 32 lanes, rather than all 64): still two barriers, but
+// each invocation reads 64 / subgroup size values where the plain form reads 64. The kernels
+// hand over their subgroup builtins first (row_subgroups); any subgroup size works.
+var<private> row_sg: vec3<u32>;  // (lane in its subgroup, subgroup index, subgroups)
+
+fn row_subgroups(sg_lane: u32, sg_id: u32, sg_count: u32) {
+    row_sg = vec3<u32>(sg_lane, sg_id, sg_count);
+}
+
+fn row_sum(lane: u32, v: f32) -> f32 {
+    let s = subgroupAdd(v);
+    if (row_sg.x == 0u) {
+        row_lanes[row_sg.y] = s;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < row_sg.z; i++) {
+        total += row_lanes[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+
+fn row_max(lane: u32, v: f32) -> f32 {
+    let s = subgroupMax(v);
+    if (row_sg.x == 0u) {
+        row_lanes[row_sg.y] = s;
+    }
+    workgroupBarrier();
+    var m = row_lanes[0];
+    for (var i = 1u; i < row_sg.z; i++) {
+        m = max(m, row_lanes[i]);
+    }
+    workgroupBarrier();
+    return m;
+}
+#else
 fn row_sum(lane: u32, v: f32) -> f32 {
     row_lanes[lane] = v;
     workgroupBarrier();
@@ -36,6 +77,7 @@ fn row_max(lane: u32, v: f32) -> f32 {
     workgroupBarrier();
     return m;
 }
+#endif
 #else
 const LANES: u32 = 1u;
 

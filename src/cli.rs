@@ -442,7 +442,7 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("runs on:     {adapter}");
     println!("kernels:     {}", sel.device.kernels());
     if let Some(rows) = sel.device.rows() {
-        println!("norm rows:   one {rows} per row (LayerNorm, softmax){}", if rows == "workgroup" { "; GroupNorm in chunks" } else { "" });
+        println!("norm rows:   one {rows} per row (LayerNorm, softmax){}", if rows != "invocation" { "; GroupNorm in chunks" } else { "" });
     }
     let halves = model.f16_activations();
     let stored =

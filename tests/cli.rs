@@ -258,11 +258,12 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
     };
     assert_eq!(rows_of(&[]).as_deref(), Some("invocation"), "lavapipe is a CPU rasteriser");
     assert_eq!(rows_of(&[("TOKENMIX_ROWS", "workgroup")]).as_deref(), Some("workgroup"));
+    assert_eq!(rows_of(&[("TOKENMIX_ROWS", "subgroup")]).as_deref(), Some("subgroup"), "lavapipe has subgroups");
     let out = run(&bench, &[("TOKENMIX_ROWS", "warp")]);
     assert!(!out.status.success());
     assert_clean_error(&out);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("TOKENMIX_ROWS=warp: expected invocation or workgroup"),
+        String::from_utf8_lossy(&out.stderr).contains("TOKENMIX_ROWS=warp: expected invocation, workgroup or subgroup"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -452,10 +452,12 @@ fn f16_activations_match_cpu_reference() {
     assert!(ran > 0, "no f16 device ran");
 }
 
-/// A device at `precision` running each way of covering rows (the adapter's own and the
-/// other), so that lavapipe tests both LayerNorm kernels directly.
+/// A device at `precision` running each way of covering rows (one invocation, one workgroup,
+/// one workgroup reducing by subgroups first), so that lavapipe tests every form directly.
 fn row_kernel_devices(precision: Precision) -> Vec<Gpu> {
-    [RowKernel::Invocation, RowKernel::Workgroup]
+    // Every lavapipe has subgroups (8 lanes, 4 in `make test`'s second kernel run).
+    assert!(gpu().subgroup_lanes().is_some(), "the test adapter has subgroups, for the subgroup row form");
+    [RowKernel::Invocation, RowKernel::Workgroup, RowKernel::Subgroup]
         .into_iter()
         .map(|rows| {
             let mut gpu = pollster::block_on(Gpu::new_at(precision)).expect("a wgpu adapter (lavapipe on CI)");
@@ -630,7 +632,7 @@ fn group_norm_matches_cpu_reference_whole_and_in_chunks() {
         }
         match gpu.rows {
             RowKernel::Invocation => assert_eq!(most, 1, "whole images on a CPU rasteriser"),
-            RowKernel::Workgroup => assert!(most > 50, "a case in many chunks"),
+            RowKernel::Workgroup | RowKernel::Subgroup => assert!(most > 50, "a case in many chunks"),
         }
     }
 }

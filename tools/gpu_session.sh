@@ -7,7 +7,7 @@
 #   (mixer_s16/b16/l16, gmlp_s16, resmlp_12, poolformer_s12/m48), each followed by where tokenmix's
 #   time went per kind of step (`bench --profile`: GPU timestamps around each step, so the gap
 #   between the steps' sum and the median shows what batch 1 loses between them); gmlp_s16's
-#   and poolformer_s12's norms in both row kernels (TOKENMIX_ROWS), back to back; the tuner's choices.
+#   and poolformer_s12's norms in the three row kernels (TOKENMIX_ROWS), back to back; the tuner's choices.
 # SESSION=train:
 #   1. trains the four Fashion-MNIST default models in parallel (tools/train.py, CUDA),
 #   2. checks them with `tokenmix eval` (Vulkan on the GPU) against PyTorch's own counts,
@@ -91,11 +91,12 @@ if [ "${SESSION:-kernels}" = kernels ]; then
     for p in f32 f16; do
       t python3 tools/bench_torch.py "$m" "/tmp/$m.safetensors" --tokenmix $TM --device $DEVICE --batch $BATCHES --iters $ITERS --precision "$p" --profile
     done
-    # LayerNorm and softmax one workgroup per row and GroupNorm in chunks (the GPU default), or
-    # one invocation per row and a workgroup per image (CPU rasterisers'), back to back on the
+    # LayerNorm and softmax one workgroup per row and GroupNorm in chunks, reduced by subgroups
+    # first (the native GPU default) or through workgroup memory alone (the browser's), or one
+    # invocation per row and a workgroup per image (CPU rasterisers'), back to back on the
     # model with the most LayerNorms (gMLP: 2 a block), and on PoolFormer-S12 for GroupNorm.
     if [[ " $ROWS_AB " == *" $m "* ]]; then
-      for r in workgroup invocation; do
+      for r in subgroup workgroup invocation; do
         echo "TOKENMIX_ROWS=$r"
         t env TOKENMIX_ROWS=$r $TM bench --weights "/tmp/$m.safetensors" --batch "$BATCHES" --iters $ITERS --profile | grep -E "median|layer_norm|group_norm|softmax"
       done

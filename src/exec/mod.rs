@@ -215,8 +215,8 @@ impl Device {
         }
     }
 
-    /// How the norms and softmax spread over the GPU (`gpu::RowKernel`: "workgroup" or
-    /// "invocation"); None on the CPU executor.
+    /// How the norms and softmax spread over the GPU (`gpu::RowKernel`: "subgroup",
+    /// "workgroup" or "invocation"); None on the CPU executor.
     pub fn rows(&self) -> Option<&'static str> {
         match self {
             Device::Gpu(g) => Some(g.rows.name()),

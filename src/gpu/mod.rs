@@ -86,8 +86,13 @@ pub enum RowKernel {
     Invocation,
     /// One workgroup of 64 per row, striding it together and reducing through workgroup memory:
     /// neighbouring invocations read neighbouring elements, and batch 1's 196 rows run as 196
-    /// workgroups rather than 4 invocations' serial loops. The default on real GPUs.
+    /// workgroups rather than 4 invocations' serial loops. The default on real GPUs without
+    /// subgroups (and in the browser).
     Workgroup,
+    /// As `Workgroup`, but each reduction combines a subgroup's lanes with subgroup operations
+    /// first, so only the subgroups' results go through workgroup memory (2 values on NVIDIA
+    /// rather than 64). The default on native real GPUs with subgroups.
+    Subgroup,
 }
 
 impl RowKernel {
@@ -95,11 +100,17 @@ impl RowKernel {
         match self {
             RowKernel::Invocation => "invocation",
             RowKernel::Workgroup => "workgroup",
+            RowKernel::Subgroup => "subgroup",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [RowKernel::Invocation, RowKernel::Workgroup].into_iter().find(|r| r.name() == s)
+        [RowKernel::Invocation, RowKernel::Workgroup, RowKernel::Subgroup].into_iter().find(|r| r.name() == s)
+    }
+
+    /// Whether a workgroup covers a row (`Workgroup`, `Subgroup`) rather than an invocation.
+    pub fn per_workgroup(self) -> bool {
+        self != RowKernel::Invocation
     }
 }
 
@@ -415,8 +426,17 @@ impl Gpu {
         };
         let tuning = tune::Tuning::new(&info, precision, fixed.is_none());
         let rows = match crate::env::env().rows.as_deref() {
-            Some(s) => RowKernel::parse(s).ok_or_else(|| Error::Input(format!("TOKENMIX_ROWS={s}: expected invocation or workgroup")))?,
+            Some(s) => {
+                let rows =
+                    RowKernel::parse(s).ok_or_else(|| Error::Input(format!("TOKENMIX_ROWS={s}: expected invocation, workgroup or subgroup")))?;
+                if rows == RowKernel::Subgroup && lanes.is_none() {
+                    return Err(Error::Input(format!("TOKENMIX_ROWS=subgroup: {} has no subgroups of 4 to 64 lanes", info.name)));
+                }
+                rows
+            }
             None if crate::exec::is_software(&info) => RowKernel::Invocation,
+            // (Not in the browser, whose subgroups are unproven here.)
+            None if lanes.is_some() && !cfg!(target_arch = "wasm32") => RowKernel::Subgroup,
             None => RowKernel::Workgroup,
         };
         let gpu = Gpu {

@@ -265,7 +265,8 @@ pub(crate) fn grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {
 
 /// A row kernel (`row_common.wgsl` in front of `source`) over `rows` rows, in the device's
 /// [`RowKernel`](crate::gpu::RowKernel) form: the kernel named `names[0]` (one invocation per row)
-/// or `names[1]` (one workgroup per row, `ROW_WORKGROUP`), and its grid.
+/// or `names[1]` (one workgroup per row, `ROW_WORKGROUP`, reducing by subgroups first with
+/// `ROW_SUBGROUP`), and its grid.
 pub(crate) fn row_kernel(
     gpu: &Gpu,
     names: [&'static str; 2],
@@ -275,9 +276,12 @@ pub(crate) fn row_kernel(
 ) -> Result<(crate::gpu::Kernel, [u32; 3])> {
     Ok(match gpu.rows {
         crate::gpu::RowKernel::Invocation => (crate::gpu::Kernel::new(names[0], source, bindings), grid(gpu, rows)?),
-        crate::gpu::RowKernel::Workgroup => {
-            (crate::gpu::Kernel::new(names[1], source, bindings).flag("ROW_WORKGROUP", true), workgroup_grid(gpu, rows)?)
-        }
+        r @ (crate::gpu::RowKernel::Workgroup | crate::gpu::RowKernel::Subgroup) => (
+            crate::gpu::Kernel::new(names[1], source, bindings)
+                .flag("ROW_WORKGROUP", true)
+                .flag("ROW_SUBGROUP", r == crate::gpu::RowKernel::Subgroup),
+            workgroup_grid(gpu, rows)?,
+        ),
     })
 }
 

@@ -106,8 +106,10 @@ pub fn group_norm(
     let partial = gpu.storage("group norm partial sums", 2 * batch * parts)?;
     let groups = workgroup_grid(gpu, batch * parts)?;
     let params = [batch as u32, tokens as u32, d as u32, eps.to_bits(), parts as u32, GROUPNORM_CHUNK as u32, 0, 0];
-    let stats = gpu.pipeline(&Kernel::new("groupnorm_stats", GROUPNORM_CHUNKS, GROUPNORM_STATS).flag("STATS", true).flag("ROW_WORKGROUP", true))?;
-    let apply = gpu.pipeline(&Kernel::new("groupnorm_chunks", GROUPNORM_CHUNKS, GROUPNORM_APPLY).flag("ROW_WORKGROUP", true))?;
+    let by_subgroup = gpu.rows == RowKernel::Subgroup;
+    let chunks = |name, bindings| Kernel::new(name, GROUPNORM_CHUNKS, bindings).flag("ROW_WORKGROUP", true).flag("ROW_SUBGROUP", by_subgroup);
+    let stats = gpu.pipeline(&chunks("groupnorm_stats", GROUPNORM_STATS).flag("STATS", true))?;
+    let apply = gpu.pipeline(&chunks("groupnorm_chunks", GROUPNORM_APPLY))?;
     let sums = Op::new(gpu, stats, &params, &[x, &partial], groups)?;
     sums.then(Op::new(gpu, apply, &params, &[x, gamma, beta, &partial, y], groups)?)
 }
@@ -120,6 +122,6 @@ pub const GROUPNORM_CHUNK: usize = 64 * 32;
 pub fn group_norm_chunks(rows: RowKernel, n: usize) -> usize {
     match rows {
         RowKernel::Invocation => 1,
-        RowKernel::Workgroup => n.div_ceil(GROUPNORM_CHUNK).max(1),
+        RowKernel::Workgroup | RowKernel::Subgroup => n.div_ceil(GROUPNORM_CHUNK).max(1),
     }
 }

@@ -37,12 +37,17 @@ pub fn gpu_with(variant: Option<GemmVariant>) -> Arc<Gpu> {
 /// Fixes the GEMM kernel and pairs it with the row kernels (LayerNorm, softmax, GroupNorm) its
 /// kind of adapter runs: the barrier-free GEMMs (CPU rasterisers' defaults) with one invocation
 /// per row, the shared-memory and tensor-core ones (real GPUs') with one workgroup per row and
-/// GroupNorm in chunks. So the suites that run every GEMM variant on lavapipe run both forms too,
-/// each beside the GEMMs it meets on an adapter.
+/// GroupNorm in chunks, reducing by subgroups first where the adapter has them (as natively on
+/// real GPUs). So the suites that run every GEMM variant on lavapipe run those forms too, each
+/// beside the GEMMs it meets on an adapter (the plain workgroup form: the row-kernel tests).
 pub fn fix_gemm(gpu: &mut Gpu, v: GemmVariant) {
     gpu.fix_gemm(v);
     let barrier_free = matches!(v, GemmVariant::Register | GemmVariant::Subgroup | GemmVariant::Texture);
-    gpu.rows = if barrier_free { RowKernel::Invocation } else { RowKernel::Workgroup };
+    gpu.rows = match (barrier_free, gpu.subgroup_lanes()) {
+        (true, _) => RowKernel::Invocation,
+        (false, Some(_)) => RowKernel::Subgroup,
+        (false, None) => RowKernel::Workgroup,
+    };
 }
 
 /// A test's own scratch folder (`tokenmix-{what}-…` in the temporary directory), removed when
