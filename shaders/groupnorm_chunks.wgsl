@@ -39,18 +39,10 @@ struct Params {
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-#if ROW_SUBGROUP
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_id) sg_id: u32,
-    @builtin(num_subgroups) sg_count: u32,
-#endif
+    ids: RowLanes,
 ) {
-#if ROW_SUBGROUP
-    row_subgroups(sg_lane, sg_id, sg_count);
-#endif
-    let g = row_index(wid, nwg, lid);
-    let lane = lid % LANES;
+    let g = row_index(wid, nwg, ids.lid);
+    let lane = row_lane(ids);
     if (g >= p.batch * p.parts) {
         return;
     }

@@ -8,9 +8,20 @@
 //   where the adapter has subgroups) each subgroup combines its lanes first (see below).
 // - otherwise (CPU rasterisers, where barriers are dear): one invocation per row, LANES = 1,
 //   and a reduction is the value itself.
-// A kernel's invocation works on row `row_index(..)`, as lane `lid % LANES` (0 when it holds
+// A kernel's invocation works on row `row_index(..)`, as lane `row_lane(..)` (0 when it holds
 // the row alone), and returns early past the last row: in the workgroup form the whole
-// workgroup does, so its barriers stay in uniform control flow.
+// workgroup does, so its barriers stay in uniform control flow. Its entry point takes the
+// invocation's ids within the workgroup as a `RowLanes` (the subgroup ones too, under
+// ROW_SUBGROUP), and the workgroup's as plain builtins, which uniformity analysis follows.
+
+struct RowLanes {
+    @builtin(local_invocation_index) lid: u32,
+#if ROW_SUBGROUP
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+    @builtin(subgroup_id) sg_id: u32,
+    @builtin(num_subgroups) sg_count: u32,
+#endif
+}
 
 #if ROW_WORKGROUP
 const LANES: u32 = 64u;
@@ -21,12 +32,8 @@ var<workgroup> row_lanes: array<f32, LANES>;
 // subgroup's lanes (subgroupAdd, subgroupMax), and only the subgroups' results go through
 // workgroup memory (2 values on NVIDIA's 32 lanes, rather than all 64): still two barriers, but
 // each invocation reads 64 / subgroup size values where the plain form reads 64. The kernels
-// hand over their subgroup builtins first (row_subgroups); any subgroup size works.
+// hand over their subgroup builtins first (row_lane); any subgroup size works.
 var<private> row_sg: vec3<u32>;  // (lane in its subgroup, subgroup index, subgroups)
-
-fn row_subgroups(sg_lane: u32, sg_id: u32, sg_count: u32) {
-    row_sg = vec3<u32>(sg_lane, sg_id, sg_count);
-}
 
 fn row_sum(lane: u32, v: f32) -> f32 {
     let s = subgroupAdd(v);
@@ -99,4 +106,13 @@ fn row_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
 #else
     return (wid.x + wid.y * nwg.x) * 64u + lid;
 #endif
+}
+
+// This invocation's lane in its row (0 when it holds the row alone). Under ROW_SUBGROUP also
+// keeps its subgroup ids for the reductions: call it before the first one.
+fn row_lane(ids: RowLanes) -> u32 {
+#if ROW_SUBGROUP
+    row_sg = vec3<u32>(ids.sg_lane, ids.sg_id, ids.sg_count);
+#endif
+    return ids.lid % LANES;
 }

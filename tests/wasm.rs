@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use tokenmix::gpu::RowKernel;
 use tokenmix::{Device, Gpu, Model};
 use wasm_bindgen_test::*;
 
@@ -122,6 +123,18 @@ async fn golden_logits_match_timm_in_the_browser() {
     pool().await;
     let gpu = Arc::new(Gpu::new().await.expect("a WebGPU adapter"));
     goldens_on(Device::Gpu(gpu)).await;
+}
+
+/// The same with one workgroup per row (`RowKernel::Workgroup`, the browser's default on
+/// hardware GPUs; SwiftShader's own is one invocation per row): the row kernels' barriers and
+/// reductions through the browser's WGSL compiler and its uniformity analysis.
+#[wasm_bindgen_test]
+async fn golden_logits_match_timm_in_the_browser_with_a_workgroup_per_row() {
+    pool().await;
+    let mut gpu = Gpu::new().await.expect("a WebGPU adapter");
+    assert_ne!(gpu.rows, RowKernel::Workgroup, "SwiftShader's default already; this test would repeat the one above");
+    gpu.rows = RowKernel::Workgroup;
+    goldens_on(Device::Gpu(Arc::new(gpu))).await;
 }
 
 /// A device lost under a model (`device.destroy()`, as a driver reset or a removed GPU would)
