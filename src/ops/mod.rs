@@ -264,24 +264,24 @@ pub(crate) fn grid(gpu: &Gpu, n: usize) -> Result<[u32; 3]> {
 }
 
 /// A row kernel (`row_common.wgsl` in front of `source`) over `rows` rows, in the device's
-/// [`RowKernel`](crate::gpu::RowKernel) form: the kernel named `names[0]` (one invocation per row)
-/// or `names[1]` (one workgroup per row, `ROW_WORKGROUP`, reducing by subgroups first with
-/// `ROW_SUBGROUP`), and its grid.
+/// [`RowKernel`](crate::gpu::RowKernel) form: the kernel named `names[0]` (one invocation per row),
+/// `names[1]` (one workgroup per row, `ROW_WORKGROUP`) or `names[2]` (the same reducing by
+/// subgroups first, `ROW_SUBGROUP`), and its grid (the name is what profiles show).
 pub(crate) fn row_kernel(
     gpu: &Gpu,
-    names: [&'static str; 2],
+    names: [&'static str; 3],
     source: &'static str,
     bindings: &'static [crate::gpu::Binding],
     rows: usize,
 ) -> Result<(crate::gpu::Kernel, [u32; 3])> {
     Ok(match gpu.rows {
         crate::gpu::RowKernel::Invocation => (crate::gpu::Kernel::new(names[0], source, bindings), grid(gpu, rows)?),
-        r @ (crate::gpu::RowKernel::Workgroup | crate::gpu::RowKernel::Subgroup) => (
-            crate::gpu::Kernel::new(names[1], source, bindings)
-                .flag("ROW_WORKGROUP", true)
-                .flag("ROW_SUBGROUP", r == crate::gpu::RowKernel::Subgroup),
-            workgroup_grid(gpu, rows)?,
-        ),
+        crate::gpu::RowKernel::Workgroup => {
+            (crate::gpu::Kernel::new(names[1], source, bindings).flag("ROW_WORKGROUP", true), workgroup_grid(gpu, rows)?)
+        }
+        crate::gpu::RowKernel::Subgroup => {
+            (crate::gpu::Kernel::new(names[2], source, bindings).flag("ROW_WORKGROUP", true).flag("ROW_SUBGROUP", true), workgroup_grid(gpu, rows)?)
+        }
     })
 }
 

@@ -60,7 +60,7 @@ pub fn layer_norm_rows(
     check_extent_of("layer_norm x", x.buf, (x.off + (rows.max(1) - 1) * x.ld + d) as u64, if x.half { 2 } else { 4 })?;
     check_extent("layer_norm y", y, 0, (rows * d) as u64)?;
     check_params("layer_norm", d, gamma, beta)?;
-    let (kernel, groups) = row_kernel(gpu, ["layernorm", "layernorm_wg"], LAYERNORM, BINDINGS, rows)?;
+    let (kernel, groups) = row_kernel(gpu, ["layernorm", "layernorm_wg", "layernorm_sg"], LAYERNORM, BINDINGS, rows)?;
     let kernel = kernel.flag("X_F16", x.half);
     let params = [rows as u32, d as u32, eps.to_bits(), x.ld as u32, x.off as u32, 0, 0, 0];
     Op::new(gpu, gpu.pipeline(&kernel)?, &params, &[x.buf, gamma, beta, y], groups)
@@ -108,8 +108,9 @@ pub fn group_norm(
     let params = [batch as u32, tokens as u32, d as u32, eps.to_bits(), parts as u32, GROUPNORM_CHUNK as u32, 0, 0];
     let by_subgroup = gpu.rows == RowKernel::Subgroup;
     let chunks = |name, bindings| Kernel::new(name, GROUPNORM_CHUNKS, bindings).flag("ROW_WORKGROUP", true).flag("ROW_SUBGROUP", by_subgroup);
-    let stats = gpu.pipeline(&chunks("groupnorm_stats", GROUPNORM_STATS).flag("STATS", true))?;
-    let apply = gpu.pipeline(&chunks("groupnorm_chunks", GROUPNORM_APPLY))?;
+    let (stats, apply) = if by_subgroup { ("groupnorm_stats_sg", "groupnorm_chunks_sg") } else { ("groupnorm_stats", "groupnorm_chunks") };
+    let stats = gpu.pipeline(&chunks(stats, GROUPNORM_STATS).flag("STATS", true))?;
+    let apply = gpu.pipeline(&chunks(apply, GROUPNORM_APPLY))?;
     let sums = Op::new(gpu, stats, &params, &[x, &partial], groups)?;
     sums.then(Op::new(gpu, apply, &params, &[x, gamma, beta, &partial, y], groups)?)
 }

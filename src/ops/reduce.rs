@@ -22,7 +22,7 @@ pub fn mean_tokens(gpu: &Gpu, batch: usize, tokens: usize, d: usize, x: &wgpu::B
 pub fn softmax(gpu: &Gpu, rows: usize, classes: usize, logits: &wgpu::Buffer, probs: &wgpu::Buffer) -> Result<Op> {
     check_extent("softmax logits", logits, 0, (rows * classes) as u64)?;
     check_extent("softmax probs", probs, 0, (rows * classes) as u64)?;
-    let (kernel, workgroups) = row_kernel(gpu, ["softmax", "softmax_wg"], SOFTMAX, BINDINGS, rows)?;
+    let (kernel, workgroups) = row_kernel(gpu, ["softmax", "softmax_wg", "softmax_sg"], SOFTMAX, BINDINGS, rows)?;
     let pipeline = gpu.pipeline(&kernel)?;
     let params = [rows as u32, classes as u32, 0, 0];
     Op::new(gpu, pipeline, &params, &[logits, probs], workgroups)
