@@ -86,19 +86,16 @@ fn tb_at(st: u32, kk: u32, nn: u32) -> u32 {
 // contiguous dimension (k for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a
 // multiple of 4, so its runs of 4 along that dimension, which tile edges never split (TM, TN
 // and BK are multiples of 4), are wholly inside or wholly outside the operand: each invocation
-// stages whole runs, one address and one bounds check for four values (`a_run`, `a_run_at`,
+// stages whole runs, one address and one bounds check for four values (`a_run`, `a_run_load`,
 // `A_STEP` and B's: gemm_tile_slots.wgsl; consecutive invocations take consecutive runs, so
 // the reads stay coalesced and the stores contiguous), and under A_VEC4 (B_VEC4) one vector
-// load (a_run4, b_run4: gemm_common.wgsl).
+// load.
 // Otherwise value by value, the operand views of gemm_common.wgsl (implicit im2col too).
 fn stage_tiles(st: u32, bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #if A_VEC
     for (var r = tid; r < TM * BK / 4u; r += NT) {
         let s = a_run(r);
-        let m = m0 + s.y;
-        let k = k0 + s.x;
-        let at = a_run_at(bt, m, k);
-        let v = select(vec4<f16>(0.0), vec4<f16>(a_run4(at)), m < p.m && k < p.k);
+        let v = vec4<f16>(a_run_load(bt, m0, k0, p.k, s));
         for (var j = 0u; j < 4u; j++) {
             let e = s + j * A_STEP;
             ta[ta_at(st, e.y, e.x)] = v[j];
@@ -116,10 +113,7 @@ fn stage_tiles(st: u32, bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
 #if B_VEC
     for (var r = tid; r < TN * BK / 4u; r += NT) {
         let s = b_run(r);
-        let n = n0 + s.y;
-        let k = k0 + s.x;
-        let at = b_run_at(bt, k, n);
-        let v = select(vec4<f16>(0.0), vec4<f16>(b_run4(at)), n < p.n && k < p.k);
+        let v = vec4<f16>(b_run_load(bt, k0, n0, p.k, s));
         for (var j = 0u; j < 4u; j++) {
             let e = s + j * B_STEP;
             tb[tb_at(st, e.x, e.y)] = v[j];

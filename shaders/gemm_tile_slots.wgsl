@@ -55,22 +55,30 @@ fn b_run(r: u32) -> vec2<u32> {
 #endif
 }
 
-// Where the run of A starting at (m, k) (of B at (k, n)) starts in memory, clamped into the
-// operand as the value-by-value loads are, so that a run outside it reads its last run in place.
-fn a_run_at(bt: u32, m: u32, k: u32) -> u32 {
+// The run of A that starts at s = (kk, mm) of the tile at (m0, k0) (of B: s = (kk, nn) of the
+// tile at (k0, n0)), zero where it lies outside the operand or at k_end and past; read from an
+// address clamped into the operand as the value-by-value loads are, so that a run outside it
+// reads its last run in place (one vector load under A_VEC4 / B_VEC4: a_run4, b_run4).
+fn a_run_load(bt: u32, m0: u32, k0: u32, k_end: u32, s: vec2<u32>) -> vec4<f32> {
+    let m = m0 + s.y;
+    let k = k0 + s.x;
 #if A_TRANS
-    return run_at(p.a_off, p.a_bs, p.a_ld, bt, k, m, p.k, p.m);
+    let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, k, m, p.k, p.m);
 #else
-    return run_at(p.a_off, p.a_bs, p.a_ld, bt, m, k, p.m, p.k);
+    let at = run_at(p.a_off, p.a_bs, p.a_ld, bt, m, k, p.m, p.k);
 #endif
+    return select(vec4<f32>(0.0), a_run4(at), m < p.m && k < k_end);
 }
 
-fn b_run_at(bt: u32, k: u32, n: u32) -> u32 {
+fn b_run_load(bt: u32, k0: u32, n0: u32, k_end: u32, s: vec2<u32>) -> vec4<f32> {
+    let n = n0 + s.y;
+    let k = k0 + s.x;
 #if B_TRANS
-    return run_at(p.b_off, p.b_bs, p.b_ld, bt, n, k, p.n, p.k);
+    let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, n, k, p.n, p.k);
 #else
-    return run_at(p.b_off, p.b_bs, p.b_ld, bt, k, n, p.k, p.n);
+    let at = run_at(p.b_off, p.b_bs, p.b_ld, bt, k, n, p.k, p.n);
 #endif
+    return select(vec4<f32>(0.0), b_run4(at), n < p.n && k < k_end);
 }
 
 // Row `row`, column `col` of an operand of `rows` x `cols`, its columns the contiguous

@@ -55,8 +55,8 @@ var<workgroup> tb: array<vec4<f32>, {{TB_VEC4}}>;
 // for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, and so
 // are TM, TN, BK and split-K's k ranges: its runs of 4 along that dimension are wholly inside
 // or wholly outside, and each invocation fetches LA / 4 whole runs, one address and one bounds
-// check for four values (`a_run`, `a_run_at`, `A_STEP` and B's: gemm_tile_slots.wgsl), one
-// vector load under A_VEC4 / B_VEC4 (a_run4, b_run4: gemm_common.wgsl). (A's
+// check for four values (`a_run`, `a_run_load`, `A_STEP` and B's: gemm_tile_slots.wgsl), one
+// vector load under A_VEC4 / B_VEC4. (A's
 // and B's loops are written out twice: a WGSL function cannot take a storage array.)
 var<private> ra: array<f32, LA>;
 var<private> rb: array<f32, LB>;
@@ -64,11 +64,7 @@ var<private> rb: array<f32, LB>;
 fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
 #if A_VEC
     for (var i = 0u; i < LA / 4u; i++) {
-        let s = a_run(tid + i * NT);
-        let m = m0 + s.y;
-        let k = k0 + s.x;
-        let at = a_run_at(bt, m, k);
-        let v = select(vec4<f32>(0.0), a_run4(at), m < p.m && k < k_end);
+        let v = a_run_load(bt, m0, k0, k_end, a_run(tid + i * NT));
         for (var j = 0u; j < 4u; j++) {
             ra[i * 4u + j] = v[j];
         }
@@ -83,11 +79,7 @@ fn fetch(bt: u32, m0: u32, n0: u32, k0: u32, k_end: u32, tid: u32) {
 #endif
 #if B_VEC
     for (var i = 0u; i < LB / 4u; i++) {
-        let s = b_run(tid + i * NT);
-        let n = n0 + s.y;
-        let k = k0 + s.x;
-        let at = b_run_at(bt, k, n);
-        let v = select(vec4<f32>(0.0), b_run4(at), n < p.n && k < k_end);
+        let v = b_run_load(bt, k0, n0, k_end, b_run(tid + i * NT));
         for (var j = 0u; j < 4u; j++) {
             rb[i * 4u + j] = v[j];
         }
