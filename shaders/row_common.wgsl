@@ -34,57 +34,52 @@ var<workgroup> row_lanes: array<f32, LANES>;
 // each invocation reads 64 / subgroup size values where the plain form reads 64. The kernels
 // hand over their subgroup builtins first (row_lane); any subgroup size works.
 var<private> row_sg: vec3<u32>;  // (lane in its subgroup, subgroup index, subgroups)
-
-fn row_sum(lane: u32, v: f32) -> f32 {
-    let s = subgroupAdd(v);
-    if (row_sg.x == 0u) {
-        row_lanes[row_sg.y] = s;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < row_sg.z; i++) {
-        total += row_lanes[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-
-fn row_max(lane: u32, v: f32) -> f32 {
-    let s = subgroupMax(v);
-    if (row_sg.x == 0u) {
-        row_lanes[row_sg.y] = s;
-    }
-    workgroupBarrier();
-    var m = row_lanes[0];
-    for (var i = 1u; i < row_sg.z; i++) {
-        m = max(m, row_lanes[i]);
-    }
-    workgroupBarrier();
-    return m;
-}
-#else
-fn row_sum(lane: u32, v: f32) -> f32 {
-    row_lanes[lane] = v;
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < LANES; i++) {
-        total += row_lanes[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-
-fn row_max(lane: u32, v: f32) -> f32 {
-    row_lanes[lane] = v;
-    workgroupBarrier();
-    var m = row_lanes[0];
-    for (var i = 1u; i < LANES; i++) {
-        m = max(m, row_lanes[i]);
-    }
-    workgroupBarrier();
-    return m;
-}
 #endif
+
+// Publishes this invocation's part of a reduction in workgroup memory and says how many parts
+// there are, in row_lanes[0..n], all readable once it returns: each lane's value, or under
+// ROW_SUBGROUP each subgroup's, already combined over its lanes.
+fn row_publish(lane: u32, part: f32) -> u32 {
+#if ROW_SUBGROUP
+    if (row_sg.x == 0u) {
+        row_lanes[row_sg.y] = part;
+    }
+    workgroupBarrier();
+    return row_sg.z;
+#else
+    row_lanes[lane] = part;
+    workgroupBarrier();
+    return LANES;
+#endif
+}
+
+fn row_sum(lane: u32, v: f32) -> f32 {
+#if ROW_SUBGROUP
+    let n = row_publish(lane, subgroupAdd(v));
+#else
+    let n = row_publish(lane, v);
+#endif
+    var total = 0.0;
+    for (var i = 0u; i < n; i++) {
+        total += row_lanes[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+
+fn row_max(lane: u32, v: f32) -> f32 {
+#if ROW_SUBGROUP
+    let n = row_publish(lane, subgroupMax(v));
+#else
+    let n = row_publish(lane, v);
+#endif
+    var m = row_lanes[0];
+    for (var i = 1u; i < n; i++) {
+        m = max(m, row_lanes[i]);
+    }
+    workgroupBarrier();
+    return m;
+}
 #else
 const LANES: u32 = 1u;
 
