@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokenmix::exec::{self, BackendChoice, Selected};
-use tokenmix::gpu::{GemmVariant, Precision};
+use tokenmix::gpu::{GemmVariant, Precision, RowKernel};
 use tokenmix::ops::{rel_diff, ActTexture, Gemm, Matrix, Op, Operand};
 use tokenmix::{labels, preprocess, Device, Error, Gpu, Model, Result};
 
@@ -441,8 +441,13 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     println!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
     println!("runs on:     {adapter}");
     println!("kernels:     {}", sel.device.kernels());
-    if let Some(rows) = sel.device.rows() {
-        println!("norm rows:   one {rows} per row (LayerNorm, softmax){}", if rows != "invocation" { "; GroupNorm in chunks" } else { "" });
+    if let Some(rows) = sel.device.rows().and_then(RowKernel::parse) {
+        let how = match rows {
+            RowKernel::Invocation => "one invocation per row (LayerNorm, softmax)",
+            RowKernel::Workgroup => "one workgroup per row (LayerNorm, softmax); GroupNorm in chunks",
+            RowKernel::Subgroup => "one workgroup per row, reduced by subgroups first (LayerNorm, softmax); GroupNorm in chunks",
+        };
+        println!("norm rows:   {how}");
     }
     let halves = model.f16_activations();
     let stored =

@@ -107,11 +107,6 @@ impl RowKernel {
     pub fn parse(s: &str) -> Option<Self> {
         [RowKernel::Invocation, RowKernel::Workgroup, RowKernel::Subgroup].into_iter().find(|r| r.name() == s)
     }
-
-    /// Whether a workgroup covers a row (`Workgroup`, `Subgroup`) rather than an invocation.
-    pub fn per_workgroup(self) -> bool {
-        self != RowKernel::Invocation
-    }
 }
 
 /// Which GEMM kernel runs (see `ops::gemm`). The adapter has a default ([`Gpu::gemm`]); on
