@@ -20,8 +20,14 @@
 // subgroup stores ROW fragments of a fragment row at a time to its own slot, side by side (a
 // ROW x F wide strip, so that the invocations reading it, and the C rows they write, are
 // contiguous), and every invocation applies store_c (bias, GELU, scale, gate, residual) to a
-// share of the four quarters' strips. ROW = FR (a whole fragment row per round, two barriers
-// per row) where the slots fit the adapter's workgroup memory, else 1 (one fragment per round).
+// share of the four quarters' strips, ROW = FR, FR / 2, … or 1 fragments per round (two
+// barriers each), as many as fit the adapter's workgroup memory.
+// Each staged row is padded by PAD f16 values (16 bytes) where that fits: a fragment load reads
+// F rows of the tile, 16 bytes of each per phase, and unpadded rows are 64 to 512 bytes apart,
+// a multiple of the 128 bytes of NVIDIA's 32 banks, so that 4 to 8 of them fall in the same
+// banks; 16 bytes more per row put 8 consecutive rows in 8 different groups of 4 banks. (The
+// fragment loads take a stride, so padding, not a swizzle as the tiled kernels use.) Rust's
+// coop_sizes prefers, within the budget, padding, then two stages, then the widest epilogue.
 // The fragments are named variables spelled out with `#unroll` (c00, c01, …), not an array.
 //
 // Rounding A (activations) to f16 is what `--precision f16` allows; accumulation stays f32.
@@ -52,14 +58,30 @@ const TN: u32 = 2u * QS;
 const BK: u32 = 2u * F;
 const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
 const SLOTS: u32 = {{SLOTS}}u;      // subgroups at the smallest size: 4 x largest / smallest
-const ROW: u32 = {{ROW}}u;          // fragments per epilogue round: FR or 1
+const ROW: u32 = {{ROW}}u;          // fragments per epilogue round: a divisor of FR
 const STAGES: u32 = {{STAGES}}u;    // staged tiles: 2 (DOUBLE) or 1
+const PAD: u32 = {{PAD}}u;          // f16 values after each staged row: 8 (16 bytes) or 0
 const SW: u32 = ROW * F;            // width of a slot's strip
 const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
 const LB: u32 = TN * BK / NT;
+// The staged tiles' row strides (padded) and one stage's size.
+#if A_TRANS
+const A_LD: u32 = TM + PAD;         // [STAGES][BK][TM + PAD]
+const A_STAGE: u32 = BK * A_LD;
+#else
+const A_LD: u32 = BK + PAD;         // [STAGES][TM][BK + PAD]
+const A_STAGE: u32 = TM * A_LD;
+#endif
+#if B_TRANS
+const B_LD: u32 = BK + PAD;         // [STAGES][TN][BK + PAD]
+const B_STAGE: u32 = TN * B_LD;
+#else
+const B_LD: u32 = TN + PAD;         // [STAGES][BK][TN + PAD]
+const B_STAGE: u32 = BK * B_LD;
+#endif
 
-var<workgroup> ta: array<f16, STAGES * TM * BK>; // [STAGES][TM][BK], A_TRANS [STAGES][BK][TM]
-var<workgroup> tb: array<f16, STAGES * BK * TN>; // [STAGES][BK][TN], B_TRANS [STAGES][TN][BK]
+var<workgroup> ta: array<f16, STAGES * A_STAGE>;
+var<workgroup> tb: array<f16, STAGES * B_STAGE>;
 var<workgroup> tc: array<f32, SLOTS * ROW * FF>; // [SLOTS][F][ROW x F]
 
 // (a_slot, b_slot: gemm_tile_slots.wgsl.)
@@ -68,17 +90,17 @@ var<workgroup> tc: array<f32, SLOTS * ROW * FF>; // [SLOTS][F][ROW x F]
 // stage st.
 fn ta_at(st: u32, mm: u32, kk: u32) -> u32 {
 #if A_TRANS
-    return st * TM * BK + kk * TM + mm;
+    return st * A_STAGE + kk * A_LD + mm;
 #else
-    return st * TM * BK + mm * BK + kk;
+    return st * A_STAGE + mm * A_LD + kk;
 #endif
 }
 
 fn tb_at(st: u32, kk: u32, nn: u32) -> u32 {
 #if B_TRANS
-    return st * BK * TN + nn * BK + kk;
+    return st * B_STAGE + nn * B_LD + kk;
 #else
-    return st * BK * TN + kk * TN + nn;
+    return st * B_STAGE + kk * B_LD + nn;
 #endif
 }
 
@@ -186,16 +208,8 @@ fn main(
     var c{i}{j} = coop_mat{{F}}x{{F}}<f32, C>();
 #end
 #end
-#if A_TRANS
-    let a_ld = TM;
-#else
-    let a_ld = BK;
-#endif
-#if B_TRANS
-    let b_ld = BK;
-#else
-    let b_ld = TN;
-#endif
+    let a_ld = A_LD;
+    let b_ld = B_LD;
 #endif
 
     // Under DOUBLE, step k0 multiplies the tiles of stage st while the next step's go to the

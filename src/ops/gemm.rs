@@ -997,24 +997,48 @@ fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
     Some((r.parse().ok()?, c.parse().ok()?))
 }
 
-/// The coop kernels' sizes (gemm_coop.wgsl): fragments of `frag`, `fr` x `fr` of them per
-/// subgroup, four subgroups of the largest size `lanes`, and room for as many more as the
-/// smallest, `min_lanes`, allows.
+/// f16 values after each row of the coop kernel's staged tiles, where they fit: 16 bytes, so
+/// that a fragment load's rows fall in different banks (gemm_coop.wgsl).
+const COOP_PAD: u32 = 8;
+
 /// The coop kernel's sizes (gemm_coop.wgsl) at subgroups of `min_lanes` to `lanes`, fragments
-/// of `frag` and `fr` x `fr` of them per subgroup, with `wg_bytes` of workgroup memory: the
-/// epilogue writes a whole fragment row per round (ROW = FR) where its slots fit beside the
-/// staged tiles, else one fragment (ROW = 1); then the tiles are double-buffered (DOUBLE, two
-/// stages, one barrier per k step) where a second stage fits too. At 16x16 fragments and 32
-/// lanes, coop128 takes 16 KiB per stage and 16 KiB of slots: all 48 KiB of an H200's.
-fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> [(&'static str, u32); 8] {
+/// of `frag` and `fr` x `fr` of them per subgroup, with `wg_bytes` of workgroup memory. Three
+/// choices trade workgroup memory, in this order of preference (each is paid per k step but
+/// the last, paid once per tile): staged rows padded by [`COOP_PAD`] (PAD), two stages of tiles
+/// (DOUBLE: one barrier per k step), and the widest epilogue round that fits beside them (ROW
+/// = FR, FR / 2, … fragments per round). Where nothing fits: unpadded, one stage, one fragment
+/// per round, the kernel's own minimum, which `supports` leaves to the adapter. At 16x16
+/// fragments and 32 lanes, coop128 takes 20 KiB per padded stage in the widest layout and 8 KiB
+/// of slots at ROW = 2: all 48 KiB of an H200's.
+fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> [(&'static str, u32); 9] {
     let (min, max) = (min_lanes.clamp(1, lanes), lanes);
     let slots = 4 * max / min;
-    // One stage of tiles: A (2 fr frag x 2 frag) and B (2 frag x 2 fr frag), f16.
-    let tiles = 2 * (2 * fr * frag) * (2 * frag) * 2;
-    let slot_bytes = |row: u32| slots * row * frag * frag * 4;
-    let row = if tiles + slot_bytes(fr) <= wg_bytes { fr } else { 1 };
-    let stages = if 2 * tiles + slot_bytes(row) <= wg_bytes { 2 } else { 1 };
-    [("F", frag), ("FR", fr), ("LANES", max), ("NT", 4 * max), ("SLOTS", slots), ("ROW", row), ("STAGES", stages), ("DOUBLE", stages - 1)]
+    let rows = || std::iter::successors(Some(fr), |&r| (r > 1).then_some(r / 2));
+    let (pad, stages, row) = [(COOP_PAD, 2), (COOP_PAD, 1), (0, 2), (0, 1)]
+        .into_iter()
+        .find_map(|(pad, stages)| rows().find(|&row| coop_bytes(slots, frag, fr, pad, stages, row) <= wg_bytes).map(|row| (pad, stages, row)))
+        .unwrap_or((0, 1, 1));
+    [
+        ("F", frag),
+        ("FR", fr),
+        ("LANES", max),
+        ("NT", 4 * max),
+        ("SLOTS", slots),
+        ("ROW", row),
+        ("STAGES", stages),
+        ("DOUBLE", stages - 1),
+        ("PAD", pad),
+    ]
+}
+
+/// The workgroup memory the coop kernel declares with `slots` epilogue slots, fragments of
+/// `frag`, `fr` x `fr` of them per subgroup, rows padded by `pad`, `stages` stages and `row`
+/// fragments per epilogue round, in its largest operand layout: two stages of f16 tiles, A
+/// (tile x bk) and B (bk x tile), each with rows along k (`tile` rows of `bk + pad`; the other
+/// way, `bk` rows of `tile + pad`, is smaller), and the f32 slots.
+fn coop_bytes(slots: u32, frag: u32, fr: u32, pad: u32, stages: u32, row: u32) -> u32 {
+    let (tile, bk) = (2 * fr * frag, 2 * frag);
+    stages * 2 * tile * (bk + pad) * 2 + slots * row * frag * frag * 4
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -1128,14 +1152,14 @@ mod tests {
             &["A_F16", "A_VEC", "B_VEC", "A_VEC4", "B_VEC4", "BIAS_M", "GATE"],
             &["A_VEC", "B_VEC", "A_VEC4", "A_TRANS", "B_TRANS", "B_F16", "BIAS_N"],
         ];
-        let (mut compiled, mut rows_of, mut stages_of) = (0, [0; 2], [0; 2]);
+        let (mut compiled, mut rows_of, mut stages_of, mut pads_of) = (0, [0; 3], [0; 2], [0; 2]);
         for flags in cases {
             for (lanes, min, frag) in [(32, 32, 16), (64, 32, 16), (16, 8, 16), (8, 8, 16), (32, 32, 8), (64, 32, 8), (8, 8, 8)] {
                 // coop (2x2 fragments per subgroup) and coop128 (4x4): per k step, a load per
                 // fragment row of A and column of B, a multiply-add per fragment of C; a store
                 // per fragment of C at the end.
-                // With the H200's 48 KiB of workgroup memory the epilogue writes a fragment row
-                // per round, with WebGPU's default 16 KiB one fragment where a row does not fit.
+                // With the H200's 48 KiB of workgroup memory and WebGPU's default 16 KiB, the
+                // padding, stages and epilogue width that fit.
                 for (fr, wg_bytes) in [2, 4].into_iter().flat_map(|fr| [(fr, 48 << 10), (fr, 16 << 10)]) {
                     let (words, shared) = coop_spirv(flags, lanes, min, frag, fr, wg_bytes, false);
                     let ops = opcodes(&words);
@@ -1146,11 +1170,19 @@ mod tests {
                     // the kernel's own minimum, which `supports` leaves to the adapter).
                     // Double-buffered only where that fits too.
                     let sizes = super::coop_sizes(lanes, min, frag, fr, wg_bytes);
-                    let (row, stages) = (sizes[5].1, sizes[6].1);
-                    assert!(row == 1 || (row == fr && shared <= wg_bytes), "{what}: ROW {row}, {shared} bytes of workgroup memory");
-                    assert!(stages == 1 || (stages == 2 && shared <= wg_bytes), "{what}: {stages} stages, {shared} bytes");
-                    rows_of[(row == fr) as usize] += 1;
+                    let size = |key| sizes.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).unwrap();
+                    let (row, stages, pad) = (size("ROW"), size("STAGES"), size("PAD"));
+                    let chosen = format!("{what}: PAD {pad}, {stages} stages, ROW {row}, {shared} bytes of workgroup memory");
+                    assert!((pad, stages, row) == (0, 1, 1) || shared <= wg_bytes, "{chosen}");
+                    assert!(fr % row == 0 && [0, super::COOP_PAD].contains(&pad) && (1..=2).contains(&stages), "{chosen}");
+                    // coop_sizes' budget is what the module declares in its largest layout
+                    // (A row-major, B_TRANS: the linear layers') and bounds it in the others.
+                    let budget = super::coop_bytes(size("SLOTS"), frag, fr, pad, stages, row);
+                    let largest = flags.contains(&"B_TRANS") && !flags.contains(&"A_TRANS");
+                    assert!(if largest { shared == budget } else { shared <= budget }, "{chosen}; budgeted {budget}");
+                    rows_of[[1, 2, 4].iter().position(|&r| r == row).unwrap()] += 1;
                     stages_of[stages as usize - 1] += 1;
+                    pads_of[(pad > 0) as usize] += 1;
                     let (emulated, _) = coop_spirv(flags, lanes, min, frag, fr, wg_bytes, true);
                     let emulated = opcodes(&emulated);
                     assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{what} emulated");
@@ -1159,6 +1191,9 @@ mod tests {
             }
         }
         assert_eq!(compiled, cases.len() * 56);
-        assert!(rows_of.iter().chain(&stages_of).all(|&n| n > 0), "both epilogue widths, single and double stages: {rows_of:?}, {stages_of:?}");
+        assert!(
+            rows_of.iter().chain(&stages_of).chain(&pads_of).all(|&n| n > 0),
+            "epilogue rounds of 1, 2 and 4 fragments, single and double stages, padded and not: {rows_of:?}, {stages_of:?}, {pads_of:?}"
+        );
     }
 }
