@@ -25,9 +25,10 @@
 // bank (rows are 32 to 128 floats apart): an 8- or 16-way conflict on every staging store. With
 // it they spread over the banks; the inner loop's reads, all of one row kk, are only permuted.
 //
-// Tile shapes are defines (the Rust side names three: tiled 64x64/4x4, tiled128 128x128/8x8,
-// tiled32 32x32/4x4 for small GEMMs that must still fill a large GPU), each within WebGPU's
-// default limits: 256 invocations and 16 KiB of workgroup memory.
+// Tile shapes are defines (the Rust side names four: tiled 64x64/4x4, tiled128 128x128/8x8,
+// tiled32 32x32/4x4 for small GEMMs that must still fill a large GPU, each within WebGPU's
+// default limits of 256 invocations and 16 KiB of workgroup memory, and tiled128k16, tiled128
+// with BK = 16: 32 KiB, where the adapter has it).
 
 const TM: u32 = {{TM}}u;
 const TN: u32 = {{TN}}u;

@@ -13,7 +13,7 @@ pub struct Env {
     /// `TOKENMIX_BACKEND`: auto, gpu or cpu (checked by `BackendChoice::from_env`).
     pub backend: Option<String>,
     /// `TOKENMIX_GEMM`: the WGSL GEMM kernel instead of the adapter's default (texture,
-    /// subgroup, register, tiled, tiled128, tiled32, splitk, coop, coop-emulated; checked when the device is made). Also
+    /// subgroup, register, tiled, tiled128, tiled128k16, tiled32, splitk, coop, coop128, coop-emulated; checked when the device is made). Also
     /// turns the autotuner off.
     pub gemm: Option<String>,
     /// `TOKENMIX_ROWS`: how the norms and softmax spread over the GPU (`gpu::RowKernel`),

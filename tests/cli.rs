@@ -124,7 +124,7 @@ fn bench_reports_json() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let variants: Vec<&str> = v["runs"].as_array().unwrap().iter().map(|r| r["variant"].as_str().unwrap()).collect();
     assert!(variants.contains(&"cpu") && variants.iter().any(|&x| x != "cpu"), "the CPU GEMM and the WGSL kernels: {variants:?}");
-    for v in ["tiled", "tiled128", "tiled32", "register"] {
+    for v in ["tiled", "tiled128", "tiled128k16", "tiled32", "register"] {
         assert!(variants.contains(&v), "{v} missing from {variants:?}");
     }
     // Each WGSL kernel's result against the CPU GEMM's (f32: rounding only).

@@ -949,6 +949,31 @@ fn subgroup_kernels_use_the_adapters_lanes() {
     assert!(has(GemmVariant::Tiled) && has(GemmVariant::Tiled128) && has(GemmVariant::Tiled32) && has(GemmVariant::Register));
 }
 
+/// Each tiled kernel runs where its two stages of tiles fit the adapter's workgroup memory:
+/// `tiled128k16`'s 32 KiB on the test adapter (lavapipe has 32 KiB, so the kernel suites run
+/// it), not on a device that, like WebGPU's default, says it has 16 KiB, which refuses it by
+/// name (it would fail pipeline creation) and leaves it out of the autotuner's candidates,
+/// while still running the kernels that fit.
+#[test]
+fn tiled_kernels_run_only_where_their_tiles_fit() {
+    let gpu = gpu();
+    let tiled = [GemmVariant::Tiled, GemmVariant::Tiled128, GemmVariant::Tiled128K16, GemmVariant::Tiled32, GemmVariant::SplitK];
+    assert_eq!(GemmVariant::Tiled128K16.tile_bytes(), Some(32 << 10));
+    assert!(gpu.limits.max_compute_workgroup_storage_size >= 32 << 10, "the test adapter has 32 KiB of workgroup memory");
+    for v in tiled {
+        assert_eq!(gpu.supports(v), Ok(()), "{}", v.name());
+    }
+    let mut small = pollster::block_on(Gpu::new()).expect("a wgpu adapter (lavapipe on CI)");
+    small.limits.max_compute_workgroup_storage_size = 16 << 10;
+    let err = small.supports(GemmVariant::Tiled128K16).expect_err("32 KiB of tiles in 16 KiB");
+    assert!(err.contains("tiled128k16 GEMM needs 32768 bytes of workgroup memory") && err.contains("16384"), "{err}");
+    assert!(!small.gemm_variants().contains(&GemmVariant::Tiled128K16), "{:?}", small.gemm_variants());
+    for v in tiled.into_iter().filter(|&v| v != GemmVariant::Tiled128K16) {
+        assert_eq!(small.supports(v), Ok(()), "{} fits 16 KiB", v.name());
+        assert!(small.gemm_variants().contains(&v), "{}", v.name());
+    }
+}
+
 /// The GEMM kernels run without naga's bounds checks, trusting `Gemm`'s own checks of every
 /// extent: a convolution whose geometry is empty (the kernel would clamp to ih-1 = -1), whose
 /// m is not whole images, whose k is not cin*kh*kw, or whose input offset runs past its buffer

@@ -129,6 +129,10 @@ pub enum GemmVariant {
     Tiled,
     /// The same kernel with 128x128 tiles and 8x8 per invocation: large GEMMs.
     Tiled128,
+    /// `Tiled128` staging 16 values of k per step rather than 8: half the barriers and loop
+    /// overhead per multiply-add and twice the loads in flight, for 32 KiB of workgroup memory
+    /// (beyond WebGPU's default 16 KiB: only where the adapter has it).
+    Tiled128K16,
     /// The same kernel with 32x32 tiles and 4x4 per invocation (64 invocations): small GEMMs
     /// (batch 1's 196 tokens) that must still spread over many compute units.
     Tiled32,
@@ -154,12 +158,13 @@ pub enum GemmVariant {
 }
 
 impl GemmVariant {
-    pub const ALL: [GemmVariant; 10] = [
+    pub const ALL: [GemmVariant; 11] = [
         GemmVariant::Texture,
         GemmVariant::Subgroup,
         GemmVariant::Register,
         GemmVariant::Tiled,
         GemmVariant::Tiled128,
+        GemmVariant::Tiled128K16,
         GemmVariant::Tiled32,
         GemmVariant::SplitK,
         GemmVariant::Coop,
@@ -175,6 +180,7 @@ impl GemmVariant {
             GemmVariant::Register => "register",
             GemmVariant::Tiled => "tiled",
             GemmVariant::Tiled128 => "tiled128",
+            GemmVariant::Tiled128K16 => "tiled128k16",
             GemmVariant::Tiled32 => "tiled32",
             GemmVariant::SplitK => "splitk",
             GemmVariant::Subgroup => "subgroup",
@@ -194,9 +200,14 @@ impl GemmVariant {
         match self {
             GemmVariant::Tiled | GemmVariant::SplitK => Some([64, 64, 4, 4, 16]),
             GemmVariant::Tiled128 => Some([128, 128, 8, 8, 8]),
+            GemmVariant::Tiled128K16 => Some([128, 128, 8, 8, 16]),
             GemmVariant::Tiled32 => Some([32, 32, 4, 4, 16]),
             _ => None,
         }
+    }
+    /// Bytes of workgroup memory the tiled kernels' two stages of tiles take.
+    pub fn tile_bytes(self) -> Option<u32> {
+        self.tile().map(|[tm, tn, _, _, bk]| 2 * (tm + tn) * bk * 4)
     }
     /// Needs `Features::SUBGROUP`.
     pub fn uses_subgroups(self) -> bool {
@@ -465,7 +476,14 @@ impl Gpu {
         if v.computes_in_f16() && self.precision != Precision::F16 {
             return Err(format!("the {} GEMM computes in f16: it runs under --precision f16 only", v.name()));
         }
+        let wg_bytes = self.limits.max_compute_workgroup_storage_size;
         match v {
+            _ if v.tile_bytes().is_some_and(|b| b > wg_bytes) => Err(format!(
+                "the {} GEMM needs {} bytes of workgroup memory; {} has {wg_bytes}",
+                v.name(),
+                v.tile_bytes().unwrap_or(0),
+                self.describe()
+            )),
             GemmVariant::Coop | GemmVariant::Coop128 if self.coop_shape().is_none() => Err(format!(
                 "{} has no cooperative matrices of 16x16x16 or 8x8x8 f16 -> f32 (native Vulkan with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, subgroups of at most 64 lanes)",
                 self.describe()

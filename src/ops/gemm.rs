@@ -359,7 +359,9 @@ impl<'a> Gemm<'a> {
             GemmVariant::Register => ("gemm_register", REGISTER),
             GemmVariant::Subgroup => ("gemm_subgroup", SUBGROUP),
             GemmVariant::Texture => ("gemm_texture", TEXTURE),
-            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 | GemmVariant::SplitK => ("gemm_tiled", TILED),
+            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled128K16 | GemmVariant::Tiled32 | GemmVariant::SplitK => {
+                ("gemm_tiled", TILED)
+            }
             GemmVariant::Coop | GemmVariant::Coop128 | GemmVariant::CoopEmulated => ("gemm_coop", COOP),
         };
         // Split-K's first pass writes raw partial sums: no epilogue (the second pass has it).
@@ -861,7 +863,7 @@ impl<'a> Gemm<'a> {
                 let (rows, cols) = subgroup_tile(variant, self.a_trans, lanes);
                 [groups(self.n as u32, lanes * cols), groups(self.m as u32, rows), self.batch as u32]
             }
-            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled32 | GemmVariant::SplitK => {
+            GemmVariant::Tiled | GemmVariant::Tiled128 | GemmVariant::Tiled128K16 | GemmVariant::Tiled32 | GemmVariant::SplitK => {
                 let [tm, tn, ..] = variant.tile().unwrap_or([64, 64, 4, 4, 16]);
                 [groups(self.n as u32, tn), groups(self.m as u32, tm), self.batch as u32]
             }
