@@ -59,7 +59,7 @@ const BK: u32 = 2u * F;
 const NT: u32 = {{NT}}u;            // invocations: 4 x LANES
 const SLOTS: u32 = {{SLOTS}}u;      // subgroups at the smallest size: 4 x largest / smallest
 const ROW: u32 = {{ROW}}u;          // fragments per epilogue round: a divisor of FR
-const STAGES: u32 = {{STAGES}}u;    // staged tiles: 2 (DOUBLE) or 1
+const STAGES: u32 = {{STAGES}}u;    // staged tiles: 2 (DOUBLE, perhaps PREFETCH) or 1
 const PAD: u32 = {{PAD}}u;          // f16 values after each staged row: 8 (16 bytes) or 0
 const SW: u32 = ROW * F;            // width of a slot's strip
 const LA: u32 = TM * BK / NT;       // A values each invocation stages per k step
@@ -104,50 +104,94 @@ fn tb_at(st: u32, kk: u32, nn: u32) -> u32 {
 #endif
 }
 
-// The tiles at k0, zero outside A and B, rounded to f16. Under A_VEC (B_VEC) the operand's
-// contiguous dimension (k for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a
-// multiple of 4, so its runs of 4 along that dimension, which tile edges never split (TM, TN
-// and BK are multiples of 4), are wholly inside or wholly outside the operand: each invocation
-// stages whole runs, one address and one bounds check for four values (`a_run`, `a_run_load`,
-// `A_STEP` and B's: gemm_tile_slots.wgsl; consecutive invocations take consecutive runs, so
-// the reads stay coalesced and the stores contiguous), and under A_VEC4 (B_VEC4) one vector
-// load.
-// Otherwise value by value, the operand views of gemm_common.wgsl (implicit im2col too).
-fn stage_tiles(st: u32, bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
+// The tiles at k0, zero outside A and B, rounded to f16: `fetch_tiles` reads this invocation's
+// share of them from global memory into registers (ra, rb), `put_tiles` stores it into a stage
+// of workgroup memory. Under A_VEC (B_VEC) the operand's contiguous dimension (k for row-major
+// A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, so its runs of 4 along
+// that dimension, which tile edges never split (TM, TN and BK are multiples of 4), are wholly
+// inside or wholly outside the operand: each invocation fetches whole runs, one address and one
+// bounds check for four values (`a_run`, `a_run_load`, `A_STEP` and B's: gemm_tile_slots.wgsl;
+// consecutive invocations take consecutive runs, so the reads stay coalesced and the stores
+// contiguous), and under A_VEC4 (B_VEC4) one vector load. Otherwise value by value, the operand
+// views of gemm_common.wgsl (implicit im2col too). (A's and B's loops are written out twice: a
+// WGSL function cannot take a storage array.)
+const RUNS_A: u32 = TM * BK / 4u;               // runs of 4 in a tile
+const RUNS_B: u32 = TN * BK / 4u;
+const RA: u32 = (RUNS_A + NT - 1u) / NT;        // an invocation's runs (the last may be idle)
+const RB: u32 = (RUNS_B + NT - 1u) / NT;
 #if A_VEC
-    for (var r = tid; r < TM * BK / 4u; r += NT) {
-        let s = a_run(r);
-        let v = vec4<f16>(a_run_load(bt, m0, k0, p.k, s));
-        for (var j = 0u; j < 4u; j++) {
-            let e = s + j * A_STEP;
-            ta[ta_at(st, e.y, e.x)] = v[j];
-        }
+var<private> ra: array<vec4<f16>, RA>;
+#else
+var<private> ra: array<f16, LA>;
+#endif
+#if B_VEC
+var<private> rb: array<vec4<f16>, RB>;
+#else
+var<private> rb: array<f16, LB>;
+#endif
+
+fn fetch_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
+#if A_VEC
+    for (var i = 0u; i < RA; i++) {
+        let r = min(tid + i * NT, RUNS_A - 1u);
+        ra[i] = vec4<f16>(a_run_load(bt, m0, k0, p.k, a_run(r)));
     }
 #else
     for (var i = 0u; i < LA; i++) {
         let s = a_slot(tid + i * NT);
         let m = m0 + s.y;
         let k = k0 + s.x;
-        let v = select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k);
-        ta[ta_at(st, s.y, s.x)] = f16(v);
+        ra[i] = f16(select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k));
     }
 #endif
 #if B_VEC
-    for (var r = tid; r < TN * BK / 4u; r += NT) {
-        let s = b_run(r);
-        let v = vec4<f16>(b_run_load(bt, k0, n0, p.k, s));
-        for (var j = 0u; j < 4u; j++) {
-            let e = s + j * B_STEP;
-            tb[tb_at(st, e.x, e.y)] = v[j];
-        }
+    for (var i = 0u; i < RB; i++) {
+        let r = min(tid + i * NT, RUNS_B - 1u);
+        rb[i] = vec4<f16>(b_run_load(bt, k0, n0, p.k, b_run(r)));
     }
 #else
     for (var i = 0u; i < LB; i++) {
         let s = b_slot(tid + i * NT);
         let n = n0 + s.y;
         let k = k0 + s.x;
-        let v = select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k);
-        tb[tb_at(st, s.x, s.y)] = f16(v);
+        rb[i] = f16(select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k));
+    }
+#endif
+}
+
+fn put_tiles(st: u32, tid: u32) {
+#if A_VEC
+    for (var i = 0u; i < RA; i++) {
+        let r = tid + i * NT;
+        if (r < RUNS_A) {
+            let s = a_run(r);
+            for (var j = 0u; j < 4u; j++) {
+                let e = s + j * A_STEP;
+                ta[ta_at(st, e.y, e.x)] = ra[i][j];
+            }
+        }
+    }
+#else
+    for (var i = 0u; i < LA; i++) {
+        let s = a_slot(tid + i * NT);
+        ta[ta_at(st, s.y, s.x)] = ra[i];
+    }
+#endif
+#if B_VEC
+    for (var i = 0u; i < RB; i++) {
+        let r = tid + i * NT;
+        if (r < RUNS_B) {
+            let s = b_run(r);
+            for (var j = 0u; j < 4u; j++) {
+                let e = s + j * B_STEP;
+                tb[tb_at(st, e.x, e.y)] = rb[i][j];
+            }
+        }
+    }
+#else
+    for (var i = 0u; i < LB; i++) {
+        let s = b_slot(tid + i * NT);
+        tb[tb_at(st, s.x, s.y)] = rb[i];
     }
 #endif
 }
@@ -214,17 +258,27 @@ fn main(
 
     // Under DOUBLE, step k0 multiplies the tiles of stage st while the next step's go to the
     // other stage, with one barrier per step: the barrier that ends a step is passed only once
-    // every subgroup has read stage st and written the other. Else stage, barrier, multiply,
-    // barrier.
+    // every subgroup has read stage st and written the other. Under PREFETCH too, the next
+    // step's tiles are fetched into registers before the multiply and stored after it, so that
+    // their global latency overlaps the matrix multiply-adds (as in the tiled kernels), where
+    // the registers allow. Else fetch, store, barrier, multiply, barrier.
     var st = 0u;
 #if DOUBLE
-    stage_tiles(0u, bt, m0, n0, 0u, tid);
+    fetch_tiles(bt, m0, n0, 0u, tid);
+    put_tiles(0u, tid);
     workgroupBarrier();
 #endif
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
 #if DOUBLE
+        let more = k0 + BK < p.k;
+#if PREFETCH
+        if (more) {
+            fetch_tiles(bt, m0, n0, k0 + BK, tid);
+        }
+#endif
 #else
-        stage_tiles(0u, bt, m0, n0, k0, tid);
+        fetch_tiles(bt, m0, n0, k0, tid);
+        put_tiles(0u, tid);
         workgroupBarrier();
 #endif
         for (var kk = 0u; kk < BK; kk += F) {
@@ -260,8 +314,12 @@ fn main(
 #endif
         }
 #if DOUBLE
-        if (k0 + BK < p.k) {
-            stage_tiles(1u - st, bt, m0, n0, k0 + BK, tid);
+        if (more) {
+#if PREFETCH
+#else
+            fetch_tiles(bt, m0, n0, k0 + BK, tid);
+#endif
+            put_tiles(1u - st, tid);
         }
         st = 1u - st;
 #endif

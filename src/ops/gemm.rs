@@ -1003,6 +1003,11 @@ fn tile_override(value: Option<&str>) -> Option<(u32, u32)> {
 /// that a fragment load's rows fall in different banks (gemm_coop.wgsl).
 const COOP_PAD: u32 = 8;
 
+/// Registers per lane the coop kernel may spend on its accumulators and on the next step's
+/// tiles held across the multiply (PREFETCH): half of the 255 a lane can have, leaving the
+/// rest to the fragments, addresses and the driver.
+const COOP_PREFETCH_REGS: u32 = 128;
+
 /// The coop kernel's sizes (gemm_coop.wgsl) at subgroups of `min_lanes` to `lanes`, fragments
 /// of `frag` and `fr` x `fr` of them per subgroup, with `wg_bytes` of workgroup memory. Three
 /// choices trade workgroup memory, in this order of preference (each is paid per k step but
@@ -1012,7 +1017,10 @@ const COOP_PAD: u32 = 8;
 /// per round, the kernel's own minimum, which `supports` leaves to the adapter. At 16x16
 /// fragments and 32 lanes, coop128 takes 20 KiB per padded stage in the widest layout and 8 KiB
 /// of slots at ROW = 2: all 48 KiB of an H200's.
-fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> [(&'static str, u32); 9] {
+/// With two stages, the next step's tiles are fetched into registers before the multiply
+/// (PREFETCH) where a lane's accumulators and its share of the tiles fit
+/// [`COOP_PREFETCH_REGS`]: at 16x16 and 32 lanes, coop's 32 + 16, not coop128's 128 + 32.
+fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> [(&'static str, u32); 10] {
     let (min, max) = (min_lanes.clamp(1, lanes), lanes);
     let slots = 4 * max / min;
     let rows = || std::iter::successors(Some(fr), |&r| (r > 1).then_some(r / 2));
@@ -1020,6 +1028,10 @@ fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> 
         .into_iter()
         .find_map(|(pad, stages)| rows().find(|&row| coop_bytes(slots, frag, fr, pad, stages, row) <= wg_bytes).map(|row| (pad, stages, row)))
         .unwrap_or((0, 1, 1));
+    // Per lane of the smallest subgroups: fr x fr f32 fragments; two tiles of 2 fr frag x 2 frag
+    // over 4 x `lanes` invocations (f16, counted as whole registers).
+    let (acc, staged) = (fr * fr * frag * frag / min, 2 * fr * frag * frag / max);
+    let prefetch = stages == 2 && acc + staged <= COOP_PREFETCH_REGS;
     [
         ("F", frag),
         ("FR", fr),
@@ -1030,6 +1042,7 @@ fn coop_sizes(lanes: u32, min_lanes: u32, frag: u32, fr: u32, wg_bytes: u32) -> 
         ("STAGES", stages),
         ("DOUBLE", stages - 1),
         ("PAD", pad),
+        ("PREFETCH", prefetch as u32),
     ]
 }
 
@@ -1154,7 +1167,7 @@ mod tests {
             &["A_F16", "A_VEC", "B_VEC", "A_VEC4", "B_VEC4", "BIAS_M", "GATE"],
             &["A_VEC", "B_VEC", "A_VEC4", "A_TRANS", "B_TRANS", "B_F16", "BIAS_N"],
         ];
-        let (mut compiled, mut rows_of, mut stages_of, mut pads_of) = (0, [0; 3], [0; 2], [0; 2]);
+        let (mut compiled, mut rows_of, mut stages_of, mut pads_of, mut prefetches_of) = (0, [0; 3], [0; 2], [0; 2], [0; 2]);
         for flags in cases {
             for (lanes, min, frag) in [(32, 32, 16), (64, 32, 16), (16, 8, 16), (8, 8, 16), (32, 32, 8), (64, 32, 8), (8, 8, 8)] {
                 // coop (2x2 fragments per subgroup) and coop128 (4x4): per k step, a load per
@@ -1185,6 +1198,9 @@ mod tests {
                     rows_of[[1, 2, 4].iter().position(|&r| r == row).unwrap()] += 1;
                     stages_of[stages as usize - 1] += 1;
                     pads_of[(pad > 0) as usize] += 1;
+                    let prefetch = size("PREFETCH");
+                    assert!(prefetch == 0 || stages == 2, "{chosen}: PREFETCH {prefetch} needs two stages");
+                    prefetches_of[prefetch as usize] += 1;
                     let (emulated, _) = coop_spirv(flags, lanes, min, frag, fr, wg_bytes, true);
                     let emulated = opcodes(&emulated);
                     assert!([LOAD, MUL_ADD, STORE].iter().all(|op| !emulated.contains_key(op)), "{what} emulated");
@@ -1194,8 +1210,8 @@ mod tests {
         }
         assert_eq!(compiled, cases.len() * 56);
         assert!(
-            rows_of.iter().chain(&stages_of).chain(&pads_of).all(|&n| n > 0),
-            "epilogue rounds of 1, 2 and 4 fragments, single and double stages, padded and not: {rows_of:?}, {stages_of:?}, {pads_of:?}"
+            rows_of.iter().chain(&stages_of).chain(&pads_of).chain(&prefetches_of).all(|&n| n > 0),
+            "epilogue rounds of 1, 2 and 4 fragments, single and double stages, padded and not, prefetched and not: {rows_of:?}, {stages_of:?}, {pads_of:?}, {prefetches_of:?}"
         );
     }
 }
