@@ -104,97 +104,122 @@ fn tb_at(st: u32, kk: u32, nn: u32) -> u32 {
 #endif
 }
 
-// The tiles at k0, zero outside A and B, rounded to f16: `fetch_tiles` reads this invocation's
-// share of them from global memory into registers (ra, rb), `put_tiles` stores it into a stage
-// of workgroup memory. Under A_VEC (B_VEC) the operand's contiguous dimension (k for row-major
-// A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, so its runs of 4 along
-// that dimension, which tile edges never split (TM, TN and BK are multiples of 4), are wholly
-// inside or wholly outside the operand: each invocation fetches whole runs, one address and one
-// bounds check for four values (`a_run`, `a_run_load`, `A_STEP` and B's: gemm_tile_slots.wgsl;
-// consecutive invocations take consecutive runs, so the reads stay coalesced and the stores
-// contiguous), and under A_VEC4 (B_VEC4) one vector load. Otherwise value by value, the operand
-// views of gemm_common.wgsl (implicit im2col too). (A's and B's loops are written out twice: a
-// WGSL function cannot take a storage array.)
+// The tiles at k0, zero outside A and B, rounded to f16. Each invocation's share of the A tile
+// is NA pieces: `a_fetch` reads piece i from global memory, `a_put` stores it into a stage of
+// workgroup memory (B's likewise). Under A_VEC (B_VEC) the operand's contiguous dimension (k
+// for row-major A and B_TRANS, m for A_TRANS, n for row-major B) is a multiple of 4, so its
+// runs of 4 along that dimension, which tile edges never split (TM, TN and BK are multiples of
+// 4), are wholly inside or wholly outside the operand: a piece is a whole run, one address and
+// one bounds check for four values (`a_run`, `a_run_load`, `A_STEP` and B's:
+// gemm_tile_slots.wgsl; consecutive invocations take consecutive runs, so the reads stay
+// coalesced and the stores contiguous; an invocation's last run may be idle), and under A_VEC4
+// (B_VEC4) one vector load. Otherwise a piece is one value, through the operand views of
+// gemm_common.wgsl (implicit im2col too). (A's and B's functions are written out twice: a WGSL
+// function cannot take a storage or workgroup array.)
 const RUNS_A: u32 = TM * BK / 4u;               // runs of 4 in a tile
 const RUNS_B: u32 = TN * BK / 4u;
-const RA: u32 = (RUNS_A + NT - 1u) / NT;        // an invocation's runs (the last may be idle)
-const RB: u32 = (RUNS_B + NT - 1u) / NT;
 #if A_VEC
-var<private> ra: array<vec4<f16>, RA>;
+const NA: u32 = (RUNS_A + NT - 1u) / NT;
+alias APiece = vec4<f16>;
+
+fn a_fetch(bt: u32, m0: u32, k0: u32, tid: u32, i: u32) -> vec4<f16> {
+    return vec4<f16>(a_run_load(bt, m0, k0, p.k, a_run(min(tid + i * NT, RUNS_A - 1u))));
+}
+
+fn a_put(st: u32, tid: u32, i: u32, v: vec4<f16>) {
+    let r = tid + i * NT;
+    if (r < RUNS_A) {
+        let s = a_run(r);
+        for (var j = 0u; j < 4u; j++) {
+            let e = s + j * A_STEP;
+            ta[ta_at(st, e.y, e.x)] = v[j];
+        }
+    }
+}
 #else
-var<private> ra: array<f16, LA>;
+const NA: u32 = LA;
+alias APiece = f16;
+
+fn a_fetch(bt: u32, m0: u32, k0: u32, tid: u32, i: u32) -> f16 {
+    let s = a_slot(tid + i * NT);
+    let m = m0 + s.y;
+    let k = k0 + s.x;
+    return f16(select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k));
+}
+
+fn a_put(st: u32, tid: u32, i: u32, v: f16) {
+    let s = a_slot(tid + i * NT);
+    ta[ta_at(st, s.y, s.x)] = v;
+}
 #endif
 #if B_VEC
-var<private> rb: array<vec4<f16>, RB>;
+const NB: u32 = (RUNS_B + NT - 1u) / NT;
+alias BPiece = vec4<f16>;
+
+fn b_fetch(bt: u32, n0: u32, k0: u32, tid: u32, i: u32) -> vec4<f16> {
+    return vec4<f16>(b_run_load(bt, k0, n0, p.k, b_run(min(tid + i * NT, RUNS_B - 1u))));
+}
+
+fn b_put(st: u32, tid: u32, i: u32, v: vec4<f16>) {
+    let r = tid + i * NT;
+    if (r < RUNS_B) {
+        let s = b_run(r);
+        for (var j = 0u; j < 4u; j++) {
+            let e = s + j * B_STEP;
+            tb[tb_at(st, e.x, e.y)] = v[j];
+        }
+    }
+}
 #else
-var<private> rb: array<f16, LB>;
+const NB: u32 = LB;
+alias BPiece = f16;
+
+fn b_fetch(bt: u32, n0: u32, k0: u32, tid: u32, i: u32) -> f16 {
+    let s = b_slot(tid + i * NT);
+    let n = n0 + s.y;
+    let k = k0 + s.x;
+    return f16(select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k));
+}
+
+fn b_put(st: u32, tid: u32, i: u32, v: f16) {
+    let s = b_slot(tid + i * NT);
+    tb[tb_at(st, s.x, s.y)] = v;
+}
 #endif
 
+// The tiles at k0 straight into stage st.
+fn stage_tiles(st: u32, bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
+    for (var i = 0u; i < NA; i++) {
+        a_put(st, tid, i, a_fetch(bt, m0, k0, tid, i));
+    }
+    for (var i = 0u; i < NB; i++) {
+        b_put(st, tid, i, b_fetch(bt, n0, k0, tid, i));
+    }
+}
+
+#if PREFETCH
+// The tiles at k0 held in registers across a multiply (fetch_tiles), then stored (put_tiles).
+var<private> ra: array<APiece, NA>;
+var<private> rb: array<BPiece, NB>;
+
 fn fetch_tiles(bt: u32, m0: u32, n0: u32, k0: u32, tid: u32) {
-#if A_VEC
-    for (var i = 0u; i < RA; i++) {
-        let r = min(tid + i * NT, RUNS_A - 1u);
-        ra[i] = vec4<f16>(a_run_load(bt, m0, k0, p.k, a_run(r)));
+    for (var i = 0u; i < NA; i++) {
+        ra[i] = a_fetch(bt, m0, k0, tid, i);
     }
-#else
-    for (var i = 0u; i < LA; i++) {
-        let s = a_slot(tid + i * NT);
-        let m = m0 + s.y;
-        let k = k0 + s.x;
-        ra[i] = f16(select(0.0, load_a(bt, min(m, p.m - 1u), min(k, p.k - 1u)), m < p.m && k < p.k));
+    for (var i = 0u; i < NB; i++) {
+        rb[i] = b_fetch(bt, n0, k0, tid, i);
     }
-#endif
-#if B_VEC
-    for (var i = 0u; i < RB; i++) {
-        let r = min(tid + i * NT, RUNS_B - 1u);
-        rb[i] = vec4<f16>(b_run_load(bt, k0, n0, p.k, b_run(r)));
-    }
-#else
-    for (var i = 0u; i < LB; i++) {
-        let s = b_slot(tid + i * NT);
-        let n = n0 + s.y;
-        let k = k0 + s.x;
-        rb[i] = f16(select(0.0, load_b(bt, min(k, p.k - 1u), min(n, p.n - 1u)), n < p.n && k < p.k));
-    }
-#endif
 }
 
 fn put_tiles(st: u32, tid: u32) {
-#if A_VEC
-    for (var i = 0u; i < RA; i++) {
-        let r = tid + i * NT;
-        if (r < RUNS_A) {
-            let s = a_run(r);
-            for (var j = 0u; j < 4u; j++) {
-                let e = s + j * A_STEP;
-                ta[ta_at(st, e.y, e.x)] = ra[i][j];
-            }
-        }
+    for (var i = 0u; i < NA; i++) {
+        a_put(st, tid, i, ra[i]);
     }
-#else
-    for (var i = 0u; i < LA; i++) {
-        let s = a_slot(tid + i * NT);
-        ta[ta_at(st, s.y, s.x)] = ra[i];
+    for (var i = 0u; i < NB; i++) {
+        b_put(st, tid, i, rb[i]);
     }
-#endif
-#if B_VEC
-    for (var i = 0u; i < RB; i++) {
-        let r = tid + i * NT;
-        if (r < RUNS_B) {
-            let s = b_run(r);
-            for (var j = 0u; j < 4u; j++) {
-                let e = s + j * B_STEP;
-                tb[tb_at(st, e.x, e.y)] = rb[i][j];
-            }
-        }
-    }
-#else
-    for (var i = 0u; i < LB; i++) {
-        let s = b_slot(tid + i * NT);
-        tb[tb_at(st, s.x, s.y)] = rb[i];
-    }
-#endif
 }
+#endif
 
 // Fragments (fi, fj0) to (fi, fj0 + ROW - 1) of every quarter, as stored side by side in slots
 // 0-3, through the epilogue into C.
@@ -264,8 +289,7 @@ fn main(
     // the registers allow. Else fetch, store, barrier, multiply, barrier.
     var st = 0u;
 #if DOUBLE
-    fetch_tiles(bt, m0, n0, 0u, tid);
-    put_tiles(0u, tid);
+    stage_tiles(0u, bt, m0, n0, 0u, tid);
     workgroupBarrier();
 #endif
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
@@ -277,8 +301,7 @@ fn main(
         }
 #endif
 #else
-        fetch_tiles(bt, m0, n0, k0, tid);
-        put_tiles(0u, tid);
+        stage_tiles(0u, bt, m0, n0, k0, tid);
         workgroupBarrier();
 #endif
         for (var kk = 0u; kk < BK; kk += F) {
@@ -316,10 +339,10 @@ fn main(
 #if DOUBLE
         if (more) {
 #if PREFETCH
-#else
-            fetch_tiles(bt, m0, n0, k0 + BK, tid);
-#endif
             put_tiles(1u - st, tid);
+#else
+            stage_tiles(1u - st, bt, m0, n0, k0 + BK, tid);
+#endif
         }
         st = 1u - st;
 #endif
