@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use tokenmix::gpu::RowKernel;
+use tokenmix::gpu::{GemmVariant, RowKernel};
 use tokenmix::{Device, Gpu, Model};
 use wasm_bindgen_test::*;
 
@@ -135,6 +135,32 @@ async fn golden_logits_match_timm_in_the_browser_with_a_workgroup_per_row() {
     assert_ne!(gpu.rows, RowKernel::Workgroup, "SwiftShader's default already; this test would repeat the one above");
     gpu.rows = RowKernel::Workgroup;
     goldens_on(Device::Gpu(Arc::new(gpu))).await;
+}
+
+/// The tiled GEMM kernels, which a browser on a hardware GPU runs (its default, and the
+/// autotuner's candidates there), through the browser's WGSL compiler: SwiftShader's own
+/// default is `register`, so without this none of them would reach it. Every one the adapter
+/// supports (`tiled128k16` needs 32 KiB of workgroup memory; the others must run), each with a
+/// workgroup per row, as on a hardware GPU. In the one-thread build only: the threaded build's
+/// WGSL is the same, and each kernel takes SwiftShader about 30 s.
+#[cfg(not(feature = "threads"))]
+#[wasm_bindgen_test]
+async fn golden_logits_match_timm_in_the_browser_on_every_tiled_kernel() {
+    pool().await;
+    let mut ran = Vec::new();
+    for v in [GemmVariant::Tiled, GemmVariant::Tiled128, GemmVariant::Tiled128K16, GemmVariant::Tiled32, GemmVariant::SplitK] {
+        let mut gpu = Gpu::new().await.expect("a WebGPU adapter");
+        if let Err(why) = gpu.supports(v) {
+            web_sys::console::log_1(&format!("{}: not on this adapter: {why}", v.name()).into());
+            assert_eq!(v, GemmVariant::Tiled128K16, "{why}");
+            continue;
+        }
+        gpu.fix_gemm(v);
+        gpu.rows = RowKernel::Workgroup;
+        goldens_on(Device::Gpu(Arc::new(gpu))).await;
+        ran.push(v.name());
+    }
+    assert!(ran.len() >= 4, "ran {ran:?}");
 }
 
 /// A device lost under a model (`device.destroy()`, as a driver reset or a removed GPU would)
