@@ -477,13 +477,10 @@ impl Gpu {
             return Err(format!("the {} GEMM computes in f16: it runs under --precision f16 only", v.name()));
         }
         let wg_bytes = self.limits.max_compute_workgroup_storage_size;
+        if let Some(bytes) = v.tile_bytes().filter(|&b| b > wg_bytes) {
+            return Err(format!("the {} GEMM needs {bytes} bytes of workgroup memory; {} has {wg_bytes}", v.name(), self.describe()));
+        }
         match v {
-            _ if v.tile_bytes().is_some_and(|b| b > wg_bytes) => Err(format!(
-                "the {} GEMM needs {} bytes of workgroup memory; {} has {wg_bytes}",
-                v.name(),
-                v.tile_bytes().unwrap_or(0),
-                self.describe()
-            )),
             GemmVariant::Coop | GemmVariant::Coop128 if self.coop_shape().is_none() => Err(format!(
                 "{} has no cooperative matrices of 16x16x16 or 8x8x8 f16 -> f32 (native Vulkan with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, subgroups of at most 64 lanes)",
                 self.describe()

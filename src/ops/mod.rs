@@ -276,13 +276,22 @@ pub(crate) fn row_kernel(
 ) -> Result<(crate::gpu::Kernel, [u32; 3])> {
     Ok(match gpu.rows {
         crate::gpu::RowKernel::Invocation => (crate::gpu::Kernel::new(names[0], source, bindings), grid(gpu, rows)?),
-        crate::gpu::RowKernel::Workgroup => {
-            (crate::gpu::Kernel::new(names[1], source, bindings).flag("ROW_WORKGROUP", true), workgroup_grid(gpu, rows)?)
-        }
-        crate::gpu::RowKernel::Subgroup => {
-            (crate::gpu::Kernel::new(names[2], source, bindings).flag("ROW_WORKGROUP", true).flag("ROW_SUBGROUP", true), workgroup_grid(gpu, rows)?)
-        }
+        _ => (workgroup_row_kernel(gpu, [names[1], names[2]], source, bindings), workgroup_grid(gpu, rows)?),
     })
+}
+
+/// A kernel of `row_common.wgsl`'s workgroup forms (a workgroup per row or per chunk), as the
+/// device reduces: `names[0]` through workgroup memory alone (`ROW_WORKGROUP`), or `names[1]`
+/// by subgroups first where the device's form is `RowKernel::Subgroup` (`ROW_SUBGROUP` too).
+/// The row kernels' workgroup forms and GroupNorm's chunks.
+pub(crate) fn workgroup_row_kernel(
+    gpu: &Gpu,
+    names: [&'static str; 2],
+    source: &'static str,
+    bindings: &'static [crate::gpu::Binding],
+) -> crate::gpu::Kernel {
+    let by_subgroup = gpu.rows == crate::gpu::RowKernel::Subgroup;
+    crate::gpu::Kernel::new(names[by_subgroup as usize], source, bindings).flag("ROW_WORKGROUP", true).flag("ROW_SUBGROUP", by_subgroup)
 }
 
 /// `n` workgroups (one per row, say), folded into two dimensions as [`grid`] folds; the kernels

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::gpu::{Binding, Gpu, Kernel, RowKernel};
 
-use super::{check_extent, check_extent_of, grid, row_kernel, workgroup_grid, Op};
+use super::{check_extent, check_extent_of, grid, row_kernel, workgroup_grid, workgroup_row_kernel, Op};
 
 const LAYERNORM: &str = concat!(include_str!("../../shaders/row_common.wgsl"), include_str!("../../shaders/layernorm.wgsl"));
 const AFFINE: &str = include_str!("../../shaders/affine.wgsl");
@@ -106,11 +106,9 @@ pub fn group_norm(
     let partial = gpu.storage("group norm partial sums", 2 * batch * parts)?;
     let groups = workgroup_grid(gpu, batch * parts)?;
     let params = [batch as u32, tokens as u32, d as u32, eps.to_bits(), parts as u32, GROUPNORM_CHUNK as u32, 0, 0];
-    let by_subgroup = gpu.rows == RowKernel::Subgroup;
-    let chunks = |name, bindings| Kernel::new(name, GROUPNORM_CHUNKS, bindings).flag("ROW_WORKGROUP", true).flag("ROW_SUBGROUP", by_subgroup);
-    let (stats, apply) = if by_subgroup { ("groupnorm_stats_sg", "groupnorm_chunks_sg") } else { ("groupnorm_stats", "groupnorm_chunks") };
-    let stats = gpu.pipeline(&chunks(stats, GROUPNORM_STATS).flag("STATS", true))?;
-    let apply = gpu.pipeline(&chunks(apply, GROUPNORM_APPLY))?;
+    let stats = workgroup_row_kernel(gpu, ["groupnorm_stats", "groupnorm_stats_sg"], GROUPNORM_CHUNKS, GROUPNORM_STATS).flag("STATS", true);
+    let stats = gpu.pipeline(&stats)?;
+    let apply = gpu.pipeline(&workgroup_row_kernel(gpu, ["groupnorm_chunks", "groupnorm_chunks_sg"], GROUPNORM_CHUNKS, GROUPNORM_APPLY))?;
     let sums = Op::new(gpu, stats, &params, &[x, &partial], groups)?;
     sums.then(Op::new(gpu, apply, &params, &[x, gamma, beta, &partial, y], groups)?)
 }
