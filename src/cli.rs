@@ -292,6 +292,8 @@ fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>,
     }
     if let Some(p) = image {
         viewer.open_image(p);
+        // (Classification runs on the viewer's work thread: its error comes when it ends.)
+        viewer.finish(std::time::Duration::from_secs(600));
         if let Some(e) = viewer.error.take() {
             return Err(Error::Input(e));
         }

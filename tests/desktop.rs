@@ -2,8 +2,9 @@
 //! rendered on the wgpu adapter (lavapipe in CI): a sample classifies as `tokenmix classify`
 //! does and its evidence lies over the image; switching models and layers redraws the views; a
 //! corrupt model file shows an error while the previous model keeps working; a hub download
-//! from a local server shows progress; the camera (synthetic, and none); `view --screenshot`; a
-//! Mixer with 256 token-MLP units keeps its offset kernel inside the window.
+//! from a local server shows progress; the window keeps drawing while a slow model classifies
+//! and explains; the camera (synthetic, and none) and pasting; `view --screenshot`; a Mixer with
+//! 256 token-MLP units keeps its offset kernel inside the window.
 //! Screenshots land in tests/artifacts/desktop-*.png.
 #![cfg(feature = "desktop")]
 
@@ -26,15 +27,16 @@ fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
     Harness::builder().with_size([1200.0, 820.0]).wgpu().build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
 }
 
-/// Steps frames until the model loading in the background (the picker, Open, a download) has
-/// been adopted; the window draws meanwhile.
+/// Steps frames until the background work has ended: the model loading (the picker, Open, a
+/// download) adopted, the image classified or explained. The window draws meanwhile.
 fn settle(h: &mut Harness<'static, Viewer>) {
+    h.step(); // (a click waiting for its frame starts its work there)
     let start = std::time::Instant::now();
-    while h.state().loading().is_some() && start.elapsed().as_secs() < 60 {
+    while h.state().busy() && start.elapsed().as_secs() < 60 {
         h.step();
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert!(h.state().loading().is_none(), "the load ended within 60 s");
+    assert!(!h.state().busy(), "the background work ended within 60 s");
     h.run();
 }
 
@@ -63,7 +65,7 @@ fn a_sample_classifies_as_the_cli_and_its_evidence_lies_over_the_image() {
     let mut h = harness(viewer());
     h.run();
     h.get_by_label("boot").click();
-    h.run();
+    settle(&mut h);
     let c = h.state().classified.as_ref().expect("classified");
     let want = cli[0]["predictions"].as_array().unwrap();
     assert_eq!(c.predictions.len(), 5);
@@ -75,7 +77,7 @@ fn a_sample_classifies_as_the_cli_and_its_evidence_lies_over_the_image() {
     assert_eq!(top, "Ankle boot");
     // Click the top class: its evidence overlay, and the identity line.
     h.get_by_label_contains(&top).click();
-    h.run();
+    settle(&mut h);
     assert_eq!(h.state().evidence, Some(c_index(&h)));
     h.get_by_label(&format!("Overlay: evidence for {top}"));
     h.get_by_label_contains("Evidence: logit");
@@ -94,7 +96,7 @@ fn switching_models_and_layers_redraws_the_views() {
     let mut h = harness(viewer());
     h.run();
     h.get_by_label("sandal").click();
-    h.run();
+    settle(&mut h);
     let mixer = shot(&mut h, "mixer");
     assert_eq!(h.state().insight.as_ref().map(|i| i.kind), Some("mixer"));
     // The model picker: gMLP.
@@ -105,10 +107,12 @@ fn switching_models_and_layers_redraws_the_views() {
     // The model loads on a thread of its own while the window keeps drawing.
     assert_eq!(h.state().loading(), Some("gmlp_fmnist"), "the load runs in the background");
     assert_eq!(h.state().model.info.family, "MLP-Mixer", "the previous model serves until then");
+    let by_mixer = h.state().classified.as_ref().map(|c| c.serial);
     settle(&mut h);
     assert_eq!(h.state().model.info.family, "gMLP");
     assert_eq!(h.state().insight.as_ref().map(|i| i.kind), Some("gmlp"));
-    assert!(h.state().classified.is_some(), "the image is classified again by the new model");
+    let again = h.state().classified.as_ref().map(|c| c.serial);
+    assert!(again > by_mixer, "the image is classified again by the new model: {by_mixer:?} -> {again:?}");
     let gmlp0 = shot(&mut h, "gmlp-layer0");
     // The layer slider, by keyboard.
     h.get_by_role_and_label(egui::accesskit::Role::Slider, "Layer").focus();
@@ -157,7 +161,7 @@ fn a_corrupt_model_file_shows_an_error_and_the_previous_model_keeps_working() {
     assert_eq!(h.state().model.info.family, "MLP-Mixer", "the previous model stays");
     shot(&mut h, "corrupt-model");
     h.get_by_label("trouser").click();
-    h.run();
+    settle(&mut h);
     let c = h.state().classified.as_ref().expect("still classifies");
     assert_eq!(c.predictions[0].label, "Trouser");
 }
@@ -314,7 +318,7 @@ fn the_camera_captures_frames_or_says_there_is_none() {
     h.get_by_label("Start camera").click();
     h.run();
     h.get_by_label("Capture").click();
-    h.run();
+    settle(&mut h);
     let c = h.state().classified.as_ref().expect("a captured frame is classified");
     assert!(c.source.starts_with("camera:"), "{}", c.source);
     h.get_by_label("Stop camera").click();
@@ -327,17 +331,31 @@ fn the_camera_captures_frames_or_says_there_is_none() {
     assert!(h.state().error.as_deref().unwrap_or("").contains("No image to paste"), "{:?}", h.state().error);
     // Ctrl/Cmd+V, as egui-winit reports it: an image on the clipboard (PasteImage) is
     // classified; text on it (Paste) makes the app look for an image, and say there is none…
-    let sample = image::open(root().join("www/samples/fmnist-0001-pullover.png")).expect("a sample").to_rgba8();
-    let (w, h_) = (sample.width() as usize, sample.height() as usize);
+    let sample_rgba = image::open(root().join("www/samples/fmnist-0001-pullover.png")).expect("a sample").to_rgba8();
+    let (w, h_) = (sample_rgba.width() as usize, sample_rgba.height() as usize);
     h.state_mut().classified = None;
-    h.event(egui::Event::PasteImage(std::sync::Arc::new(egui::ColorImage::from_rgba_unmultiplied([w, h_], sample.as_raw()))));
-    h.run();
+    h.event(egui::Event::PasteImage(std::sync::Arc::new(egui::ColorImage::from_rgba_unmultiplied([w, h_], sample_rgba.as_raw()))));
+    settle(&mut h);
     let c = h.state().classified.as_ref().expect("the pasted image is classified");
     assert_eq!(c.source, "pasted image");
     let pasted: Vec<(usize, f32)> = c.predictions.iter().map(|p| (p.index, p.probability)).collect();
     h.state_mut().open_sample("pullover");
+    settle(&mut h);
     let sample: Vec<(usize, f32)> = h.state().classified.as_ref().expect("the sample").predictions.iter().map(|p| (p.index, p.probability)).collect();
     assert_eq!(pasted, sample, "the pasted pixels are classified as the same sample opened from its file");
+    // The same pixels half transparent: egui holds them multiplied by alpha, and the model
+    // sees them unmultiplied, as the file's, up to egui's 8-bit rounding (a level or two:
+    // 0.02 in normalised units, where one level is 1 / (255 * 0.353)).
+    let file_input = h.state().classified.as_ref().expect("the sample").input.clone();
+    let mut translucent = sample_rgba.clone();
+    translucent.pixels_mut().for_each(|p| p[3] = 128);
+    h.event(egui::Event::PasteImage(std::sync::Arc::new(egui::ColorImage::from_rgba_unmultiplied([w, h_], translucent.as_raw()))));
+    settle(&mut h);
+    let c = h.state().classified.as_ref().expect("the translucent image is classified");
+    assert_eq!(c.source, "pasted image");
+    let worst = c.input.iter().zip(&file_input).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 0.025, "the translucent paste's input differs from the file's by up to {worst}");
+    assert_eq!(c.predictions[0].index, sample[0].0, "translucent paste: the file's top class");
     h.state_mut().error = None;
     h.event(egui::Event::Paste("some text".into()));
     h.run();
@@ -426,6 +444,113 @@ fn a_mixer_with_many_token_units_keeps_its_offset_kernel_in_view() {
     shot(&mut h, "mixer-256-units");
     // The kernel image (160 px tall on a 7x7 grid) below its caption, inside the 820 px window.
     assert!(kernel.max.y + 160.0 <= 820.0, "the offset kernel is pushed out of view: its caption ends at y = {}", kernel.max.y);
+}
+
+/// The shipped PoolFormer made to take `side` x `side` images (its metadata's `img_size` and
+/// preprocessing size; pooling has no weights tied to the token count): at 1008, 1296 times
+/// the work of 28 x 28, 23 GMACs, a few tenths of a second per pass on two CPU threads.
+fn large_poolformer(side: usize) -> Vec<u8> {
+    use safetensors::{tensor::TensorView, SafeTensors};
+    let bytes = std::fs::read(root().join("weights/poolformer_fmnist.safetensors")).expect("the shipped PoolFormer");
+    let st = SafeTensors::deserialize(&bytes).expect("it parses");
+    let (_, meta) = SafeTensors::read_metadata(&bytes).expect("its header parses");
+    let mut metadata = meta.metadata().clone().expect("it has metadata");
+    for (key, field) in [("config", "img_size"), ("preprocess", "size")] {
+        let mut v: serde_json::Value = serde_json::from_str(&metadata[key]).expect("JSON metadata");
+        v[field] = serde_json::json!([side, side]);
+        metadata.insert(key.into(), v.to_string());
+    }
+    let views = st.tensors().into_iter().map(|(n, t)| (n, TensorView::new(t.dtype(), t.shape().to_vec(), t.data()).expect("tensor view")));
+    safetensors::serialize(views, Some(metadata)).expect("serialised")
+}
+
+/// Classifying and explaining run on a thread of their own: the window keeps drawing (and
+/// says what it is doing) while a slow model works; a burst of images shows the last one; a
+/// model chosen while an image is classified classifies it afresh, and the stale result is
+/// dropped.
+#[test]
+fn the_window_keeps_drawing_while_the_model_works() {
+    let dir = common::scratch("desktop-large");
+    let file = dir.path().join("poolformer_1008.safetensors");
+    std::fs::write(&file, large_poolformer(1008)).expect("written");
+    let mut h = harness(viewer());
+    h.run();
+    assert!(h.state_mut().load_model("poolformer 1008", &std::fs::read(&file).unwrap()), "{:?}", h.state().error);
+    h.run();
+    assert_eq!(h.state().model.info.arch.input_shape(), [1, 1008, 1008]);
+    // Frames while the model works: the frame of the click ends with the image still being
+    // classified, and the window says so.
+    let frames_while = |h: &mut Harness<'static, Viewer>, working: fn(&Viewer) -> bool| {
+        let (mut frames, start) = (0, std::time::Instant::now());
+        while working(h.state()) && start.elapsed().as_secs() < 60 {
+            h.step();
+            frames += 1;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        frames
+    };
+    h.get_by_label("bag").click();
+    h.step();
+    assert!(h.state().classifying(), "the frame of the click ended before the classification");
+    h.step();
+    h.get_by_label("Classifying the image …");
+    shot(&mut h, "classifying");
+    // (The long status line, "Loaded poolformer 1008 (PoolFormer, 2291338 parameters).",
+    // wraps inside the right panel instead of widening it over the middle.)
+    let r = h.get_by_label_contains("Loaded poolformer 1008").rect();
+    assert!(r.max.x <= 1200.0, "the status line ends at x = {} in a 1200 px window", r.max.x);
+    let frames = frames_while(&mut h, Viewer::classifying);
+    assert!(frames >= 3, "the window drew {frames} frames while the image was classified");
+    settle(&mut h);
+    let cli = {
+        let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+            .args(["classify", "--json", "--top-k", "5", "--weights", file.to_str().unwrap()])
+            .arg(root().join("www/samples/fmnist-0018-bag.png"))
+            .output()
+            .expect("tokenmix runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let c = h.state().classified.as_ref().expect("classified");
+    assert_eq!(c.source, "sample: bag");
+    for (p, w) in c.predictions.iter().zip(cli[0]["predictions"].as_array().unwrap()) {
+        assert_eq!(p.index as u64, w["index"].as_u64().unwrap(), "class order as the CLI");
+        assert!((p.probability as f64 - w["probability"].as_f64().unwrap()).abs() < 1e-3);
+    }
+    // The explanation: the overlay comes when it ends, the window drawing meanwhile.
+    let top = c.predictions[0].label.clone();
+    h.get_by_label_contains(&top).click();
+    h.step();
+    assert!(h.state().explaining(), "the frame of the click ended before the explanation");
+    h.step();
+    h.get_by_label("Explaining the prediction token by token …");
+    let frames = frames_while(&mut h, Viewer::explaining);
+    assert!(frames >= 3, "the window drew {frames} frames while the image was explained");
+    settle(&mut h);
+    h.get_by_label(&format!("Overlay: evidence for {top}"));
+    // A burst of images: the last one is shown.
+    for name in ["boot", "shirt", "coat"] {
+        h.get_by_label(name).click();
+        h.step();
+    }
+    settle(&mut h);
+    assert_eq!(h.state().classified.as_ref().map(|c| c.source.as_str()), Some("sample: coat"));
+    assert_eq!(h.state().error, None);
+    // Another model while an image is classified: the image is classified by it, and the
+    // PoolFormer's result, arriving after, is not shown.
+    h.get_by_label("trouser").click();
+    h.step();
+    assert!(h.state().classifying());
+    h.state_mut().load_model("mixer_fmnist (embedded default)", tokenmix::DEFAULT_MODEL);
+    settle(&mut h);
+    let c = h.state().classified.as_ref().expect("classified");
+    let want = cli_classify(root().join("www/samples/fmnist-0002-trouser.png").to_str().unwrap());
+    assert_eq!((h.state().model.info.family, c.source.as_str()), ("MLP-Mixer", "sample: trouser"));
+    for (p, w) in c.predictions.iter().zip(want[0]["predictions"].as_array().unwrap()) {
+        assert_eq!(p.index as u64, w["index"].as_u64().unwrap(), "the trouser, classified by the Mixer as the CLI does");
+        assert!((p.probability as f64 - w["probability"].as_f64().unwrap()).abs() < 1e-3, "{} vs {}", p.probability, w["probability"]);
+    }
+    shot(&mut h, "after-switch");
 }
 
 /// A camera program that does not answer (a busy or stuck device) is ended after the limit

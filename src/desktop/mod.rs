@@ -57,6 +57,8 @@ pub struct Prediction {
 
 /// The latest classified image and what the model said about it.
 pub struct Classified {
+    /// Which classification request this answers ([`Viewer::classify`] numbers them).
+    pub serial: u64,
     pub source: String,
     /// The image as given, and the model's input (CHW, normalised).
     pub image: RgbImage,
@@ -113,6 +115,18 @@ pub struct Viewer {
     /// the pipelines and, on a GPU, timing GEMM kernels: seconds for a hub model), so that the
     /// window keeps drawing; a newer request supersedes it.
     loading: Option<PendingLoad>,
+    /// The model's work on an image (classifying it, explaining it) running on a thread of its
+    /// own, so that the window keeps drawing: on a CPU, a hub model takes a second or more, an
+    /// explanation as long again, and a GPU's first pass times kernels.
+    work: Option<Running>,
+    /// The request that waits for [`Self::work`]; a newer one replaces it, so a burst of clicks
+    /// runs the first and the last.
+    queued: Option<Request>,
+    /// The number of the latest classification asked for; a result of an older one (another
+    /// image, or the image under the previous model) is dropped.
+    serial: u64,
+    /// Where a finished piece of work asks for the next frame at once (set by [`Self::ui`]).
+    repaint: Option<egui::Context>,
     /// Fractions of the running download seen by the window (tests check progress showed).
     pub progress_seen: Vec<f32>,
     pub camera: Box<dyn Camera>,
@@ -135,6 +149,59 @@ struct PendingLoad {
     rx: std::sync::mpsc::Receiver<Result<Model>>,
     /// Set when it loads a hub download (named after the repository once it loaded).
     hub: Option<HubFile>,
+}
+
+/// Model work for the thread: classify an image, or explain a classification's input.
+enum Request {
+    Classify { serial: u64, source: String, image: RgbImage },
+    Explain { serial: u64, input: Vec<f32> },
+}
+
+/// What a [`Request`] ended with.
+enum Done {
+    Classified(Result<Classified>),
+    Explained(Result<Explained>),
+}
+
+/// A [`Request`] running on its thread: for which classification, on which model, the image
+/// (a new model classifies it again), and where the result arrives.
+struct Running {
+    serial: u64,
+    model: Arc<Model>,
+    image: Option<(String, RgbImage)>,
+    rx: std::sync::mpsc::Receiver<Done>,
+}
+
+impl Request {
+    /// Runs on the work thread.
+    fn run(self, model: &Model) -> Done {
+        match self {
+            Request::Classify { serial, source, image } => Done::Classified(classify_image(model, serial, source, image)),
+            Request::Explain { input, .. } => Done::Explained(pollster::block_on(model.explain(&input))),
+        }
+    }
+}
+
+/// `image` through `model`: the top five classes, the times, the per-stage energy.
+fn classify_image(model: &Model, serial: u64, source: String, image: RgbImage) -> Result<Classified> {
+    let rgba: Vec<u8> = image.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
+    let run = pollster::block_on(model.classify_rgba(&rgba, image.width() as usize, image.height() as usize, millis))?;
+    let out = &run.output;
+    let predictions = out
+        .top_k(0, 5)
+        .into_iter()
+        .map(|k| Prediction { index: k, label: crate::labels::label(&model.info.labels, k), probability: out.probs[k] })
+        .collect();
+    Ok(Classified {
+        serial,
+        source,
+        image,
+        input: run.input,
+        predictions,
+        times: [run.preprocess_ms, run.forward_ms, run.readback_ms],
+        stage_energy: run.stage_energy,
+        explained: None,
+    })
 }
 
 struct HubFile {
@@ -205,6 +272,10 @@ impl Viewer {
             download_since: 0,
             model_changes: 0,
             loading: None,
+            work: None,
+            queued: None,
+            serial: 0,
+            repaint: None,
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
             generation: 0,
@@ -284,8 +355,8 @@ impl Viewer {
                 self.evidence = None;
                 self.hover = None;
                 self.refresh_insight();
-                if let Some(c) = self.classified.take() {
-                    self.classify(c.source, c.image);
+                if let Some((source, image)) = self.latest_image() {
+                    self.classify(source, image);
                 }
                 Ok(())
             }
@@ -332,32 +403,126 @@ impl Viewer {
         }
     }
 
-    /// Runs the model on `image` (any size: timm's eval preprocessing) and explains it.
+    /// Classifies `image` (any size: timm's eval preprocessing) on the work thread; the result
+    /// replaces [`Self::classified`] when it arrives, unless a newer image (or model) was asked
+    /// for meanwhile. The previous result stays in view until then.
     pub fn classify(&mut self, source: String, image: RgbImage) {
-        let rgba: Vec<u8> = image.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
-        let run = pollster::block_on(self.model.classify_rgba(&rgba, image.width() as usize, image.height() as usize, millis));
-        match run {
-            Ok(run) => {
-                let out = &run.output;
-                let predictions = out
-                    .top_k(0, 5)
-                    .into_iter()
-                    .map(|k| Prediction { index: k, label: crate::labels::label(&self.model.info.labels, k), probability: out.probs[k] })
-                    .collect();
-                self.classified = Some(Classified {
-                    source,
-                    image,
-                    input: run.input,
-                    predictions,
-                    times: [run.preprocess_ms, run.forward_ms, run.readback_ms],
-                    stage_energy: run.stage_energy,
-                    explained: None,
-                });
+        self.serial += 1;
+        self.request(Request::Classify { serial: self.serial, source, image });
+    }
+
+    /// Runs `r` now, or after the running request (replacing one that waited).
+    fn request(&mut self, r: Request) {
+        if self.work.is_some() {
+            self.queued = Some(r);
+        } else {
+            self.start_work(r);
+        }
+    }
+
+    fn start_work(&mut self, r: Request) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let model = self.model.clone();
+        let (serial, image) = match &r {
+            Request::Classify { serial, source, image } => (*serial, Some((source.clone(), image.clone()))),
+            Request::Explain { serial, .. } => (*serial, None),
+        };
+        let repaint = self.repaint.clone();
+        let on_thread = model.clone();
+        std::thread::spawn(move || {
+            // (A receiver gone with a closed window: nothing to do.)
+            let _ = tx.send(r.run(&on_thread));
+            if let Some(ctx) = repaint {
+                ctx.request_repaint();
+            }
+        });
+        self.work = Some(Running { serial, model, image, rx });
+    }
+
+    /// Adopts the running request's result once it has ended and starts the one that waited.
+    /// True while work runs.
+    pub fn poll_work(&mut self) -> bool {
+        let Some(w) = &self.work else { return false };
+        let done = match w.rx.try_recv() {
+            Ok(done) => done,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return true,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Done::Classified(Err(Error::Input("the model's thread ended without a result".into())))
+            }
+        };
+        let Some(w) = self.work.take() else { return false };
+        let current = Arc::ptr_eq(&w.model, &self.model);
+        let shown = self.classified.as_ref().is_some_and(|c| c.serial == w.serial);
+        match done {
+            // A newer image, or this one under a newer model, is on its way: this one is
+            // dropped.
+            Done::Classified(_) if w.serial != self.serial => {}
+            Done::Classified(Ok(c)) => {
+                self.classified = Some(c);
                 self.evidence = None;
                 self.error = None;
                 self.generation += 1;
             }
-            Err(e) => self.error = Some(format!("Classification failed: {e}")),
+            Done::Classified(Err(e)) => {
+                self.error = Some(format!("Classification failed: {e}"));
+            }
+            // An explanation of what is no longer shown (another image, another model) is
+            // dropped.
+            Done::Explained(_) if !(shown && current) => {}
+            Done::Explained(Ok(ex)) => {
+                if let Some(c) = &mut self.classified {
+                    c.explained = Some(ex);
+                }
+                self.generation += 1;
+            }
+            Done::Explained(Err(e)) => {
+                self.evidence = None;
+                self.error = Some(format!("No explanation: {e}"));
+            }
+        }
+        if let Some(r) = self.queued.take() {
+            self.start_work(r);
+        }
+        self.work.is_some()
+    }
+
+    /// The image of the latest classification asked for (waiting, running or shown).
+    fn latest_image(&self) -> Option<(String, RgbImage)> {
+        if let Some(Request::Classify { source, image, .. }) = &self.queued {
+            return Some((source.clone(), image.clone()));
+        }
+        match &self.work {
+            Some(Running { image: Some(i), serial, .. }) if *serial == self.serial => Some(i.clone()),
+            _ => self.classified.as_ref().map(|c| (c.source.clone(), c.image.clone())),
+        }
+    }
+
+    /// Whether the latest image asked for is still being classified (the shown predictions,
+    /// if any, are of an earlier one).
+    pub fn classifying(&self) -> bool {
+        self.classified.as_ref().map(|c| c.serial) != Some(self.serial) && (self.work.is_some() || self.queued.is_some())
+    }
+
+    /// Whether anything runs in the background that will change what the window shows: a
+    /// model loading, an image being classified or explained.
+    pub fn busy(&self) -> bool {
+        self.loading.is_some() || self.work.is_some() || self.queued.is_some()
+    }
+
+    /// Waits (without a window) until [`Self::busy`] is false, or `limit` has passed; what
+    /// `view --screenshot` renders is then complete. True when it finished.
+    pub fn finish(&mut self, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            self.poll_load();
+            self.poll_work();
+            if !self.busy() {
+                return true;
+            }
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 
@@ -400,25 +565,26 @@ impl Viewer {
         Some(Overlay { label: format!("evidence for {label}"), grid: ex.grid, values, sequential: false })
     }
 
-    /// Shows (or, selected again, hides) class `k`'s evidence, explaining the image first if
-    /// that has not been done yet.
+    /// Shows (or, selected again, hides) class `k`'s evidence. The image is explained on the
+    /// work thread the first time; the overlay appears when that ends.
     pub fn select_evidence(&mut self, k: usize) {
         if self.evidence == Some(k) {
             self.evidence = None;
             return;
         }
-        let model = self.model.clone();
-        let Some(c) = self.classified.as_mut() else { return };
-        if c.explained.is_none() {
-            match pollster::block_on(model.explain(&c.input)) {
-                Ok(e) => c.explained = Some(e),
-                Err(e) => {
-                    self.error = Some(format!("No explanation: {e}"));
-                    return;
-                }
-            }
-        }
+        let Some(c) = &self.classified else { return };
         self.evidence = Some(k);
+        if c.explained.is_none() && !self.explaining() {
+            let r = Request::Explain { serial: c.serial, input: c.input.clone() };
+            self.request(r);
+        }
+    }
+
+    /// Whether the shown classification is being explained.
+    pub fn explaining(&self) -> bool {
+        let serial = self.classified.as_ref().map(|c| c.serial);
+        let running = matches!(&self.work, Some(w) if w.image.is_none() && Some(w.serial) == serial);
+        running || matches!(&self.queued, Some(Request::Explain { serial: s, .. }) if Some(*s) == serial)
     }
 
     /// Starts a hub download (or takes the cached file).
@@ -507,10 +673,20 @@ impl Viewer {
         }
     }
 
-    /// Classifies an image egui holds (a Ctrl+V `PasteImage`).
+    /// Classifies an image egui holds (a Ctrl+V `PasteImage`). egui keeps colours multiplied
+    /// by alpha; the model sees them unmultiplied, as the CLI and the page see a file's
+    /// pixels (alpha is left out everywhere).
     pub fn classify_colour_image(&mut self, source: &str, img: &ColorImage) {
         let [w, h] = img.size;
-        self.classify_pixels(source, w, h, img.pixels.iter().map(|p| [p.r(), p.g(), p.b()]));
+        self.classify_pixels(
+            source,
+            w,
+            h,
+            img.pixels.iter().map(|p| {
+                let [r, g, b, _] = p.to_srgba_unmultiplied();
+                [r, g, b]
+            }),
+        );
     }
 
     /// Classifies a `w` x `h` image given as its RGB pixels (a pasted one), checking its size
@@ -536,8 +712,12 @@ impl Viewer {
 
     /// Draws one frame and applies what the user did in it.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
+        if self.repaint.is_none() {
+            self.repaint = Some(ui.ctx().clone());
+        }
         self.poll_download();
         self.poll_load();
+        self.poll_work();
         let dropped: Vec<std::path::PathBuf> =
             ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
         for p in dropped {
@@ -567,8 +747,9 @@ impl Viewer {
         egui::CentralPanel::default().show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| self.insight_panel(ui));
         });
-        if self.download.is_some() || self.loading.is_some() {
-            // Progress and loads are polled; a frame every 50 ms is enough for them.
+        if self.download.is_some() || self.busy() {
+            // Progress, loads and work are polled; a frame every 50 ms is enough for them (and
+            // finished work asks for one at once).
             ui.ctx().request_repaint_after(std::time::Duration::from_millis(50));
         }
         // Views of earlier generations that this frame did not draw again (another model's
@@ -650,11 +831,20 @@ impl Viewer {
             ui.colored_label(Color32::from_rgb(178, 24, 43), e);
         }
         let mut clicked = None;
+        // While a newer image (or the image under a newer model) is classified, the shown
+        // predictions are greyed and cannot be explained.
+        let stale = self.classifying();
+        if stale {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("Classifying the image …");
+            });
+        }
         if let Some(c) = &self.classified {
             for p in &c.predictions {
                 let selected = self.evidence == Some(p.index);
                 let text = format!("{}  {:.1} %", p.label, 100.0 * p.probability);
-                let r = ui.add(egui::Button::selectable(selected, text).min_size(Vec2::new(300.0, 0.0)));
+                let r = ui.add_enabled(!stale, egui::Button::selectable(selected, text).min_size(Vec2::new(300.0, 0.0)));
                 ui.add(egui::ProgressBar::new(p.probability).desired_width(300.0).desired_height(6.0));
                 if r.clicked() {
                     clicked = Some(p.index);
@@ -676,6 +866,12 @@ impl Viewer {
                         ex.bias[k],
                         if ex.approximate { " Approximate per token (PoolFormer normalises after pooling; exact in sum)." } else { "" }
                     ));
+                }
+                (None, Some(_)) if self.explaining() => {
+                    ui.horizontal(|ui| {
+                        ui.spinner();
+                        ui.label("Explaining the prediction token by token …");
+                    });
                 }
                 _ => {
                     ui.label("Click a class to lay its per-token evidence over the image.");
@@ -724,7 +920,9 @@ impl Viewer {
             if self.loading.is_some() {
                 ui.spinner();
             }
-            ui.label(self.status.clone());
+            // Wrapped: a long status (a model opened by its path) would widen the panel over
+            // the window's middle.
+            ui.add(egui::Label::new(self.status.clone()).wrap());
         });
     }
 
@@ -844,6 +1042,9 @@ fn paint_overlay(painter: &egui::Painter, rect: egui::Rect, o: &Overlay) {
 /// --screenshot`): the window's content at `size` logical pixels, on the inference GPU where
 /// the executor is the GPU, else on a device of the first adapter.
 pub fn screenshot(viewer: &mut Viewer, size: [u32; 2]) -> Result<image::RgbaImage> {
+    if !viewer.finish(std::time::Duration::from_secs(600)) {
+        return Err(Error::Input("the model was still working after 10 minutes".into()));
+    }
     let gpu = match viewer.device.gpu() {
         Some(g) => g.clone(),
         None => {
