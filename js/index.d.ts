@@ -48,6 +48,9 @@ export interface LoadOptions {
   precision?: 'f32' | 'f16';
   /** Turn GEMM autotuning on or off for this and later loads (see {@link ClassifierOptions.autotune}). */
   autotune?: boolean;
+  /** Aborting it stops the download and the load, which then changes nothing and rejects with
+   * the signal's reason (an `AbortError`), as `fetch` does. */
+  signal?: AbortSignal;
 }
 
 export interface Prediction {

@@ -43,14 +43,24 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
 
   return {
     worker: call.worker,
-    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p, autotune } = {}) {
+    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p, autotune, signal } = {}) {
       if (b !== undefined && !BACKENDS.includes(b)) throw new Error(`backend ${b}: expected auto, gpu or cpu`);
       if (p !== undefined && !PRECISIONS.includes(p)) throw new Error(`precision ${p}: expected f32 or f16`);
       checkAutotune(autotune);
+      if (signal != null && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) throw new Error('signal: expected an AbortSignal');
+      signal?.throwIfAborted();
       const src = source instanceof ArrayBuffer ? new Uint8Array(source) : typeof source === 'string' ? absolute(source) : source;
       const options = { name, cache, backend: b, precision: p, autotune };
-      if (call.worker) return call('loadModel', [src, { ...options, progress: Boolean(onProgress) }], [], onProgress);
-      return call('loadModel', [src, { ...options, onProgress }]);
+      // Aborted, the load rejects as fetch does, with the signal's reason (an AbortError).
+      const aborted = (e) => {
+        if (signal?.aborted) throw signal.reason;
+        throw e;
+      };
+      if (call.worker) {
+        const load = call('loadModel', [src, { ...options, progress: Boolean(onProgress), abortable: Boolean(signal) }], [], onProgress, signal);
+        return load.catch(aborted);
+      }
+      return call('loadModel', [src, { ...options, onProgress, signal }]).catch(aborted);
     },
     async classify(img, topK = 5) {
       const i = await image(img);
@@ -132,10 +142,17 @@ function workerCalls(threads) {
     for (const p of pending.values()) p.reject(failure);
     pending.clear();
   };
-  const call = (method, args, transfer = [], onProgress = null) => new Promise((resolve, reject) => {
+  // A signal (loadModel's) cannot travel to the worker: its abort is a message of its own.
+  const call = (method, args, transfer = [], onProgress = null, signal = null) => new Promise((resolve, reject) => {
     if (failure) return reject(failure);
     const id = next++;
-    pending.set(id, { resolve, reject, onProgress });
+    const abort = () => w.postMessage({ abort: id });
+    signal?.addEventListener('abort', abort, { once: true });
+    const done = (settle) => (v) => {
+      signal?.removeEventListener('abort', abort);
+      settle(v);
+    };
+    pending.set(id, { resolve: done(resolve), reject: done(reject), onProgress });
     w.postMessage({ id, method, args }, transfer);
   });
   call.worker = true;

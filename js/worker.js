@@ -1,6 +1,7 @@
 // The dedicated worker of createClassifier({worker: true}): the wasm module, downloads,
 // preprocessing and every forward pass run here, so the page's thread never waits on them.
-// Messages in: {id, method, args}; out: {id, result} | {id, error} | {id, progress: [loaded, total]}.
+// Messages in: {id, method, args} | {abort: id}; out: {id, result} | {id, error} |
+// {id, progress: [loaded, total]}.
 import { createCore } from './core.js';
 
 // createClassifier passes its `threads` option in the worker's URL (?threads=N).
@@ -8,18 +9,33 @@ const threads = Number(new URL(import.meta.url).searchParams.get('threads')) || 
 const core = createCore({ threads });
 core.catch(() => {}); // reported per call below
 
+// The running loads that have a signal on the caller's side, by call id.
+const aborts = new Map();
+
 self.onmessage = async ({ data }) => {
+  if (data && 'abort' in data) {
+    aborts.get(data.abort)?.abort();
+    return;
+  }
   const { id, method, args = [] } = data ?? {};
   try {
     const c = await core;
     if (typeof c[method] !== 'function') throw new Error(`tokenmix worker: no method ${method}`);
-    if (method === 'loadModel' && args[1]?.progress) {
-      const { progress, ...rest } = args[1];
-      args[1] = { ...rest, onProgress: (loaded, total) => self.postMessage({ id, progress: [loaded, total ?? null] }) };
+    if (method === 'loadModel' && args[1] && typeof args[1] === 'object') {
+      const { progress, abortable, ...rest } = args[1];
+      args[1] = rest;
+      if (progress) args[1].onProgress = (loaded, total) => self.postMessage({ id, progress: [loaded, total ?? null] });
+      if (abortable) {
+        const controller = new AbortController();
+        aborts.set(id, controller);
+        args[1].signal = controller.signal;
+      }
     }
     const result = await c[method](...args);
     self.postMessage({ id, result });
   } catch (e) {
     self.postMessage({ id, error: e && typeof e === 'object' && 'message' in e ? e.message : String(e) });
+  } finally {
+    aborts.delete(id);
   }
 };

@@ -10,9 +10,10 @@
 //!   `threadsNote`). `auto` takes the CPU (WebAssembly SIMD) where
 //!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
 //!   adapter), else the GPU
-//! - `loadModel(source, {onProgress, name, backend, precision, cache})` → description (with `fromCache`); `source` is a URL,
+//! - `loadModel(source, {onProgress, name, backend, precision, cache, signal})` → description (with `fromCache`); `source` is a URL,
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
-//!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage. On failure it rejects with an `Error` naming the problem and
+//!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage; an aborted
+//!   `signal` (AbortSignal) stops the download and the load, which then changes nothing. On failure it rejects with an `Error` naming the problem and
 //!   the previous model stays loaded.
 //! - `isCached(url)`, `clearCache(url?)` → the model cache (`loadModel(url, {cache: true})`
 //!   reads and fills it; Cache API `tokenmix-models`)
@@ -57,8 +58,9 @@ use crate::models::Model;
 pub use wasm_bindgen_rayon::init_thread_pool;
 
 #[wasm_bindgen(inline_js = r#"
-export async function fetch_bytes(url, onProgress) {
-  const response = await fetch(url);
+export async function fetch_bytes(url, onProgress, signal) {
+  // An aborted signal stops the request, or the body's next read, with an AbortError.
+  const response = await fetch(url, signal ? { signal } : undefined);
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${response.statusText}`);
   const total = Number(response.headers.get('Content-Length')) || null;
   if (!response.body) return new Uint8Array(await response.arrayBuffer());
@@ -126,7 +128,7 @@ export async function cache_clear(url) {
 "#)]
 extern "C" {
     #[wasm_bindgen(catch)]
-    async fn fetch_bytes(url: &str, on_progress: &JsValue) -> Result<JsValue, JsValue>;
+    async fn fetch_bytes(url: &str, on_progress: &JsValue, signal: &JsValue) -> Result<JsValue, JsValue>;
     fn now() -> f64;
     fn has_webgpu() -> bool;
     // Every async import is `catch`: without it wasm-bindgen's glue unwraps a rejected promise,
@@ -336,6 +338,10 @@ pub async fn model_info() -> Result<JsValue, JsError> {
     describe(&s.model, &s.name)
 }
 
+/// What a load aborted by its `signal` rejects with (after the model's name); `js/index.js`
+/// turns it into the signal's reason, an `AbortError`.
+const ABORTED: &str = "the load was aborted (its signal)";
+
 /// Loads a timm-named safetensors file from a URL, ArrayBuffer or Uint8Array; `null` (or
 /// undefined) goes back to the embedded default model. `options.name` labels the model.
 #[wasm_bindgen(js_name = loadModel)]
@@ -356,6 +362,17 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     };
     // Every option is read and checked before anything changes.
     let on_progress = option("onProgress");
+    // An AbortSignal (`signal`): aborted, it stops the download and keeps the load from
+    // replacing the model, whenever it comes before the load ends.
+    let signal = option("signal");
+    let signal = if signal.is_undefined() || signal.is_null() {
+        None
+    } else if Reflect::get(&signal, &"aborted".into()).ok().is_some_and(|a| a.as_bool().is_some()) {
+        Some(signal)
+    } else {
+        return Err(js_err("loadModel: options.signal must be an AbortSignal"));
+    };
+    let aborted = || signal.as_ref().is_some_and(|s| Reflect::get(s, &"aborted".into()).ok().and_then(|a| a.as_bool()) == Some(true));
     let use_cache = option("cache").as_bool().unwrap_or(false);
     // An option that is absent (undefined or null) is None; a given one must parse.
     let given = |key: &str| Some(option(key)).filter(|v| !v.is_undefined() && !v.is_null());
@@ -372,6 +389,10 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         })
         .transpose()?;
     let autotune = given("autotune").map(|v| v.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))).transpose()?;
+    let label = || option("name").as_string().or_else(|| source.as_string()).unwrap_or_else(|| "the model".into());
+    if aborted() {
+        return Err(js_err(format!("{}: {ABORTED}", label())));
+    }
     // A URL loaded with `cache: true` comes from the Cache API when it is there, and goes into
     // it once it has loaded (never a file that failed to load).
     let mut cache_after: Option<(String, Uint8Array)> = None;
@@ -387,7 +408,11 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
                 data
             }
             None => {
-                let data = fetch_bytes(&url, &on_progress).await.map_err(|e| js_err(format!("download failed: {}", js_message(&e))))?;
+                let data = match fetch_bytes(&url, &on_progress, signal.as_ref().unwrap_or(&JsValue::UNDEFINED)).await {
+                    Ok(data) => data,
+                    Err(_) if aborted() => return Err(js_err(format!("{}: {ABORTED}", label()))),
+                    Err(e) => return Err(js_err(format!("download failed: {}", js_message(&e)))),
+                };
                 let data = Uint8Array::new(&data);
                 if use_cache {
                     cache_after = Some((url.clone(), data.clone()));
@@ -450,6 +475,11 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     };
     {
         let mut st = s.borrow_mut();
+        if aborted() {
+            drop(st);
+            restore();
+            return Err(js_err(format!("{name}: {ABORTED}")));
+        }
         if st.loaded > ticket {
             drop(st);
             restore();

@@ -112,11 +112,12 @@ export async function loadModelSource(source, { label, option, cacheable = false
   setStatus('loading', `Loading ${label}…`);
   const t0 = performance.now();
   const superseded = () => new DOMException('superseded', 'AbortError');
-  // A load still queued when a newer one starts never runs; one already running goes on
-  // (tokenmix cannot stop it), without moving the newer one's progress bar.
+  // A load still queued when a newer one starts never runs; one already running is aborted
+  // (its download stops, and it does not replace the model), without moving the newer one's
+  // progress bar.
   const run = (source, opts) => exclusive(() => {
     if (abort.signal.aborted) throw superseded();
-    return tm.loadModel(source, opts);
+    return tm.loadModel(source, { ...opts, signal: abort.signal });
   });
   const progress = (...a) => { if (!abort.signal.aborted) onProgress(...a); };
   let url = null;
@@ -131,8 +132,9 @@ export async function loadModelSource(source, { label, option, cacheable = false
       desc = await run(source, { name: label });
     }
     if (abort.signal.aborted) {
-      // It loaded, so tokenmix runs it until the newer load ends: should that one fail, the
-      // page adopts this model (below), so that what it shows is what classifies.
+      // It had loaded (and replaced tokenmix's model) when the abort came, so tokenmix runs it
+      // until the newer load ends: should that one fail, the page adopts this model (below),
+      // so that what it shows is what classifies.
       state.loadedMeanwhile = { desc, option, label, fileName, lastLoad };
       throw superseded();
     }

@@ -6,6 +6,9 @@
 // /hub/<owner>/<repo>/resolve/<rev>/<file> stands in for the Hugging Face hub: it serves
 // <hubDir>/<owner>/<repo>/<file>, hubDir from start()'s options or the HUB_DIR environment
 // variable. Every file goes out with its Content-Length (the page's download progress needs it).
+// A file asked for with `?throttle=MS` goes out in 16 pieces MS ms apart; /__throttled answers
+// how many such responses were sent whole and how many the client abandoned midway (tests of
+// aborted downloads).
 
 import fs from 'node:fs';
 import http from 'node:http';
@@ -63,6 +66,32 @@ function serveFile(req, res, file, extraHeaders = {}) {
   });
 }
 
+/** Sends `file` in 16 pieces `ms` apart, counting in `counts` whether the client took it all. */
+function serveThrottled(req, res, file, ms, counts) {
+  fs.readFile(file, (err, body) => {
+    if (err) return send(res, 404, `not found: ${req.url}\n`);
+    res.writeHead(200, { 'Content-Type': MIME[path.extname(file).toLowerCase()] ?? 'application/octet-stream', 'Content-Length': body.length, 'Cache-Control': 'no-store' });
+    const step = Math.ceil(body.length / 16);
+    let at = 0;
+    let timer = null;
+    res.on('close', () => {
+      clearTimeout(timer);
+      if (at < body.length) counts.abandoned += 1;
+    });
+    const next = () => {
+      res.write(body.subarray(at, at + step));
+      at += step;
+      if (at >= body.length) {
+        counts.completed += 1;
+        res.end();
+      } else {
+        timer = setTimeout(next, ms);
+      }
+    };
+    next();
+  });
+}
+
 /**
  * Starts the server on 127.0.0.1 (a secure context for the browser, so WebGPU and the Cache API
  * are available). opts: {root = repo root, hubDir = $HUB_DIR, isolated = false}; `isolated` adds the
@@ -72,6 +101,7 @@ function serveFile(req, res, file, extraHeaders = {}) {
 export function start(port = 0, opts = {}) {
   const root = path.resolve(opts.root ?? REPO_ROOT);
   const hubDir = () => opts.hubDir ?? process.env.HUB_DIR;
+  const throttled = { completed: 0, abandoned: 0 };
   const server = http.createServer((req, res) => {
     if (opts.isolated) {
       res.setHeader('Cross-Origin-Opener-Policy', 'same-origin');
@@ -96,8 +126,11 @@ export function start(port = 0, opts = {}) {
     }
     if (pathname.startsWith('/hub/')) return send(res, 404, `not found: ${pathname}\n`);
 
+    if (pathname === '/__throttled') return send(res, 200, JSON.stringify(throttled), { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
     const file = inside(root, pathname === '/' ? 'index.html' : pathname.slice(1));
     if (!file) return send(res, 403, 'forbidden\n');
+    const throttle = Number(new URL(req.url, 'http://localhost').searchParams.get('throttle'));
+    if (throttle > 0 && req.method === 'GET') return serveThrottled(req, res, file, Math.min(throttle, 5000), throttled);
     serveFile(req, res, file);
   });
   return new Promise((resolve, reject) => {
