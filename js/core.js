@@ -45,6 +45,25 @@ function threadsUnavailable() {
   return null;
 }
 
+// The one-thread build's module holds one model and one device, and a module is made once per
+// URL: each core on a thread gets an instance of its own (the first the plain URL, later ones
+// ?instance=N), so that classifiers made with worker: false do not share a model. A released
+// core's instance (a disposed classifier's) serves the next one, starting it from the embedded
+// model, rather than leaving its memory behind.
+const idle = [];
+let instances = 0;
+
+async function oneThreadModule() {
+  const reused = idle.pop();
+  if (reused) return { tm: reused, reused: true };
+  const url = new URL('./pkg/tokenmix.js', import.meta.url);
+  if (instances > 0) url.searchParams.set('instance', String(instances));
+  instances += 1;
+  const tm = await import(url.href);
+  await tm.default();
+  return { tm, reused: false };
+}
+
 /**
  * Loads the wasm module and returns the methods both modes expose. With `threads` > 1 where
  * that can run (see `threadsUnavailable`), the threaded build (./pkg-threads: the CPU
@@ -73,17 +92,23 @@ export async function createCore({ threads = defaultThreads() } = {}) {
       note = `the threaded build did not start (${e?.message ?? e}); running on one thread`;
     }
   }
-  if (!tm) {
-    tm = await import(new URL('./pkg/tokenmix.js', import.meta.url).href);
-    await tm.default();
-  }
+  let reused = false;
+  const oneThread = !tm;
+  if (oneThread) ({ tm, reused } = await oneThreadModule());
   const adapterInfo = async () => ({ ...(await tm.adapterInfo()), threadsNote: note });
   return {
     async init({ backend = 'auto', precision = 'f32', autotune } = {}) {
       tm.setBackend(backend);
       tm.setPrecision(precision);
       tm.setAutotune(autotune);
+      // A reused instance has its previous owner's model and device: back to the embedded
+      // model, on the executor and precision asked for now.
+      if (reused) await tm.loadModel(null, { backend, precision, autotune: autotune ?? null });
       return adapterInfo();
+    },
+    /** Hands a one-thread instance to the next core on this thread (a disposed classifier). */
+    release() {
+      if (oneThread && !idle.includes(tm)) idle.push(tm);
     },
     adapterInfo,
     modelInfo: () => tm.modelInfo(),

@@ -6,8 +6,9 @@ export type Backend = 'auto' | 'gpu' | 'cpu';
 
 /** Options of {@link createClassifier}; every one is optional. */
 export interface ClassifierOptions {
-  /** Run inference, downloads and preprocessing in a dedicated worker (default true). The
-   * classifiers made with `false` on one page share one module: one model, one backend. */
+  /** Run inference, downloads and preprocessing in a dedicated worker (default true). Each
+   * classifier made with `false` has a module instance of its own on the page's thread (its
+   * own model and backend); a disposed one's instance serves the next. */
   worker?: boolean;
   /** 'auto' (default): the GPU unless WebGPU is missing or a software adapter, then the CPU. */
   backend?: Backend;
@@ -249,7 +250,8 @@ export interface Classifier {
   clearCache(url?: string): Promise<boolean>;
   /** Tests of the recovery path: destroys the WebGPU device (the GPU backend only). */
   loseDevice(): Promise<void>;
-  /** Ends the worker; later calls reject. */
+  /** Ends the worker (or, with `worker: false`, frees the module instance for the next
+   * classifier); later calls reject. */
   dispose(): void;
 }
 

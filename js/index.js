@@ -101,9 +101,9 @@ function absolute(url) {
 }
 
 /**
- * Calls on this thread (the one-thread build: a page's thread may not wait on others). Every
- * classifier made with `worker: false` on one page shares this one module, so its one model
- * and backend: a second such classifier's loadModel replaces the first's model.
+ * Calls on this thread (the one-thread build: a page's thread may not wait on others). Each
+ * classifier made with `worker: false` has a module instance of its own (js/core.js), so its
+ * own model and backend; a disposed one's instance serves the next.
  */
 async function inlineCalls(threads) {
   const core = await createCore({ threads });
@@ -113,7 +113,10 @@ async function inlineCalls(threads) {
     return core[method](...args);
   };
   call.worker = false;
-  call.dispose = () => { disposed = true; };
+  call.dispose = () => {
+    if (!disposed) core.release();
+    disposed = true;
+  };
   return call;
 }
 

@@ -460,6 +460,22 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     // An already aborted signal rejects at once; something else is refused.
     out.preAborted = await settle(api.loadModel(null, { signal: AbortSignal.abort() }));
     out.badSignal = await settle(api.loadModel(null, { signal: { aborted: false } }));
+    // Classifiers on the page's thread have a model each (a module instance each): loading
+    // into the second leaves the first's as it was. A disposed one's instance serves the
+    // next, which starts from the embedded model.
+    const second = await createClassifier({ worker: false });
+    await second.loadModel('tests/fixtures/poolformer_rgb.safetensors');
+    const [mine, theirs] = [await inline.classify(img), await api.classify(img)];
+    out.twoInline = {
+      first: (await inline.modelInfo()).family, second: (await second.modelInfo()).family,
+      sameAsWorker: JSON.stringify(mine) === JSON.stringify(theirs),
+    };
+    second.dispose();
+    const third = await createClassifier({ worker: false });
+    out.twoInline.third = (await third.modelInfo()).family;
+    out.twoInline.modules = [...new Set(performance.getEntriesByType('resource').map((e) => e.name).filter((n) => n.includes('/js/pkg/tokenmix.js')))].length;
+    out.twoInline.disposed = await settle(second.modelInfo());
+    third.dispose();
     inline.dispose();
     out.classified = await settle(app.classifySample('fmnist-0001-pullover.png').then((x) => x.predictions.length));
     return out;
@@ -492,6 +508,12 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     assert.equal(x.family, x.before, `${where}: the model stays`);
     assert.deepEqual([x.abandoned, x.completed], [1, 0], `${where}: the server saw the download abandoned`);
   }
+  assert.deepEqual(
+    { ...r.twoInline, disposed: undefined },
+    { first: 'MLP-Mixer', second: 'PoolFormer', sameAsWorker: true, third: 'MLP-Mixer', modules: 2, disposed: undefined },
+    'worker: false classifiers have a model each; a disposed one\'s module instance serves the next, from the embedded model',
+  );
+  assert.match(r.twoInline.disposed.error ?? '', /disposed/);
   assert.equal(r.preAborted.name, 'AbortError', 'an aborted signal rejects at once');
   assert.match(r.badSignal.error ?? '', /signal: expected an AbortSignal/);
   assert.deepEqual(r.classified, { ok: 5 });
