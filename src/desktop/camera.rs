@@ -7,6 +7,10 @@ use image::RgbImage;
 
 use crate::error::{Error, Result};
 
+/// A still being taken, run where waiting for it does not stop the window (the app's work
+/// thread).
+pub type Grab = Box<dyn FnOnce() -> Result<RgbImage> + Send>;
+
 pub trait Camera: Send {
     /// What the picker shows.
     fn name(&self) -> String;
@@ -15,6 +19,13 @@ pub trait Camera: Send {
     fn start(&mut self) -> Result<()>;
     /// The latest frame, once started.
     fn frame(&mut self) -> Result<RgbImage>;
+    /// The next frame, to be taken by the returned function (on another thread); an error now
+    /// where the camera cannot give one (not started). A camera whose frames are slow to come
+    /// takes them in the function; by default the frame is taken here.
+    fn grab(&mut self) -> Result<Grab> {
+        let frame = self.frame()?;
+        Ok(Box::new(move || Ok(frame)))
+    }
     fn stop(&mut self);
     fn running(&self) -> bool;
 }
@@ -134,19 +145,26 @@ impl Camera for Ffmpeg {
         }
     }
     fn frame(&mut self) -> Result<RgbImage> {
+        self.grab()?()
+    }
+    /// One still from ffmpeg, taken in the returned function (opening the device and exposing
+    /// take a second or so).
+    fn grab(&mut self) -> Result<Grab> {
         if !self.on {
             return Err(Error::Input("the camera is not started".into()));
         }
-        let (format, device) = &self.input;
-        let mut ffmpeg = std::process::Command::new("ffmpeg");
-        ffmpeg.args(["-loglevel", "error", "-f", format, "-i", device, "-frames:v", "1", "-f", "image2pipe", "-vcodec", "png", "-"]);
-        // A busy or stuck device must not hang the window: ffmpeg is ended after a while.
-        let out = output_within(ffmpeg, FRAME_TIMEOUT).map_err(|e| Error::Input(format!("camera {}: ffmpeg: {e}", self.name())))?;
-        if !out.status.success() {
-            let why = String::from_utf8_lossy(&out.stderr);
-            return Err(Error::Input(format!("camera {}: {}", self.name(), why.lines().last().unwrap_or("ffmpeg failed"))));
-        }
-        Ok(image::load_from_memory(&out.stdout).map_err(|e| Error::Input(format!("camera frame: {e}")))?.to_rgb8())
+        let ((format, device), name) = (self.input.clone(), self.name());
+        Ok(Box::new(move || {
+            let mut ffmpeg = std::process::Command::new("ffmpeg");
+            ffmpeg.args(["-loglevel", "error", "-f", &format, "-i", &device, "-frames:v", "1", "-f", "image2pipe", "-vcodec", "png", "-"]);
+            // A busy or stuck device is not waited for without end: ffmpeg is ended after a while.
+            let out = output_within(ffmpeg, FRAME_TIMEOUT).map_err(|e| Error::Input(format!("camera {name}: ffmpeg: {e}")))?;
+            if !out.status.success() {
+                let why = String::from_utf8_lossy(&out.stderr);
+                return Err(Error::Input(format!("camera {name}: {}", why.lines().last().unwrap_or("ffmpeg failed"))));
+            }
+            Ok(image::load_from_memory(&out.stdout).map_err(|e| Error::Input(format!("camera frame: {e}")))?.to_rgb8())
+        }))
     }
     fn stop(&mut self) {
         self.on = false;

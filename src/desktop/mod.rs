@@ -151,9 +151,11 @@ struct PendingLoad {
     hub: Option<HubFile>,
 }
 
-/// Model work for the thread: classify an image, or explain a classification's input.
+/// Model work for the thread: classify an image (or a camera's next still), or explain a
+/// classification's input.
 enum Request {
     Classify { serial: u64, source: String, image: RgbImage },
+    Capture { serial: u64, source: String, grab: camera::Grab },
     Explain { serial: u64, input: Vec<f32> },
 }
 
@@ -163,12 +165,12 @@ enum Done {
     Explained(Result<Explained>),
 }
 
-/// A [`Request`] running on its thread: for which classification, on which model, the image
-/// (a new model classifies it again), and where the result arrives.
+/// A [`Request`] running on its thread: for which classification, whether it explains, on
+/// which model, and where the result arrives.
 struct Running {
     serial: u64,
+    explains: bool,
     model: Arc<Model>,
-    image: Option<(String, RgbImage)>,
     rx: std::sync::mpsc::Receiver<Done>,
 }
 
@@ -177,6 +179,7 @@ impl Request {
     fn run(self, model: &Model) -> Done {
         match self {
             Request::Classify { serial, source, image } => Done::Classified(classify_image(model, serial, source, image)),
+            Request::Capture { serial, source, grab } => Done::Classified(grab().and_then(|image| classify_image(model, serial, source, image))),
             Request::Explain { input, .. } => Done::Explained(pollster::block_on(model.explain(&input))),
         }
     }
@@ -355,8 +358,13 @@ impl Viewer {
                 self.evidence = None;
                 self.hover = None;
                 self.refresh_insight();
-                if let Some((source, image)) = self.latest_image() {
-                    self.classify(source, image);
+                // The image is classified again by this model: now, or, where one is being
+                // classified, when that ends (on the model it started with: see `poll_work`).
+                if !self.classifying() {
+                    if let Some(c) = self.classified.take() {
+                        self.classify(c.source.clone(), c.image.clone());
+                        self.classified = Some(c);
+                    }
                 }
                 Ok(())
             }
@@ -423,9 +431,9 @@ impl Viewer {
     fn start_work(&mut self, r: Request) {
         let (tx, rx) = std::sync::mpsc::channel();
         let model = self.model.clone();
-        let (serial, image) = match &r {
-            Request::Classify { serial, source, image } => (*serial, Some((source.clone(), image.clone()))),
-            Request::Explain { serial, .. } => (*serial, None),
+        let (serial, explains) = match &r {
+            Request::Classify { serial, .. } | Request::Capture { serial, .. } => (*serial, false),
+            Request::Explain { serial, .. } => (*serial, true),
         };
         let repaint = self.repaint.clone();
         let on_thread = model.clone();
@@ -436,7 +444,7 @@ impl Viewer {
                 ctx.request_repaint();
             }
         });
-        self.work = Some(Running { serial, model, image, rx });
+        self.work = Some(Running { serial, explains, model, rx });
     }
 
     /// Adopts the running request's result once it has ended and starts the one that waited.
@@ -457,6 +465,9 @@ impl Viewer {
             // A newer image, or this one under a newer model, is on its way: this one is
             // dropped.
             Done::Classified(_) if w.serial != self.serial => {}
+            // The latest image, classified by a model since replaced: classified again by the
+            // one in use (an image captured meanwhile included).
+            Done::Classified(Ok(c)) if !current => self.classify(c.source, c.image),
             Done::Classified(Ok(c)) => {
                 self.classified = Some(c);
                 self.evidence = None;
@@ -484,17 +495,6 @@ impl Viewer {
             self.start_work(r);
         }
         self.work.is_some()
-    }
-
-    /// The image of the latest classification asked for (waiting, running or shown).
-    fn latest_image(&self) -> Option<(String, RgbImage)> {
-        if let Some(Request::Classify { source, image, .. }) = &self.queued {
-            return Some((source.clone(), image.clone()));
-        }
-        match &self.work {
-            Some(Running { image: Some(i), serial, .. }) if *serial == self.serial => Some(i.clone()),
-            _ => self.classified.as_ref().map(|c| (c.source.clone(), c.image.clone())),
-        }
     }
 
     /// Whether the latest image asked for is still being classified (the shown predictions,
@@ -583,7 +583,7 @@ impl Viewer {
     /// Whether the shown classification is being explained.
     pub fn explaining(&self) -> bool {
         let serial = self.classified.as_ref().map(|c| c.serial);
-        let running = matches!(&self.work, Some(w) if w.image.is_none() && Some(w.serial) == serial);
+        let running = matches!(&self.work, Some(w) if w.explains && Some(w.serial) == serial);
         running || matches!(&self.queued, Some(Request::Explain { serial: s, .. }) if Some(*s) == serial)
     }
 
@@ -702,10 +702,14 @@ impl Viewer {
         }
     }
 
-    /// Takes one frame from the camera and classifies it.
+    /// Takes one still from the camera and classifies it, both on the work thread (a camera
+    /// takes a second or more to open and expose).
     pub fn capture(&mut self) {
-        match self.camera.frame() {
-            Ok(img) => self.classify(format!("camera: {}", self.camera.name()), img),
+        match self.camera.grab() {
+            Ok(grab) => {
+                self.serial += 1;
+                self.request(Request::Capture { serial: self.serial, source: format!("camera: {}", self.camera.name()), grab });
+            }
             Err(e) => self.error = Some(e.to_string()),
         }
     }
