@@ -18,19 +18,20 @@ self.onmessage = async ({ data }) => {
     return;
   }
   const { id, method, args = [] } = data ?? {};
+  // (Before anything is awaited: an abort may be the very next message.)
+  if (method === 'loadModel' && args[1] && typeof args[1] === 'object') {
+    const { progress, abortable, ...rest } = args[1];
+    args[1] = rest;
+    if (progress) args[1].onProgress = (loaded, total) => self.postMessage({ id, progress: [loaded, total ?? null] });
+    if (abortable) {
+      const controller = new AbortController();
+      aborts.set(id, controller);
+      args[1].signal = controller.signal;
+    }
+  }
   try {
     const c = await core;
     if (typeof c[method] !== 'function') throw new Error(`tokenmix worker: no method ${method}`);
-    if (method === 'loadModel' && args[1] && typeof args[1] === 'object') {
-      const { progress, abortable, ...rest } = args[1];
-      args[1] = rest;
-      if (progress) args[1].onProgress = (loaded, total) => self.postMessage({ id, progress: [loaded, total ?? null] });
-      if (abortable) {
-        const controller = new AbortController();
-        aborts.set(id, controller);
-        args[1].signal = controller.signal;
-      }
-    }
     const result = await c[method](...args);
     self.postMessage({ id, result });
   } catch (e) {

@@ -465,6 +465,7 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     // next, which starts from the embedded model.
     const second = await createClassifier({ worker: false });
     await second.loadModel('tests/fixtures/poolformer_rgb.safetensors');
+    await api.loadModel(null); // (the worker's model after the races may be either)
     const [mine, theirs] = [await inline.classify(img), await api.classify(img)];
     out.twoInline = {
       first: (await inline.modelInfo()).family, second: (await second.modelInfo()).family,
