@@ -291,13 +291,19 @@ pub fn init_figures(kind: &str, grid: (usize, usize), rows: usize) -> Figures {
 pub fn linearised(fc1: &[f32], b1: Option<&[f32]>, fc2: &[f32], tokens: usize, hidden: usize) -> Vec<f32> {
     let slope: Vec<f64> = (0..hidden).map(|j| gelu_slope(b1.map_or(0.0, |b| b[j] as f64))).collect();
     let mut m = vec![0f32; tokens * tokens];
-    for t in 0..tokens {
-        for u in 0..tokens {
-            let mut acc = 0f64;
-            for j in 0..hidden {
-                acc += fc2[t * hidden + j] as f64 * slope[j] * fc1[j * tokens + u] as f64;
+    // Row t of the map: Σ_j (fc2[t, j] GELU'(b1[j])) fc1[j, ·], with j ascending for every
+    // entry (each sum as the plain triple loop adds it), fc1 read along its rows.
+    let mut acc = vec![0f64; tokens];
+    for (t, row) in m.chunks_exact_mut(tokens).enumerate() {
+        acc.fill(0.0);
+        for j in 0..hidden {
+            let a = fc2[t * hidden + j] as f64 * slope[j];
+            for (s, &f) in acc.iter_mut().zip(&fc1[j * tokens..(j + 1) * tokens]) {
+                *s += a * f as f64;
             }
-            m[t * tokens + u] = acc as f32;
+        }
+        for (o, s) in row.iter_mut().zip(&acc) {
+            *o = *s as f32;
         }
     }
     m

@@ -1,7 +1,8 @@
 //! The insight module (`tokenmix::insight`, `Model::insight`) against an independent f64
 //! reference (`tools/make_insight_goldens.py`: numpy FFTs, PyTorch autograd for GELU', timm's
 //! own initialisation): structure figures, offset kernels, Mixer unit frequencies, pairs and
-//! display order, and the initialisation figures, on golden fixtures and the shipped models.
+//! display order, and the initialisation figures, on golden fixtures and the shipped models;
+//! a Mixer's linearised maps computed lazily.
 
 mod common;
 
@@ -112,4 +113,61 @@ fn a_layer_past_the_end_is_an_error() {
     let model = Model::load(Device::cpu(), tokenmix::DEFAULT_MODEL, None).expect("default model");
     let err = model.insight(model.mixing_layers()).expect_err("an error").to_string();
     assert!(err.contains("token-mixing layers"), "{err}");
+}
+
+/// A Mixer's linearised token maps are computed when a layer's insight is first asked for, not
+/// at load (24 layers of 196 x 196 x 512 multiply-adds for a mixer_l16: seconds in a browser),
+/// and then agree with `fc2 · diag(GELU'(b1)) · fc1` computed here in f64 (GELU' from Φ by
+/// Simpson's rule, apart from insight.rs's erf series).
+#[test]
+fn a_mixers_token_maps_are_computed_when_first_asked_for() {
+    use tokenmix::models::TokenMap;
+    let model = Model::load(Device::cpu(), tokenmix::DEFAULT_MODEL, None).expect("the embedded Mixer loads");
+    let layers = model.mixing_layers();
+    assert!(layers > 1, "a model with several layers ({layers})");
+    let computed = |l: usize| match &model.token_mixing(l).expect("a layer").map {
+        TokenMap::Linearised { map, .. } => map.get().is_some(),
+        other => panic!("layer {l}: a Mixer's map is linearised, not {other:?}"),
+    };
+    assert_eq!((0..layers).filter(|&l| computed(l)).count(), 0, "no map computed at load");
+    model.insight(1).expect("layer 1's insight");
+    assert_eq!((0..layers).map(computed).collect::<Vec<_>>(), (0..layers).map(|l| l == 1).collect::<Vec<_>>(), "layer 1's map only");
+    // Against the plain loop, from the layer's own weights.
+    let t = model.token_mixing(1).expect("layer 1");
+    let TokenMap::Linearised { b1, fc2, .. } = &t.map else { unreachable!() };
+    let (tokens, hidden) = (t.cols, t.rows);
+    let gelu_slope = |x: f64| {
+        // d/dx x Φ(x), Φ from the erf integral by Simpson's rule (independent of insight.rs's series).
+        let n = 2000;
+        let h = x / n as f64;
+        let g = |s: f64| (-s * s / 2.0).exp();
+        let integral = if x == 0.0 {
+            0.0
+        } else {
+            h / 3.0
+                * (0..=n)
+                    .map(|i| {
+                        g(i as f64 * h)
+                            * if i == 0 || i == n {
+                                1.0
+                            } else if i % 2 == 1 {
+                                4.0
+                            } else {
+                                2.0
+                            }
+                    })
+                    .sum::<f64>()
+        };
+        let phi_cdf = 0.5 + integral / std::f64::consts::TAU.sqrt();
+        phi_cdf + x * g(x) / std::f64::consts::TAU.sqrt()
+    };
+    let map = t.token_map().expect("a map");
+    let mut worst = 0f64;
+    for a in 0..tokens {
+        for b in 0..tokens {
+            let want: f64 = (0..hidden).map(|j| fc2[a * hidden + j] as f64 * gelu_slope(b1[j] as f64) * t.data[j * tokens + b] as f64).sum();
+            worst = worst.max((map[a * tokens + b] as f64 - want).abs() / (1e-3 + want.abs()));
+        }
+    }
+    assert!(worst < 1e-5, "the linearised map against the plain loop: relative error {worst}");
 }

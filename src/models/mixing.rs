@@ -30,8 +30,11 @@ pub struct TokenMixing {
 pub enum TokenMap {
     /// `data` is the map (gMLP's SGU projection, ResMLP's linear_tokens).
     Weights,
-    /// Mixer: the token MLP linearised at zero input (`crate::insight::linearised`).
-    Linearised(Vec<f32>),
+    /// Mixer: the token MLP linearised at zero input (`crate::insight::linearised`), from
+    /// `data` (fc1), fc1's bias and fc2; computed when first asked for, not at load (a
+    /// mixer_l16 has 24 layers of 196 x 196 x 512 multiply-adds, seconds in a browser, and
+    /// most loads never look at most layers).
+    Linearised { b1: Vec<f32>, fc2: Vec<f32>, map: std::sync::OnceLock<Vec<f32>> },
     /// PoolFormer: no learned token mixing.
     None,
 }
@@ -41,7 +44,9 @@ impl TokenMixing {
     pub fn token_map(&self) -> Option<&[f32]> {
         match &self.map {
             TokenMap::Weights => Some(&self.data),
-            TokenMap::Linearised(m) => Some(m),
+            TokenMap::Linearised { b1, fc2, map } => {
+                Some(map.get_or_init(|| crate::insight::linearised(&self.data, Some(b1), fc2, self.cols, self.rows)))
+            }
             TokenMap::None => None,
         }
     }
@@ -86,7 +91,7 @@ pub(crate) fn token_mixing(w: &Weights, arch: &Arch) -> Result<Vec<TokenMixing>>
                 BlockKind::Mixer => {
                     let p = format!("blocks.{i}.mlp_tokens");
                     let (b1, fc2) = (w.read(&format!("{p}.fc1.bias"))?, w.read(&format!("{p}.fc2.weight"))?);
-                    TokenMap::Linearised(crate::insight::linearised(&data, Some(&b1), &fc2, tokens, rows))
+                    TokenMap::Linearised { b1, fc2, map: std::sync::OnceLock::new() }
                 }
                 _ => TokenMap::Weights,
             };
