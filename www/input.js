@@ -91,8 +91,14 @@ export async function classifyImageData(imageData, source = 'image') {
   $('predictions').setAttribute('aria-busy', 'true');
   let r;
   try {
-    r = await exclusive(() => tm.classifyDetailed(imageData, 5));
+    r = await exclusive(() => {
+      // A newer image came while this one waited its turn: only the newest is drawn, so
+      // this one is not classified at all (a burst of clicks runs the first and the last).
+      if (seq !== classifySeq) throw new DOMException('superseded by a newer image', 'AbortError');
+      return tm.classifyDetailed(imageData, 5);
+    });
   } catch (e) {
+    if (e?.name === 'AbortError') throw e;
     const msg = `Classification failed: ${messageOf(e)}`;
     if (seq === classifySeq) {
       showError(msg);

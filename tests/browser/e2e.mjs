@@ -479,6 +479,17 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     third.dispose();
     inline.dispose();
     out.classified = await settle(app.classifySample('fmnist-0001-pullover.png').then((x) => x.predictions.length));
+    // Three images at once: the two that would wait their turn behind a newer one are not
+    // classified (AbortError); the newest is, and is what the page shows.
+    const names = ['fmnist-0002-trouser.png', 'fmnist-0004-shirt.png', 'fmnist-0006-coat.png'];
+    const images = await Promise.all(names.map(async (n) => {
+      const bitmap = await createImageBitmap(await (await fetch(`www/samples/${n}`)).blob());
+      const ctx = new OffscreenCanvas(bitmap.width, bitmap.height).getContext('2d');
+      ctx.drawImage(bitmap, 0, 0);
+      return ctx.getImageData(0, 0, bitmap.width, bitmap.height);
+    }));
+    const burst = await Promise.all(images.map((d, i) => app.classifyImageData(d, names[i]).then((x) => x.source, (e) => e.name)));
+    out.burst = { burst, shown: document.querySelector('#predictions').dataset.source, error: document.querySelector('#error-text').textContent };
     return out;
   }, SAMPLE);
   console.log(`[o] ${JSON.stringify(r)}`);
@@ -518,6 +529,8 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
   assert.equal(r.preAborted.name, 'AbortError', 'an aborted signal rejects at once');
   assert.match(r.badSignal.error ?? '', /signal: expected an AbortSignal/);
   assert.deepEqual(r.classified, { ok: 5 });
+  assert.deepEqual({ ...r.burst, error: undefined }, { burst: ['AbortError', 'AbortError', 'fmnist-0006-coat.png'], shown: 'fmnist-0006-coat.png', error: undefined }, 'a burst classifies the newest only');
+  assert.doesNotMatch(r.burst.error, /superseded|Classification failed/, 'the skipped ones show no error');
   await shot(page, 'e2e-o-superseded');
   assert.deepEqual(pageErrors, []);
   await page.close();
