@@ -457,6 +457,21 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     const { createClassifier } = await import(new URL('js/index.js', document.baseURI).href);
     const inline = await createClassifier({ worker: false });
     out.abortInline = await abortMidway(inline);
+    // The page aborts a running download that a newer load replaces.
+    {
+      const start = await served();
+      const url = `tests/fixtures/poolformer_rgb.safetensors?throttle=200&n=${Math.random()}`;
+      const first = app.loadModelUrl(url).then(() => 'loaded', (e) => e.name);
+      for (let i = 0; i < 100 && (await served()).completed === start.completed && document.querySelector('#progress-row').hidden; i++) await pause(20);
+      await pause(300); // a few pieces in
+      const second = await app.loadModelUrl('weights/mixer_fmnist.safetensors').then((m) => m.family, (e) => e.message);
+      let end = await served();
+      for (let i = 0; i < 100 && end.abandoned === start.abandoned; i++) {
+        await pause(50);
+        end = await served();
+      }
+      out.pageAbort = { first: await first, second, abandoned: end.abandoned - start.abandoned, completed: end.completed - start.completed };
+    }
     // An already aborted signal rejects at once; something else is refused.
     out.preAborted = await settle(api.loadModel(null, { signal: AbortSignal.abort() }));
     out.badSignal = await settle(api.loadModel(null, { signal: { aborted: false } }));
@@ -526,6 +541,7 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     'worker: false classifiers have a model each; a disposed one\'s module instance serves the next, from the embedded model',
   );
   assert.match(r.twoInline.disposed.error ?? '', /disposed/);
+  assert.deepEqual(r.pageAbort, { first: 'AbortError', second: 'MLP-Mixer', abandoned: 1, completed: 0 }, 'the page aborts a download a newer load replaces');
   assert.equal(r.preAborted.name, 'AbortError', 'an aborted signal rejects at once');
   assert.match(r.badSignal.error ?? '', /signal: expected an AbortSignal/);
   assert.deepEqual(r.classified, { ok: 5 });
