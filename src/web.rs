@@ -389,7 +389,8 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         })
         .transpose()?;
     let autotune = given("autotune").map(|v| v.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))).transpose()?;
-    let label = || option("name").as_string().or_else(|| source.as_string()).unwrap_or_else(|| "the model".into());
+    let given_name = option("name").as_string();
+    let label = || given_name.clone().or_else(|| source.as_string()).unwrap_or_else(|| "the model".into());
     if aborted() {
         return Err(js_err(format!("{}: {ABORTED}", label())));
     }
@@ -426,7 +427,7 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     } else {
         return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
     };
-    let name = option("name").as_string().unwrap_or(name);
+    let name = given_name.unwrap_or(name);
     // The precision and autotune options change what devices made from now on get; a load
     // that fails puts them back as they were.
     let old = s.borrow().sel.clone();

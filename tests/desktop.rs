@@ -31,13 +31,20 @@ fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
 /// download) adopted, the image classified or explained. The window draws meanwhile.
 fn settle(h: &mut Harness<'static, Viewer>) {
     h.step(); // (a click waiting for its frame starts its work there)
-    let start = std::time::Instant::now();
-    while h.state().busy() && start.elapsed().as_secs() < 60 {
-        h.step();
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    frames_while(h, Viewer::busy);
     assert!(!h.state().busy(), "the background work ended within 60 s");
     h.run();
+}
+
+/// Steps frames, 10 ms apart, while `working` holds of the app (at most 60 s); returns how many.
+fn frames_while(h: &mut Harness<'static, Viewer>, working: fn(&Viewer) -> bool) -> usize {
+    let (mut frames, start) = (0, std::time::Instant::now());
+    while working(h.state()) && start.elapsed().as_secs() < 60 {
+        h.step();
+        frames += 1;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    frames
 }
 
 fn viewer() -> Viewer {
@@ -361,12 +368,7 @@ fn the_camera_captures_frames_or_says_there_is_none() {
     h.get_by_label("Capture").click();
     h.step();
     assert!(h.state().classifying(), "the frame of the click ended before the still came");
-    let mut frames = 0;
-    while h.state().classifying() && frames < 6000 {
-        h.step();
-        frames += 1;
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let frames = frames_while(&mut h, Viewer::classifying);
     assert!(frames >= 10, "the window drew {frames} frames while the camera took its still");
     settle(&mut h);
     let c = h.state().classified.as_ref().expect("the slow camera's still is classified");
@@ -529,15 +531,6 @@ fn the_window_keeps_drawing_while_the_model_works() {
     assert_eq!(h.state().model.info.arch.input_shape(), [1, 1008, 1008]);
     // Frames while the model works: the frame of the click ends with the image still being
     // classified, and the window says so.
-    let frames_while = |h: &mut Harness<'static, Viewer>, working: fn(&Viewer) -> bool| {
-        let (mut frames, start) = (0, std::time::Instant::now());
-        while working(h.state()) && start.elapsed().as_secs() < 60 {
-            h.step();
-            frames += 1;
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        frames
-    };
     h.get_by_label("bag").click();
     h.step();
     assert!(h.state().classifying(), "the frame of the click ended before the classification");

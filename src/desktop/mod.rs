@@ -360,11 +360,9 @@ impl Viewer {
                 self.refresh_insight();
                 // The image is classified again by this model: now, or, where one is being
                 // classified, when that ends (on the model it started with: see `poll_work`).
-                if !self.classifying() {
-                    if let Some(c) = self.classified.take() {
-                        self.classify(c.source.clone(), c.image.clone());
-                        self.classified = Some(c);
-                    }
+                if let Some(c) = self.classified.as_ref().filter(|_| !self.classifying()) {
+                    let (source, image) = (c.source.clone(), c.image.clone());
+                    self.classify(source, image);
                 }
                 Ok(())
             }

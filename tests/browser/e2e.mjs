@@ -430,6 +430,15 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     // rejects with the signal's reason and the model stays.
     const pause = (ms) => new Promise((r) => setTimeout(r, ms));
     const served = async () => (await fetch('/__throttled', { cache: 'no-store' })).json();
+    // The server's counts once it has seen a response abandoned since `start` (or after 5 s).
+    const servedAfterAbandon = async (start) => {
+      let end = await served();
+      for (let i = 0; i < 100 && end.abandoned === start.abandoned; i++) {
+        await pause(50);
+        end = await served();
+      }
+      return end;
+    };
     const abortMidway = async (classifier) => {
       const before = (await classifier.modelInfo()).family;
       const start = await served();
@@ -442,11 +451,7 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
       const atAbort = progress;
       ac.abort();
       const result = await load;
-      let end = await served();
-      for (let i = 0; i < 100 && end.abandoned === start.abandoned; i++) {
-        await pause(50);
-        end = await served();
-      }
+      const end = await servedAfterAbandon(start);
       await pause(500); // the next pieces would have come by now
       return {
         result, atAbort, after: progress - atAbort, before, family: (await classifier.modelInfo()).family,
@@ -465,11 +470,7 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
       for (let i = 0; i < 100 && (await served()).completed === start.completed && document.querySelector('#progress-row').hidden; i++) await pause(20);
       await pause(300); // a few pieces in
       const second = await app.loadModelUrl('weights/mixer_fmnist.safetensors').then((m) => m.family, (e) => e.message);
-      let end = await served();
-      for (let i = 0; i < 100 && end.abandoned === start.abandoned; i++) {
-        await pause(50);
-        end = await served();
-      }
+      const end = await servedAfterAbandon(start);
       out.pageAbort = { first: await first, second, abandoned: end.abandoned - start.abandoned, completed: end.completed - start.completed };
     }
     // An already aborted signal rejects at once; something else is refused.
