@@ -159,15 +159,21 @@ pub fn offset_kernel(m: &[f32], gh: usize, gw: usize) -> Kernel {
     Kernel { h: 2 * gh - 1, w: 2 * gw - 1, values }
 }
 
-/// In place, the DFT of the `n` complex values `at, at + stride, …` of (re, im).
-fn dft(re: &mut [f64], im: &mut [f64], at: usize, stride: usize, n: usize) {
+/// `(cos, sin)` of `TAU i / n` for i in 0..n: the DFT's twiddle factors on `n` points.
+fn twiddles(n: usize) -> Vec<(f64, f64)> {
     use std::f64::consts::TAU;
+    (0..n).map(|i| TAU * i as f64 / n as f64).map(|a| (a.cos(), a.sin())).collect()
+}
+
+/// In place, the DFT of the `n` complex values `at, at + stride, …` of (re, im), with `tw` =
+/// [`twiddles`]`(n)`. Each product takes its factor from the table at `(k j) mod n`: the same
+/// value the angle's own cos and sin give, without two calls per product.
+fn dft(re: &mut [f64], im: &mut [f64], at: usize, stride: usize, n: usize, tw: &[(f64, f64)]) {
     let (xr, xi): (Vec<f64>, Vec<f64>) = (0..n).map(|j| (re[at + j * stride], im[at + j * stride])).unzip();
     for k in 0..n {
         let (mut sr, mut si) = (0.0, 0.0);
         for j in 0..n {
-            let a = TAU * ((k * j) % n) as f64 / n as f64;
-            let (c, s) = (a.cos(), a.sin());
+            let (c, s) = tw[(k * j) % n];
             sr += xr[j] * c + xi[j] * s;
             si += xi[j] * c - xr[j] * s;
         }
@@ -176,15 +182,16 @@ fn dft(re: &mut [f64], im: &mut [f64], at: usize, stride: usize, n: usize) {
     }
 }
 
-/// Power of the full 2D DFT of one grid (gh x gw, row-major), [ky * gw + kx].
-fn power(x: &[f32], gh: usize, gw: usize) -> Vec<f64> {
+/// Power of the full 2D DFT of one grid (gh x gw, row-major), [ky * gw + kx], with each axis's
+/// [`twiddles`] (computed once for the many grids of a map or a layer).
+fn power(x: &[f32], gh: usize, gw: usize, tw_h: &[(f64, f64)], tw_w: &[(f64, f64)]) -> Vec<f64> {
     let mut re: Vec<f64> = x.iter().map(|&v| v as f64).collect();
     let mut im = vec![0f64; gh * gw];
     for y in 0..gh {
-        dft(&mut re, &mut im, y * gw, 1, gw);
+        dft(&mut re, &mut im, y * gw, 1, gw, tw_w);
     }
     for kx in 0..gw {
-        dft(&mut re, &mut im, kx, gw, gh);
+        dft(&mut re, &mut im, kx, gw, gh, tw_h);
     }
     re.iter().zip(&im).map(|(a, b)| a * a + b * b).collect()
 }
@@ -210,8 +217,9 @@ pub fn figures(m: &[f32], gh: usize, gw: usize) -> Figures {
     let total: f64 = m.iter().map(|&v| (v as f64) * (v as f64)).sum();
     let projected: f64 = sum.iter().zip(&count).filter(|(_, &c)| c > 0.0).map(|(v, c)| v * v / c).sum();
     let (mut low, mut all) = (0f64, 0f64);
+    let (tw_h, tw_w) = (twiddles(gh), twiddles(gw));
     for row in m.chunks(s) {
-        let p = power(row, gh, gw);
+        let p = power(row, gh, gw, &tw_h, &tw_w);
         for ky in 0..gh {
             for kx in 0..gw {
                 let v = p[ky * gw + kx];
@@ -342,9 +350,10 @@ pub fn analyse_units(data: &[f32], rows: usize, cols: usize, gh: usize, gw: usiz
     let kx_n = gw / 2 + 1;
     let mut units = Vec::with_capacity(rows);
     let mut z = vec![0f64; rows * cols];
+    let (tw_h, tw_w) = (twiddles(gh), twiddles(gw));
     for u in 0..rows {
         let row = &data[u * cols..(u + 1) * cols];
-        let p = power(row, gh, gw);
+        let p = power(row, gh, gw, &tw_h, &tw_w);
         let (mut best, mut bky, mut bkx) = (-1f64, 0, 0);
         let total: f64 = p.iter().sum();
         for ky in 0..gh {
