@@ -3,9 +3,9 @@
 //! does and its evidence lies over the image; switching models and layers redraws the views; a
 //! corrupt model file shows an error while the previous model keeps working; a hub download
 //! from a local server shows progress; the window keeps drawing while a slow model classifies
-//! and explains; the camera (synthetic, and none) and pasting; `view --screenshot`; a Mixer with
-//! 256 token-MLP units keeps its offset kernel inside the window.
-//! Screenshots land in tests/artifacts/desktop-*.png.
+//! and explains, and while a slow layer's views are computed; the camera (synthetic, and none)
+//! and pasting; `view --screenshot`; a Mixer with 256 token-MLP units keeps its offset kernel
+//! inside the window. Screenshots land in tests/artifacts/desktop-*.png.
 #![cfg(feature = "desktop")]
 
 mod common;
@@ -128,6 +128,7 @@ fn switching_models_and_layers_redraws_the_views() {
         h.key_press(egui::Key::ArrowRight);
         h.run();
     }
+    settle(&mut h);
     let layer = h.state().insight.as_ref().map(|i| i.layer);
     assert_eq!(layer, Some(5), "five steps of the slider: layer 5");
     let gmlp5 = shot(&mut h, "gmlp-layer5");
@@ -488,13 +489,62 @@ fn a_mixer_with_many_token_units_keeps_its_offset_kernel_in_view() {
     let mut h = harness(viewer());
     h.run();
     h.state_mut().load_model("wide", &wide_token_mlps(256));
-    h.run();
+    settle(&mut h);
     assert_eq!(h.state().insight.as_ref().map(|i| (i.kind, i.rows)), Some(("mixer", 256)), "the widened model is shown");
     h.get_by_label_contains("256 token-MLP units over the 7×7 grid");
     let kernel = h.get_by_label_contains("Mean weight by relative offset").rect();
     shot(&mut h, "mixer-256-units");
     // The kernel image (160 px tall on a 7x7 grid) below its caption, inside the 820 px window.
     assert!(kernel.max.y + 160.0 <= 820.0, "the offset kernel is pushed out of view: its caption ends at y = {}", kernel.max.y);
+}
+
+/// A layer's views are computed on a thread of their own: the frame that moves the slider
+/// ends with the previous layer's views still shown (dimmed, with a spinner), the window draws
+/// while a slow layer is computed, a slider moved over several layers meanwhile computes only
+/// the last, and a layer computed before comes back at once. The slow model: the embedded
+/// Mixer with 6144 token-MLP units a layer, whose unit analysis (every pair of units
+/// correlated) takes a few tenths of a second a layer.
+#[test]
+fn a_layers_views_are_computed_while_the_window_draws() {
+    let mut h = harness(viewer());
+    h.run();
+    settle(&mut h);
+    assert!(h.state_mut().load_model("wide", &wide_token_mlps(6144)), "{:?}", h.state().error);
+    assert!(h.state().computing_insight(), "the load returned before layer 0's views were computed");
+    assert!(h.state().insight.is_none(), "the previous model's views are not shown with this one");
+    h.step();
+    h.get_by_label("Computing layer 0's views …");
+    let frames = frames_while(&mut h, Viewer::computing_insight);
+    assert!(frames >= 3, "the window drew {frames} frames while layer 0's views were computed");
+    settle(&mut h);
+    assert_eq!(h.state().insight.as_ref().map(|i| (i.layer, i.rows)), Some((0, 6144)));
+    // Four steps of the slider, a frame each.
+    h.get_by_role_and_label(egui::accesskit::Role::Slider, "Layer").focus();
+    h.run(); // (focused over several frames, the slider keeps the arrow keys to itself)
+    h.key_press(egui::Key::ArrowRight);
+    h.step();
+    assert_eq!(h.state().layer, 1);
+    assert!(h.state().computing_insight(), "the frame that moved the slider ended before layer 1's views");
+    assert_eq!(h.state().insight.as_ref().map(|i| i.layer), Some(0), "layer 0's views stay until then");
+    h.step();
+    h.get_by_label("Computing layer 1's views …");
+    for _ in 0..3 {
+        h.key_press(egui::Key::ArrowRight);
+        h.step();
+    }
+    shot(&mut h, "computing-layer");
+    assert_eq!(h.state().layer, 4);
+    let frames = frames_while(&mut h, Viewer::computing_insight);
+    assert!(frames >= 3, "the window drew {frames} frames while the layers' views were computed");
+    settle(&mut h);
+    assert_eq!(h.state().insight.as_ref().map(|i| i.layer), Some(4), "the slider's layer is shown");
+    assert_eq!(h.state().computed_layers(), [0, 1, 4], "layers 2 and 3, passed while layer 1 was computed, are not");
+    // A layer computed before: shown in the frame that asks for it.
+    h.state_mut().set_layer(0);
+    assert!(!h.state().computing_insight(), "layer 0 is not computed again");
+    assert_eq!(h.state().insight.as_ref().map(|i| i.layer), Some(0));
+    h.step();
+    h.get_by_label_contains("6144 token-MLP units over the 7×7 grid");
 }
 
 /// The shipped PoolFormer made to take `side` x `side` images (its metadata's `img_size` and

@@ -91,8 +91,17 @@ pub struct Viewer {
     /// The class whose evidence is laid over the image.
     pub evidence: Option<usize>,
     pub relative: bool,
+    /// The token-mixing layer the slider is on.
     pub layer: usize,
-    pub insight: Option<LayerInsight>,
+    /// The views on screen: of [`Self::layer`], or, while that one is computed, of the layer
+    /// shown before it (drawn dimmed).
+    pub insight: Option<Arc<LayerInsight>>,
+    /// Every layer of the current model whose views have been computed: the slider shows them
+    /// again at once.
+    insights: HashMap<usize, Arc<LayerInsight>>,
+    /// A layer's views being computed on a thread of their own (a hub model's first layer takes
+    /// tens of milliseconds, a Mixer's every layer some, which the slider would stall for).
+    insight_work: Option<InsightRunning>,
     /// A token row of the current layer under the pointer (gMLP/ResMLP).
     pub hover: Option<Overlay>,
     pub error: Option<String>,
@@ -157,6 +166,13 @@ enum Request {
     Classify { serial: u64, source: String, image: RgbImage },
     Capture { serial: u64, source: String, grab: camera::Grab },
     Explain { serial: u64, input: Vec<f32> },
+}
+
+/// A layer's views ([`Model::insight`]) being computed on their thread.
+struct InsightRunning {
+    layer: usize,
+    model: Arc<Model>,
+    rx: std::sync::mpsc::Receiver<Result<LayerInsight>>,
 }
 
 /// What a [`Request`] ended with.
@@ -263,6 +279,8 @@ impl Viewer {
             relative: false,
             layer: 0,
             insight: None,
+            insights: HashMap::new(),
+            insight_work: None,
             hover: None,
             error: None,
             insight_error: None,
@@ -357,6 +375,13 @@ impl Viewer {
                 self.layer = 0;
                 self.evidence = None;
                 self.hover = None;
+                // Another model's views are not shown, nor is the one being computed waited
+                // for (its thread ends by itself).
+                self.insight = None;
+                self.insight_error = None;
+                self.insights.clear();
+                self.insight_work = None;
+                self.generation += 1;
                 self.refresh_insight();
                 // The image is classified again by this model: now, or, where one is being
                 // classified, when that ends (on the model it started with: see `poll_work`).
@@ -504,7 +529,7 @@ impl Viewer {
     /// Whether anything runs in the background that will change what the window shows: a
     /// model loading, an image being classified or explained.
     pub fn busy(&self) -> bool {
-        self.loading.is_some() || self.work.is_some() || self.queued.is_some()
+        self.loading.is_some() || self.work.is_some() || self.queued.is_some() || self.insight_work.is_some()
     }
 
     /// Waits (without a window) until [`Self::busy`] is false, or `limit` has passed; what
@@ -514,6 +539,7 @@ impl Viewer {
         loop {
             self.poll_load();
             self.poll_work();
+            self.poll_insight();
             if !self.busy() {
                 return true;
             }
@@ -524,25 +550,81 @@ impl Viewer {
         }
     }
 
-    /// Shows layer `layer` of the current model's token mixing.
+    /// Shows layer `layer` of the current model's token mixing: at once if its views were
+    /// computed before, else when they have been (on a thread of their own, after the one
+    /// being computed: a slider dragged over many layers computes the first and the last).
     pub fn set_layer(&mut self, layer: usize) {
         self.layer = layer.min(self.model.mixing_layers().saturating_sub(1));
         self.hover = None;
         self.refresh_insight();
     }
 
+    /// Shows [`Self::layer`]'s views if they are computed, else starts computing them unless
+    /// a layer is being computed already ([`Self::poll_insight`] starts it when that ends).
     fn refresh_insight(&mut self) {
-        match self.model.insight(self.layer) {
-            Ok(i) => {
-                self.insight = Some(i);
+        if let Some(i) = self.insights.get(&self.layer) {
+            if !self.insight.as_ref().is_some_and(|shown| Arc::ptr_eq(shown, i)) {
+                self.insight = Some(i.clone());
                 self.insight_error = None;
+                self.generation += 1;
             }
-            Err(e) => {
-                self.insight = None;
-                self.insight_error = Some(format!("No token-mixing view: {e}"));
+            return;
+        }
+        if self.insight_work.is_some() {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (model, layer, repaint) = (self.model.clone(), self.layer, self.repaint.clone());
+        let on_thread = model.clone();
+        std::thread::spawn(move || {
+            // (A receiver gone with another model or a closed window: nothing to do.)
+            let _ = tx.send(on_thread.insight(layer));
+            if let Some(ctx) = repaint {
+                ctx.request_repaint();
+            }
+        });
+        self.insight_work = Some(InsightRunning { layer, model, rx });
+    }
+
+    /// Adopts a layer's views once they are computed, and starts on the slider's layer if it
+    /// moved meanwhile. True while views are computed.
+    pub fn poll_insight(&mut self) -> bool {
+        let Some(w) = &self.insight_work else { return false };
+        let computed = match w.rx.try_recv() {
+            Ok(computed) => computed,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return true,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(Error::Input("the views' thread ended without them".into())),
+        };
+        let Some(w) = self.insight_work.take() else { return false };
+        if Arc::ptr_eq(&w.model, &self.model) {
+            match computed {
+                Ok(i) => {
+                    self.insights.insert(w.layer, Arc::new(i));
+                }
+                Err(e) if w.layer == self.layer => {
+                    self.insight = None;
+                    self.insight_error = Some(format!("No token-mixing view: {e}"));
+                    self.generation += 1;
+                    return false;
+                }
+                Err(_) => {}
             }
         }
-        self.generation += 1;
+        self.refresh_insight();
+        self.insight_work.is_some()
+    }
+
+    /// Whether the slider's layer is still being computed (the views shown, if any, are of
+    /// another layer).
+    pub fn computing_insight(&self) -> bool {
+        self.insight_work.is_some()
+    }
+
+    /// The layers of the current model whose views have been computed, ascending.
+    pub fn computed_layers(&self) -> Vec<usize> {
+        let mut l: Vec<usize> = self.insights.keys().copied().collect();
+        l.sort_unstable();
+        l
     }
 
     /// The predictions in `tokenmix classify --json`'s format.
@@ -720,6 +802,7 @@ impl Viewer {
         self.poll_download();
         self.poll_load();
         self.poll_work();
+        self.poll_insight();
         let dropped: Vec<std::path::PathBuf> =
             ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
         for p in dropped {
@@ -811,7 +894,8 @@ impl Viewer {
         ui.label(format!("Model's-eye view · {source}"));
         // The token under the pointer mixes from these tokens (gMLP/ResMLP matrices).
         self.hover = None;
-        if let (Some(pos), Some(li)) = (response.hover_pos(), &self.insight) {
+        let current = self.insight.as_ref().filter(|li| li.layer == self.layer && !self.computing_insight());
+        if let (Some(pos), Some(li)) = (response.hover_pos(), current) {
             if li.kind == "gmlp" || li.kind == "resmlp" {
                 let (gh, gw) = li.grid;
                 let (u, v) = ((pos - response.rect.min) / response.rect.size()).into();
@@ -938,12 +1022,22 @@ impl Viewer {
                 self.set_layer(l);
             }
         }
-        let Some(li) = &self.insight else {
+        if self.computing_insight() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!("Computing layer {}'s views …", self.layer));
+            });
+        }
+        let Some(li) = self.insight.clone() else {
             if let Some(e) = &self.insight_error {
                 ui.colored_label(Color32::from_rgb(180, 40, 40), e);
             }
             return;
         };
+        // Another layer's views, while the slider's is computed: dimmed.
+        if li.layer != self.layer {
+            ui.disable();
+        }
         let (textures, generation) = (&mut self.textures, self.generation);
         ui.label(li.note);
         if let (Some(f), Some(i)) = (li.figures, li.init) {
