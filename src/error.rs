@@ -23,6 +23,9 @@ pub enum Error {
     /// Bad user input: image, array, argument.
     #[error("input: {0}")]
     Input(String),
+    /// The caller asked the run to stop ([`crate::exec::Cancel`]) before it ended.
+    #[error("cancelled: a newer request replaced this one")]
+    Cancelled,
     #[error("{path}: {source}")]
     Io {
         path: String,

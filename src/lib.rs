@@ -27,7 +27,7 @@ pub mod web;
 pub mod weights;
 
 pub use error::{Error, Result};
-pub use exec::{BackendChoice, Cpu, Device};
+pub use exec::{BackendChoice, Cancel, Cpu, Device};
 pub use gpu::Gpu;
 pub use models::{inspect, Explained, Inspected, Model, ModelInfo, Output};
 

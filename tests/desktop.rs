@@ -566,9 +566,9 @@ fn large_poolformer(side: usize) -> Vec<u8> {
 }
 
 /// Classifying and explaining run on a thread of their own: the window keeps drawing (and
-/// says what it is doing) while a slow model works; a burst of images shows the last one; a
-/// model chosen while an image is classified classifies it afresh, and the stale result is
-/// dropped.
+/// says what it is doing) while a slow model works; a burst of images shows the last one, and a
+/// pass (classifying, explaining) that a newer image makes moot stops early; a model chosen
+/// while an image is classified classifies it afresh, and the stale result is dropped.
 #[test]
 fn the_window_keeps_drawing_while_the_model_works() {
     let dir = common::scratch("desktop-large");
@@ -620,7 +620,9 @@ fn the_window_keeps_drawing_while_the_model_works() {
     assert!(frames >= 10, "the window drew {frames} frames while the image was explained");
     settle(&mut h);
     h.get_by_label(&format!("Overlay: evidence for {top}"));
-    // A burst of images: the last one is shown.
+    // A burst of images: the last one is shown; the first one's pass, running when the
+    // second came, stopped early (the second, waiting, was replaced by the third).
+    let stopped = h.state().cancelled;
     for name in ["boot", "shirt", "coat"] {
         h.get_by_label(name).click();
         h.step();
@@ -628,6 +630,18 @@ fn the_window_keeps_drawing_while_the_model_works() {
     settle(&mut h);
     assert_eq!(h.state().classified.as_ref().map(|c| c.source.as_str()), Some("sample: coat"));
     assert_eq!(h.state().error, None);
+    assert_eq!(h.state().cancelled - stopped, 1, "the boot's pass stopped when the shirt came");
+    // An explanation running when a new image comes stops too, and leaves no error.
+    let top = h.state().classified.as_ref().map(|c| c.predictions[0].label.clone()).unwrap_or_default();
+    h.get_by_label_contains(&top).click();
+    h.step();
+    assert!(h.state().explaining());
+    h.get_by_label("dress").click();
+    h.step();
+    settle(&mut h);
+    assert_eq!(h.state().cancelled - stopped, 2, "the coat's explanation stopped when the dress came");
+    assert_eq!(h.state().classified.as_ref().map(|c| c.source.as_str()), Some("sample: dress"));
+    assert_eq!((h.state().error.as_deref(), h.state().evidence), (None, None));
     // Another model while an image is classified: the image is classified by it, and the
     // PoolFormer's result, arriving after, is not shown.
     h.get_by_label("trouser").click();

@@ -360,3 +360,34 @@ fn an_f16_device_stores_the_hidden_slot_in_f16() {
         eprintln!("{}: {err}", dev.label());
     }
 }
+
+/// A pass given a cancelled [`tokenmix::Cancel`] stops with `Error::Cancelled` on every
+/// executor, before anything is submitted or stepped, for each of the three cancellable calls;
+/// the model is unharmed (the next pass gives the plain call's logits, bit for bit). A pass
+/// cancelled while it runs is the desktop test's (`the_window_keeps_drawing_while_the_model_works`).
+#[test]
+fn a_cancelled_pass_stops_on_every_executor() {
+    use tokenmix::{Cancel, Error, Model};
+    let devices = all_devices();
+    let mut ran = 0;
+    for dev in &devices {
+        let model = Model::load(dev.clone(), tokenmix::DEFAULT_MODEL, None).unwrap_or_else(|e| panic!("{}: {e}", dev.label()));
+        let input = random(2 * model.input_len(), 5);
+        let want = pollster::block_on(model.forward(&input)).expect("a plain pass");
+        let stop = Cancel::new();
+        let clone = stop.clone();
+        clone.cancel();
+        assert!(stop.is_cancelled(), "clones share the flag");
+        let forward = pollster::block_on(model.forward_cancellable(&input, &stop)).map(|_| ());
+        let explain = pollster::block_on(model.explain_cancellable(&input[..model.input_len()], &stop)).map(|_| ());
+        let classify = pollster::block_on(model.classify_rgba_cancellable(&[120; 28 * 28 * 4], 28, 28, || 0.0, &stop)).map(|_| ());
+        for (call, got) in [("forward", forward), ("explain", explain), ("classify_rgba", classify)] {
+            assert!(matches!(got, Err(Error::Cancelled)), "{}: {call} with a cancelled token gave {got:?}", dev.label());
+        }
+        let again = pollster::block_on(model.forward_cancellable(&input, &Cancel::new())).expect("a pass after the cancelled ones");
+        assert_eq!(again.logits, want.logits, "{}: the model runs as before", dev.label());
+        eprintln!("{}: cancelled before it ran, then ran as before", dev.label());
+        ran += 1;
+    }
+    assert!(ran > 0 && ran == devices.len(), "every executor ran");
+}

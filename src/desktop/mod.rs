@@ -18,7 +18,7 @@ use egui::{Color32, ColorImage, TextureHandle, TextureOptions, Vec2};
 use image::RgbImage;
 
 use crate::error::{Error, Result};
-use crate::exec::Device;
+use crate::exec::{Cancel, Device};
 use crate::insight::{colour, LayerInsight};
 use crate::models::{Explained, Model};
 use crate::preprocess;
@@ -134,6 +134,9 @@ pub struct Viewer {
     /// The number of the latest classification asked for; a result of an older one (another
     /// image, or the image under the previous model) is dropped.
     serial: u64,
+    /// How many passes of the model were stopped early because a newer request made their
+    /// result moot.
+    pub cancelled: u64,
     /// Where a finished piece of work asks for the next frame at once (set by [`Self::ui`]).
     repaint: Option<egui::Context>,
     /// Fractions of the running download seen by the window (tests check progress showed).
@@ -188,23 +191,27 @@ struct Running {
     explains: bool,
     model: Arc<Model>,
     rx: std::sync::mpsc::Receiver<Done>,
+    /// Stops it early once nothing it could give would be shown.
+    cancel: Cancel,
 }
 
 impl Request {
     /// Runs on the work thread.
-    fn run(self, model: &Model) -> Done {
+    fn run(self, model: &Model, cancel: &Cancel) -> Done {
         match self {
-            Request::Classify { serial, source, image } => Done::Classified(classify_image(model, serial, source, image)),
-            Request::Capture { serial, source, grab } => Done::Classified(grab().and_then(|image| classify_image(model, serial, source, image))),
-            Request::Explain { input, .. } => Done::Explained(pollster::block_on(model.explain(&input))),
+            Request::Classify { serial, source, image } => Done::Classified(classify_image(model, serial, source, image, cancel)),
+            Request::Capture { serial, source, grab } => {
+                Done::Classified(grab().and_then(|image| classify_image(model, serial, source, image, cancel)))
+            }
+            Request::Explain { input, .. } => Done::Explained(pollster::block_on(model.explain_cancellable(&input, cancel))),
         }
     }
 }
 
 /// `image` through `model`: the top five classes, the times, the per-stage energy.
-fn classify_image(model: &Model, serial: u64, source: String, image: RgbImage) -> Result<Classified> {
+fn classify_image(model: &Model, serial: u64, source: String, image: RgbImage, cancel: &Cancel) -> Result<Classified> {
     let rgba: Vec<u8> = image.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
-    let run = pollster::block_on(model.classify_rgba(&rgba, image.width() as usize, image.height() as usize, millis))?;
+    let run = pollster::block_on(model.classify_rgba_cancellable(&rgba, image.width() as usize, image.height() as usize, millis, cancel))?;
     let out = &run.output;
     let predictions = out
         .top_k(0, 5)
@@ -296,6 +303,7 @@ impl Viewer {
             work: None,
             queued: None,
             serial: 0,
+            cancelled: 0,
             repaint: None,
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
@@ -368,6 +376,11 @@ impl Viewer {
     fn adopt(&mut self, name: &str, loaded: Result<Model>) -> Result<()> {
         match loaded {
             Ok(m) => {
+                // An explanation by the previous model would not be shown: stopped. (An image
+                // it classifies is classified again by this one when it ends; see `poll_work`.)
+                if let Some(w) = self.work.as_ref().filter(|w| w.explains) {
+                    w.cancel.cancel();
+                }
                 self.model = Arc::new(m);
                 self.model_name = name.to_string();
                 self.error = None;
@@ -438,6 +451,11 @@ impl Viewer {
     /// replaces [`Self::classified`] when it arrives, unless a newer image (or model) was asked
     /// for meanwhile. The previous result stays in view until then.
     pub fn classify(&mut self, source: String, image: RgbImage) {
+        // What runs now (an older image, or the shown one's explanation) would not be shown:
+        // stopped.
+        if let Some(w) = &self.work {
+            w.cancel.cancel();
+        }
         self.serial += 1;
         self.request(Request::Classify { serial: self.serial, source, image });
     }
@@ -460,14 +478,16 @@ impl Viewer {
         };
         let repaint = self.repaint.clone();
         let on_thread = model.clone();
+        let cancel = Cancel::new();
+        let stop = cancel.clone();
         std::thread::spawn(move || {
             // (A receiver gone with a closed window: nothing to do.)
-            let _ = tx.send(r.run(&on_thread));
+            let _ = tx.send(r.run(&on_thread, &stop));
             if let Some(ctx) = repaint {
                 ctx.request_repaint();
             }
         });
-        self.work = Some(Running { serial, explains, model, rx });
+        self.work = Some(Running { serial, explains, model, rx, cancel });
     }
 
     /// Adopts the running request's result once it has ended and starts the one that waited.
@@ -482,6 +502,9 @@ impl Viewer {
             }
         };
         let Some(w) = self.work.take() else { return false };
+        if matches!(done, Done::Classified(Err(Error::Cancelled)) | Done::Explained(Err(Error::Cancelled))) {
+            self.cancelled += 1;
+        }
         let current = Arc::ptr_eq(&w.model, &self.model);
         let shown = self.classified.as_ref().is_some_and(|c| c.serial == w.serial);
         match done {
@@ -503,6 +526,8 @@ impl Viewer {
             // An explanation of what is no longer shown (another image, another model) is
             // dropped.
             Done::Explained(_) if !(shown && current) => {}
+            // Stopped for a newer image that has not arrived: the evidence asked for is let go.
+            Done::Explained(Err(Error::Cancelled)) => self.evidence = None,
             Done::Explained(Ok(ex)) => {
                 if let Some(c) = &mut self.classified {
                     c.explained = Some(ex);
@@ -1108,6 +1133,15 @@ impl Viewer {
             ui.label("Mean weight by relative offset (centre: the token itself):");
             let t = textures.get(ui.ctx(), generation, "offset", || heat(&k.values, k.h, k.w, false));
             ui.add(egui::Image::new((t.id(), Vec2::new(160.0, 160.0 * k.h as f32 / k.w as f32))));
+        }
+    }
+}
+
+/// A closed window stops the work it leaves running (its thread ends at the pass's next check).
+impl Drop for Viewer {
+    fn drop(&mut self) {
+        if let Some(w) = &self.work {
+            w.cancel.cancel();
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, SlotSizes, Step};
 use crate::preprocess::{Geometry, Preprocess, WindowTaps};
 
-use super::{Output, Profile, RunTimes, MAX_BATCH};
+use super::{Cancel, Output, Profile, RunTimes, MAX_BATCH};
 
 /// The GEMMs the CPU executor uses here (see `sgemm` in this module's source).
 #[cfg(not(target_arch = "wasm32"))]
@@ -173,14 +173,15 @@ impl CpuExec {
         }
     }
 
-    /// Runs `input` ([batch, C, H, W], preprocessed) through the net.
-    pub fn forward(&self, input: &[f32]) -> Result<Output> {
-        Ok(self.run_chunks(input, &[])?.0)
+    /// Runs `input` ([batch, C, H, W], preprocessed) through the net; stops at the first step
+    /// after `cancel` is set.
+    pub fn forward(&self, input: &[f32], cancel: &Cancel) -> Result<Output> {
+        Ok(self.run_chunks(input, &[], cancel)?.0)
     }
 
     /// [`Self::forward`] with the evidence steps: also returns, per image, the
     /// [`Slot::Evidence`] and [`Slot::Pooled`] floats (see [`crate::net::Explain`]).
-    pub fn explain(&self, input: &[f32]) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+    pub fn explain(&self, input: &[f32], cancel: &Cancel) -> Result<(Output, Vec<f32>, Vec<f32>)> {
         if self.net.explain.is_none() {
             return Err(Error::Config("this model has no per-token split of its logits".into()));
         }
@@ -192,14 +193,14 @@ impl CpuExec {
         if widest > bound {
             return Err(Error::Config(format!("one image's class evidence needs {widest} bytes, over tokenmix's {bound}-byte bound")));
         }
-        let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled])?;
+        let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled], cancel)?;
         let pooled = kept.pop().unwrap_or_default();
         Ok((out, kept.pop().unwrap_or_default(), pooled))
     }
 
     /// Runs `input` in chunks of at most [`MAX_BATCH`] images; with `keep` slots, the evidence
     /// steps too, returning each kept slot's per-image floats for all images.
-    fn run_chunks(&self, input: &[f32], keep: &[Slot]) -> Result<(Output, Vec<Vec<f32>>)> {
+    fn run_chunks(&self, input: &[f32], keep: &[Slot], cancel: &Cancel) -> Result<(Output, Vec<Vec<f32>>)> {
         let per = self.net.input;
         let classes = self.net.classes;
         let explain = !keep.is_empty();
@@ -211,7 +212,7 @@ impl CpuExec {
             let batch = chunk.len() / per;
             self.with_workspace(batch, explain, |ws| {
                 ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
-                self.run(ws, None)?;
+                self.run(ws, None, Some(cancel))?;
                 let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
                 out.logits.extend_from_slice(logits);
                 for row in logits.chunks(classes) {
@@ -236,12 +237,13 @@ impl CpuExec {
         width: usize,
         height: usize,
         now: fn() -> f64,
+        cancel: &Cancel,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
         let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
         let t1 = now();
-        let out = self.forward(&input)?;
+        let out = self.forward(&input, cancel)?;
         let stages = self.with_workspace(1, false, |ws| Ok(ws.stages.clone()))?;
         let t2 = now();
         Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
@@ -256,17 +258,17 @@ impl CpuExec {
     /// halves go to the local queue and an idle worker steals one. A net too small for any of
     /// its GEMMs to be split (the Fashion-MNIST models at batch 1) stays on the caller, which
     /// saves the one hand-over to the pool and back.
-    fn run(&self, ws: &mut Workspace, profile: Option<&mut Profile>) -> Result<()> {
+    fn run(&self, ws: &mut Workspace, profile: Option<&mut Profile>, cancel: Option<&Cancel>) -> Result<()> {
         #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
         if rayon::current_thread_index().is_none() && ws.batch.saturating_mul(self.largest_gemm) >= split::macs() {
-            return rayon::scope(|_| self.run_steps(ws, profile));
+            return rayon::scope(|_| self.run_steps(ws, profile, cancel));
         }
-        self.run_steps(ws, profile)
+        self.run_steps(ws, profile, cancel)
     }
 
     /// Runs the workspace's steps; with `profile` (natively also with `TOKENMIX_CPU_PROFILE=1`,
-    /// which prints it) times each.
-    fn run_steps(&self, ws: &mut Workspace, profile: Option<&mut Profile>) -> Result<()> {
+    /// which prints it) times each; with `cancel`, checks it before each.
+    fn run_steps(&self, ws: &mut Workspace, profile: Option<&mut Profile>, cancel: Option<&Cancel>) -> Result<()> {
         let mut stage_at = 0;
         #[cfg(not(target_arch = "wasm32"))]
         let mut printed = (profile.is_none() && *PROFILE).then(|| Profile::new(ws.batch, CLOCK));
@@ -278,6 +280,9 @@ impl CpuExec {
         let clock = || timing.then(crate::gpu::clock_ms);
         let run_started = clock();
         for step in self.net.steps_for(ws.explain) {
+            if let Some(c) = cancel {
+                c.check()?;
+            }
             let started = clock();
             match step {
                 Step::Gemm(g) => self.gemm(ws, g)?,
@@ -375,7 +380,7 @@ impl CpuExec {
         let mut out = Output { classes, logits: Vec::new(), probs: Vec::new() };
         self.with_workspace(batch, false, |ws| {
             ws.slots[Slot::Input.index()][..input.len()].copy_from_slice(input);
-            self.run(ws, Some(&mut profile))?;
+            self.run(ws, Some(&mut profile), None)?;
             out.logits.extend_from_slice(&ws.slots[Slot::Logits.index()][..batch * classes]);
             Ok(())
         })?;
@@ -950,7 +955,7 @@ impl CpuExec {
                 let dst = ws.slots[slot.index()].get_mut(..data.len()).ok_or_else(|| overrun("test input"))?;
                 dst.copy_from_slice(data);
             }
-            self.run(ws, None)?;
+            self.run(ws, None, None)?;
             Ok(ws.slots.clone())
         })
     }

@@ -17,7 +17,7 @@ use crate::net::{GemmKind, Net, Slot, SlotSizes, Step, Tensor, View, W};
 use crate::ops::{self, norm::Rows, ActTexture, Axis, Matrix, Op, Operand};
 use crate::preprocess::Preprocess;
 
-use super::{Output, RunTimes};
+use super::{Cancel, Output, RunTimes};
 
 enum GpuWeight {
     Matrix(Matrix),
@@ -375,13 +375,13 @@ impl GpuExec {
 
     /// Runs `input` ([batch, C, H, W], preprocessed) through the net, in chunks of at most
     /// [`Self::max_batch`] images.
-    pub async fn forward(&self, input: &[f32]) -> Result<Output> {
-        Ok(self.run_chunks(input, false).await?.0)
+    pub async fn forward(&self, input: &[f32], cancel: &Cancel) -> Result<Output> {
+        Ok(self.run_chunks(input, false, cancel).await?.0)
     }
 
     /// [`Self::forward`] with the evidence steps: also returns, per image, the
     /// [`Slot::Evidence`] and [`Slot::Pooled`] floats (see [`crate::net::Explain`]).
-    pub async fn explain(&self, input: &[f32]) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+    pub async fn explain(&self, input: &[f32], cancel: &Cancel) -> Result<(Output, Vec<f32>, Vec<f32>)> {
         if self.explain_steps.is_empty() {
             return Err(Error::Config("this model has no per-token split of its logits".into()));
         }
@@ -392,12 +392,13 @@ impl GpuExec {
                 self.gpu.binding_limit()
             )));
         }
-        self.run_chunks(input, true).await
+        self.run_chunks(input, true, cancel).await
     }
 
     /// Runs `input` in chunks as large as one binding holds; with `explain`, the evidence steps
     /// too, returning every image's [`Slot::Evidence`] and [`Slot::Pooled`] floats (else empty).
-    async fn run_chunks(&self, input: &[f32], explain: bool) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+    /// `cancel` is checked before each chunk is submitted.
+    async fn run_chunks(&self, input: &[f32], explain: bool, cancel: &Cancel) -> Result<(Output, Vec<f32>, Vec<f32>)> {
         let per = self.input;
         let total = input.len() / per.max(1);
         let classes = self.classes;
@@ -408,6 +409,7 @@ impl GpuExec {
         for chunk in input.chunks(self.batch_limit(widest) * per) {
             let batch = chunk.len() / per;
             let plan = self.plan(batch, explain)?;
+            cancel.check()?;
             let staging = self.submit(&plan, Some(chunk), None, None)?;
             // Logits, probabilities, then (explaining) the evidence and pooled slots, whole.
             let mut data = self.gpu.read_back(&staging).await?;
@@ -490,12 +492,14 @@ impl GpuExec {
         width: usize,
         height: usize,
         now: fn() -> f64,
+        cancel: &Cancel,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
         let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let buf = self.gpu.storage_words("image", &pixels)?;
         let plan = self.plan(1, false)?;
         let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.slots[Slot::Input.index()])?;
+        cancel.check()?;
         let staging = self.submit(&plan, None, Some(&op), None)?;
         let t1 = now();
         self.gpu.map_read(&staging).await?;

@@ -9,6 +9,7 @@ pub mod cpu;
 mod gemm128;
 pub mod gpu;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -17,6 +18,38 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
 pub use cpu::Cpu;
+
+/// Asks a running pass to stop, from any thread: a pass given this token (the `*_cancellable`
+/// methods of [`crate::Model`]) checks it where it can stop cleanly and then returns
+/// [`Error::Cancelled`]. The CPU executor checks before every step of the network (a step is
+/// one GEMM, one norm: milliseconds), the GPU executor before every submission (a submitted
+/// pass runs to its end: on a real GPU milliseconds). Clones share the flag.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Stops every pass given this token (or a clone) at its next check.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// `Err(Error::Cancelled)` once cancelled.
+    pub fn check(&self) -> Result<()> {
+        if self.is_cancelled() {
+            Err(Error::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
 
 /// The largest batch one plan is built for; longer inputs run in chunks.
 pub const MAX_BATCH: usize = 64;

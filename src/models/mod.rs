@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::exec::cpu::CpuExec;
 use crate::exec::gpu::GpuExec;
-use crate::exec::{Device, RunTimes};
+use crate::exec::{Cancel, Device, RunTimes};
 use crate::preprocess::Preprocess;
 
 pub use crate::exec::{Output, MAX_BATCH};
@@ -234,10 +234,16 @@ impl Model {
     /// Runs `input` ([batch, C, H, W], preprocessed) through the model; only logits and
     /// probabilities come back.
     pub async fn forward(&self, input: &[f32]) -> Result<Output> {
+        self.forward_cancellable(input, &Cancel::new()).await
+    }
+
+    /// [`Self::forward`] that stops early with [`Error::Cancelled`] once `cancel` is set (see
+    /// [`Cancel`] for where each executor checks it).
+    pub async fn forward_cancellable(&self, input: &[f32], cancel: &Cancel) -> Result<Output> {
         self.check_input(input)?;
         match &self.exec {
-            Executor::Gpu(g) => g.forward(input).await,
-            Executor::Cpu(c) => c.forward(input),
+            Executor::Gpu(g) => g.forward(input, cancel).await,
+            Executor::Cpu(c) => c.forward(input, cancel),
         }
     }
 
@@ -246,10 +252,15 @@ impl Model {
     /// the same resampling. Images more than 4x larger than the resize target are first
     /// box-shrunk by an integer factor. `now` is a millisecond clock (performance.now on the web).
     pub async fn classify_rgba(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64) -> Result<ImageRun> {
+        self.classify_rgba_cancellable(rgba, width, height, now, &Cancel::new()).await
+    }
+
+    /// [`Self::classify_rgba`] that stops early with [`Error::Cancelled`] once `cancel` is set.
+    pub async fn classify_rgba_cancellable(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64, cancel: &Cancel) -> Result<ImageRun> {
         let pp = &self.info.preprocess;
         let (output, input, stages, t): (Output, Vec<f32>, Vec<f32>, RunTimes) = match &self.exec {
-            Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, now).await?,
-            Executor::Cpu(c) => c.classify_rgba(pp, rgba, width, height, now)?,
+            Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, now, cancel).await?,
+            Executor::Cpu(c) => c.classify_rgba(pp, rgba, width, height, now, cancel)?,
         };
         Ok(ImageRun {
             output,
@@ -264,11 +275,16 @@ impl Model {
     /// Runs `input` like [`Self::forward`] and splits every logit into one contribution per
     /// token of the last token grid (see [`Explained`]).
     pub async fn explain(&self, input: &[f32]) -> Result<Explained> {
+        self.explain_cancellable(input, &Cancel::new()).await
+    }
+
+    /// [`Self::explain`] that stops early with [`Error::Cancelled`] once `cancel` is set.
+    pub async fn explain_cancellable(&self, input: &[f32], cancel: &Cancel) -> Result<Explained> {
         self.check_input(input)?;
         let meta = self.explain.as_ref().ok_or_else(|| Error::Config("this model has no per-token split of its logits".into()))?;
         let (output, evidence, pooled) = match &self.exec {
-            Executor::Gpu(g) => g.explain(input).await?,
-            Executor::Cpu(c) => c.explain(input)?,
+            Executor::Gpu(g) => g.explain(input, cancel).await?,
+            Executor::Cpu(c) => c.explain(input, cancel)?,
         };
         let (classes, tokens) = (output.classes, meta.tokens());
         let images = output.logits.len() / classes.max(1);
