@@ -126,9 +126,8 @@ fn switching_models_and_layers_redraws_the_views() {
     h.run();
     for _ in 0..5 {
         h.key_press(egui::Key::ArrowRight);
-        h.run();
+        settle(&mut h);
     }
-    settle(&mut h);
     let layer = h.state().insight.as_ref().map(|i| i.layer);
     assert_eq!(layer, Some(5), "five steps of the slider: layer 5");
     let gmlp5 = shot(&mut h, "gmlp-layer5");
@@ -577,7 +576,7 @@ fn the_window_keeps_drawing_while_the_model_works() {
     let mut h = harness(viewer());
     h.run();
     assert!(h.state_mut().load_model("poolformer 1008", &std::fs::read(&file).unwrap()), "{:?}", h.state().error);
-    h.run();
+    settle(&mut h);
     assert_eq!(h.state().model.info.arch.input_shape(), [1, 1008, 1008]);
     // Frames while the model works: the frame of the click ends with the image still being
     // classified, and the window says so.
@@ -672,4 +671,187 @@ fn a_camera_program_that_hangs_is_ended() {
     let out = camera::output_within(echo, std::time::Duration::from_secs(20)).expect("a program that answers");
     assert!(out.status.success());
     assert_eq!((out.stdout.as_slice(), out.stderr.as_slice()), (&b"frame"[..], &b"note"[..]));
+}
+
+/// An X server of its own (Xvfb, which tools/setup.sh installs) on the display number it
+/// picks, ended with the value.
+struct XServer {
+    display: String,
+    server: std::process::Child,
+}
+
+impl XServer {
+    fn start() -> XServer {
+        use std::io::BufRead;
+        let mut server = Command::new("Xvfb")
+            .args(["-displayfd", "1", "-screen", "0", "1280x900x24", "-nolisten", "tcp"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("Xvfb runs (tools/setup.sh installs it: Debian's xvfb)");
+        // With -displayfd, Xvfb writes its display number once it accepts clients.
+        let mut line = String::new();
+        std::io::BufReader::new(server.stdout.take().expect("Xvfb's stdout")).read_line(&mut line).expect("Xvfb's display number");
+        let n: u32 = line.trim().parse().unwrap_or_else(|_| panic!("Xvfb gave no display number: {line:?}"));
+        XServer { display: format!(":{n}"), server }
+    }
+
+    /// Runs an X client (xdotool, xclip, xwd) on this display; its stdout, after it succeeded.
+    fn client(&self, program: &str, args: &[&str]) -> Vec<u8> {
+        let out = Command::new(program)
+            .args(args)
+            .env("DISPLAY", &self.display)
+            .output()
+            .unwrap_or_else(|e| panic!("{program} runs (tools/setup.sh installs xdotool, xclip, x11-apps): {e}"));
+        assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    }
+
+    /// Waits (at most 60 s) until the window's title satisfies `want`; returns it.
+    fn title_when(&self, window: &str, want: impl Fn(&str) -> bool) -> String {
+        let start = std::time::Instant::now();
+        loop {
+            let title = String::from_utf8_lossy(&self.client("xdotool", &["getwindowname", window])).trim().to_string();
+            if want(&title) || start.elapsed().as_secs() > 60 {
+                return title;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// The window's pixels, read with xwd (ZPixmap, 24/32-bit TrueColor).
+    fn capture(&self, window: &str) -> image::RgbaImage {
+        let xwd = self.client("xwd", &["-id", window, "-silent"]);
+        let field = |i: usize| u32::from_be_bytes(xwd[4 * i..4 * i + 4].try_into().expect("an XWD header field"));
+        let (header, format, width, height, byte_order, bpp, line, ncolours) =
+            (field(0) as usize, field(2), field(4), field(5), field(7), field(11), field(12) as usize, field(19) as usize);
+        assert_eq!((format, bpp), (2, 32), "a 32-bit ZPixmap");
+        let (rm, gm, bm) = (field(14), field(15), field(16));
+        let pixels = &xwd[header + 12 * ncolours..];
+        assert!(pixels.len() >= line * height as usize, "the whole image");
+        let channel = |v: u32, mask: u32| ((v & mask) >> mask.trailing_zeros()) as u8;
+        image::RgbaImage::from_fn(width, height, |x, y| {
+            let b: [u8; 4] = pixels[y as usize * line + 4 * x as usize..][..4].try_into().expect("a pixel");
+            let v = if byte_order == 0 { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) };
+            image::Rgba([channel(v, rm), channel(v, gm), channel(v, bm), 255])
+        })
+    }
+}
+
+impl Drop for XServer {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// `tokenmix view` in a real window (eframe and winit on an X display, Xvfb; rendered on the
+/// adapter, lavapipe in CI): with the GPU executor sharing its device with the window's
+/// renderer, and with the CPU executor beside eframe's own. The window opens with its title;
+/// a mouse click on a sample (at the position the headless harness lays the button out at)
+/// classifies it as the CLI does, and the title says so; an image put on the X clipboard
+/// (xclip) and pasted with Ctrl+V goes through winit and arboard and is classified too.
+/// Screenshot: tests/artifacts/desktop-window.png (the real window, read with xwd).
+#[test]
+fn the_real_window_classifies_a_clicked_sample_and_a_pasted_image() {
+    let x = XServer::start();
+    // Where the harness lays out the coat button, and its frame with the bag pasted: what the
+    // real window should show at the end (bar the header's executor line, the timings and the
+    // button under the pointer).
+    // The harness draws its ui inside an 8-point margin: a harness 16 points larger lays out
+    // the window's 1200 x 820 at (8, 8).
+    const MARGIN: f32 = 8.0;
+    let (click_at, harness_frame) = {
+        let builder = Harness::builder().with_size([1200.0 + 2.0 * MARGIN, 820.0 + 2.0 * MARGIN]).wgpu();
+        let mut h = builder.build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer());
+        h.run();
+        let at = h.get_by_label("coat").rect().center() - egui::vec2(MARGIN, MARGIN);
+        let png = image::open(root().join("www/samples/fmnist-0018-bag.png")).expect("the bag sample").to_rgba8();
+        let pasted = egui::ColorImage::from_rgba_unmultiplied([png.width() as usize, png.height() as usize], png.as_raw());
+        h.state_mut().classify_colour_image("pasted image", &pasted);
+        settle(&mut h);
+        (at, h.render().expect("rendered on the wgpu adapter"))
+    };
+    let label_of = |file: &str| {
+        let cli = cli_classify(root().join("www/samples").join(file).to_str().unwrap());
+        let p = &cli[0]["predictions"][0];
+        (p["label"].as_str().unwrap_or_default().to_string(), 100.0 * p["probability"].as_f64().unwrap_or(-1.0))
+    };
+    let (coat, bag) = (label_of("fmnist-0006-coat.png"), label_of("fmnist-0018-bag.png"));
+    // The title's "<label> <percent> %", against the CLI's top class.
+    let shows = |title: &str, (label, pct): &(String, f64)| {
+        let rest = title.strip_prefix(&format!("tokenmix — {label} ")).and_then(|r| r.split(" %").next());
+        rest.and_then(|p| p.parse::<f64>().ok()).is_some_and(|p| (p - pct).abs() <= 0.051)
+    };
+    for backend in ["gpu", "cpu"] {
+        let mut app = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+            .args(["view", "--backend", backend])
+            .env("DISPLAY", &x.display)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tokenmix view starts");
+        let start = std::time::Instant::now();
+        let window = loop {
+            let found = Command::new("xdotool").args(["search", "--name", "^tokenmix"]).env("DISPLAY", &x.display).output().expect("xdotool runs");
+            let ids = String::from_utf8_lossy(&found.stdout).split_whitespace().map(str::to_string).collect::<Vec<_>>();
+            if let Some(id) = ids.last() {
+                break id.clone();
+            }
+            if let Ok(Some(status)) = app.try_wait() {
+                let mut err = String::new();
+                app.stderr.take().map(|mut e| e.read_to_string(&mut err));
+                panic!("{backend}: tokenmix view ended ({status}) without a window: {err}");
+            }
+            assert!(start.elapsed().as_secs() < 60, "{backend}: no window within 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let title = x.title_when(&window, |t| t == "tokenmix — mixer_fmnist (embedded default)");
+        assert_eq!(title, "tokenmix — mixer_fmnist (embedded default)", "{backend}: the window's first title");
+        let before = x.capture(&window);
+        // A click on the coat sample.
+        let (cx, cy) = (click_at.x.round().to_string(), click_at.y.round().to_string());
+        x.client("xdotool", &["mousemove", "--window", &window, &cx, &cy, "click", "1"]);
+        let title = x.title_when(&window, |t| shows(t, &coat));
+        assert!(shows(&title, &coat), "{backend}: after the click the title is {title:?}, the CLI says {coat:?}");
+        // Ctrl+V with a PNG on the clipboard: xclip stays in the background to serve it
+        // (until the display ends), so its output is not waited for.
+        let bag_png = root().join("www/samples/fmnist-0018-bag.png");
+        let served = Command::new("xclip")
+            .args(["-selection", "clipboard", "-t", "image/png", "-i"])
+            .arg(&bag_png)
+            .env("DISPLAY", &x.display)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("xclip runs (tools/setup.sh installs it)");
+        assert!(served.success(), "xclip took the image");
+        x.client("xdotool", &["windowfocus", "--sync", &window, "key", "ctrl+v"]);
+        let title = x.title_when(&window, |t| shows(t, &bag));
+        assert!(shows(&title, &bag), "{backend}: after the paste the title is {title:?}, the CLI says {bag:?}");
+        let after = x.capture(&window);
+        assert_eq!(after.dimensions(), (1200, 820), "{backend}: the window's size");
+        let colours: std::collections::HashSet<[u8; 4]> = after.pixels().map(|p| p.0).collect();
+        let changed = before.pixels().zip(after.pixels()).filter(|(a, b)| a != b).count();
+        assert!(colours.len() > 50 && changed > 5_000, "{backend}: a drawn frame ({} colours), redrawn ({changed} pixels changed)", colours.len());
+        // The harness's frame, pixel for pixel within 8 levels, bar 2 % (the header's executor
+        // line, the timings, the button under the pointer: 0.3-0.5 % when written).
+        let (mut opaque, mut differ) = (0, 0);
+        for (x, y, a) in after.enumerate_pixels() {
+            let b = harness_frame.get_pixel(x + MARGIN as u32, y + MARGIN as u32);
+            if b[3] == 255 {
+                opaque += 1;
+                differ += (0..3).any(|c| a[c].abs_diff(b[c]) > 8) as usize;
+            }
+        }
+        eprintln!("{backend}: {differ} of the {opaque} pixels the harness draws differ in the window");
+        assert!(opaque > 900_000 && differ * 100 < opaque * 2, "{backend}: {differ} of {opaque} pixels differ from the harness's frame");
+        if backend == "gpu" {
+            let dir = root().join("tests/artifacts");
+            std::fs::create_dir_all(&dir).expect("artifacts folder");
+            after.save(dir.join("desktop-window.png")).expect("screenshot saved");
+        }
+        let _ = app.kill();
+        let _ = app.wait();
+    }
 }

@@ -21,6 +21,18 @@ if [ "${TOKENMIX_NO_BROWSER:-0}" != 1 ]; then
   command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
   command -v npm >/dev/null || need_apt+=(nodejs npm)
 fi
+# The desktop app's real-window test (tests/desktop.rs): an X server of its own (Xvfb), xdotool
+# to click and type, xclip to put an image on the clipboard, xwd to read the window's pixels;
+# and the X libraries winit opens at run time.
+command -v Xvfb >/dev/null || need_apt+=(xvfb)
+command -v xdotool >/dev/null || need_apt+=(xdotool)
+command -v xclip >/dev/null || need_apt+=(xclip)
+command -v xwd >/dev/null || need_apt+=(x11-apps)
+if command -v dpkg >/dev/null; then
+  for lib in libx11-6 libx11-xcb1 libxcursor1 libxrandr2 libxi6 libxkbcommon-x11-0; do
+    dpkg -s "$lib" >/dev/null 2>&1 || need_apt+=("$lib")
+  done
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "setup: no apt-get to install ${need_apt[*]}; install them (a Vulkan driver: e.g. Mesa lavapipe)" >&2

@@ -310,6 +310,12 @@ impl Viewer {
             generation: 0,
             textures: Textures::default(),
         };
+        // The first layer's views before the first frame, as the model itself is loaded: a
+        // window (or a screenshot) opens with them.
+        // (A model without a view gets its error from `refresh_insight`.)
+        if let Ok(first) = v.model.insight(0) {
+            v.insights.insert(0, Arc::new(first));
+        }
         v.refresh_insight();
         Ok(v)
     }
@@ -650,6 +656,15 @@ impl Viewer {
         let mut l: Vec<usize> = self.insights.keys().copied().collect();
         l.sort_unstable();
         l
+    }
+
+    /// The window's title: the model and, once an image is classified, its top class with its
+    /// probability, so that the taskbar says what the window shows.
+    pub fn title(&self) -> String {
+        match self.classified.as_ref().and_then(|c| c.predictions.first()) {
+            Some(p) => format!("tokenmix — {} {:.1} % · {}", p.label, 100.0 * p.probability, self.model_name),
+            None => format!("tokenmix — {}", self.model_name),
+        }
     }
 
     /// The predictions in `tokenmix classify --json`'s format.
@@ -1215,13 +1230,22 @@ pub fn run_window(viewer: Viewer) -> Result<()> {
             queue: g.queue.clone(),
         });
     }
-    struct App(Viewer);
+    struct App {
+        viewer: Viewer,
+        title: String,
+    }
     impl eframe::App for App {
         fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
-            self.0.ui(ui);
+            self.viewer.ui(ui);
+            let title = self.viewer.title();
+            if title != self.title {
+                ui.ctx().send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
+                self.title = title;
+            }
         }
     }
-    eframe::run_native("tokenmix", options, Box::new(move |_cc| Ok(Box::new(App(viewer))))).map_err(|e| {
+    let app = App { viewer, title: String::new() };
+    eframe::run_native("tokenmix", options, Box::new(move |_cc| Ok(Box::new(app)))).map_err(|e| {
         Error::Input(format!("could not open a window: {e} (no display? `tokenmix view --image IMG --screenshot OUT.png` renders without one)"))
     })
 }
