@@ -500,7 +500,8 @@ fn a_mixer_with_many_token_units_keeps_its_offset_kernel_in_view() {
 /// A layer's views are computed on a thread of their own: the frame that moves the slider
 /// ends with the previous layer's views still shown (dimmed, with a spinner), the window draws
 /// while a slow layer is computed, a slider moved over several layers meanwhile computes only
-/// the last, and a layer computed before comes back at once. The slow model: the embedded
+/// the last, and a layer computed before comes back at once (also while another is being
+/// computed, which then does not replace it). The slow model: the embedded
 /// Mixer with 6144 token-MLP units a layer, whose unit analysis (every pair of units
 /// correlated) takes a few tenths of a second a layer.
 #[test]
@@ -544,6 +545,18 @@ fn a_layers_views_are_computed_while_the_window_draws() {
     assert_eq!(h.state().insight.as_ref().map(|i| i.layer), Some(0));
     h.step();
     h.get_by_label_contains("6144 token-MLP units over the 7×7 grid");
+    // Back to a layer seen before while another is computed: it is shown at once, and the
+    // window does not say it is computing it.
+    h.state_mut().set_layer(5);
+    h.step();
+    assert!(h.state().computing_insight());
+    h.state_mut().set_layer(0);
+    h.step();
+    assert!(!h.state().computing_insight(), "layer 0 is shown while layer 5 is computed");
+    assert!(h.query_by_label_contains("Computing layer").is_none(), "no spinner for a layer on screen");
+    settle(&mut h);
+    assert_eq!(h.state().insight.as_ref().map(|i| i.layer), Some(0), "layer 5, computed after, does not replace it");
+    assert_eq!(h.state().computed_layers(), [0, 1, 4, 5]);
 }
 
 /// The shipped PoolFormer made to take `side` x `side` images (its metadata's `img_size` and

@@ -208,6 +208,16 @@ impl Request {
     }
 }
 
+/// What a background thread sent on `rx`: `None` while it still runs; `lost()` when it ended
+/// without sending (a panic on the thread).
+fn received<T>(rx: &std::sync::mpsc::Receiver<T>, lost: impl FnOnce() -> T) -> Option<T> {
+    match rx.try_recv() {
+        Ok(sent) => Some(sent),
+        Err(std::sync::mpsc::TryRecvError::Empty) => None,
+        Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(lost()),
+    }
+}
+
 /// `image` through `model`: the top five classes, the times, the per-stage energy.
 fn classify_image(model: &Model, serial: u64, source: String, image: RgbImage, cancel: &Cancel) -> Result<Classified> {
     let rgba: Vec<u8> = image.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
@@ -364,11 +374,7 @@ impl Viewer {
     /// Adopts the background load once it has ended. True while one runs.
     pub fn poll_load(&mut self) -> bool {
         let Some(p) = &self.loading else { return false };
-        let loaded = match p.rx.try_recv() {
-            Ok(loaded) => loaded,
-            Err(std::sync::mpsc::TryRecvError::Empty) => return true,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(Error::Input("the loading thread ended without a model".into())),
-        };
+        let Some(loaded) = received(&p.rx, || Err(Error::Input("the loading thread ended without a model".into()))) else { return true };
         let Some(p) = self.loading.take() else { return false };
         let outcome = self.adopt(&p.name, loaded);
         if let Some(h) = p.hub {
@@ -500,12 +506,8 @@ impl Viewer {
     /// True while work runs.
     pub fn poll_work(&mut self) -> bool {
         let Some(w) = &self.work else { return false };
-        let done = match w.rx.try_recv() {
-            Ok(done) => done,
-            Err(std::sync::mpsc::TryRecvError::Empty) => return true,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                Done::Classified(Err(Error::Input("the model's thread ended without a result".into())))
-            }
+        let Some(done) = received(&w.rx, || Done::Classified(Err(Error::Input("the model's thread ended without a result".into())))) else {
+            return true;
         };
         let Some(w) = self.work.take() else { return false };
         if matches!(done, Done::Classified(Err(Error::Cancelled)) | Done::Explained(Err(Error::Cancelled))) {
@@ -621,11 +623,7 @@ impl Viewer {
     /// moved meanwhile. True while views are computed.
     pub fn poll_insight(&mut self) -> bool {
         let Some(w) = &self.insight_work else { return false };
-        let computed = match w.rx.try_recv() {
-            Ok(computed) => computed,
-            Err(std::sync::mpsc::TryRecvError::Empty) => return true,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(Error::Input("the views' thread ended without them".into())),
-        };
+        let Some(computed) = received(&w.rx, || Err(Error::Input("the views' thread ended without them".into()))) else { return true };
         let Some(w) = self.insight_work.take() else { return false };
         if Arc::ptr_eq(&w.model, &self.model) {
             match computed {
@@ -645,10 +643,16 @@ impl Viewer {
         self.insight_work.is_some()
     }
 
-    /// Whether the slider's layer is still being computed (the views shown, if any, are of
-    /// another layer).
+    /// Whether the slider's layer is still being computed: the views shown, if any, are of
+    /// another layer. (A layer left behind may still be computed while the slider's, computed
+    /// before, is shown.)
     pub fn computing_insight(&self) -> bool {
-        self.insight_work.is_some()
+        self.insight_work.is_some() && !self.shows_current_layer()
+    }
+
+    /// Whether the views shown are of the slider's layer.
+    fn shows_current_layer(&self) -> bool {
+        self.insight.as_ref().is_some_and(|li| li.layer == self.layer)
     }
 
     /// The layers of the current model whose views have been computed, ascending.
@@ -934,7 +938,7 @@ impl Viewer {
         ui.label(format!("Model's-eye view · {source}"));
         // The token under the pointer mixes from these tokens (gMLP/ResMLP matrices).
         self.hover = None;
-        let current = self.insight.as_ref().filter(|li| li.layer == self.layer && !self.computing_insight());
+        let current = self.insight.as_ref().filter(|li| li.layer == self.layer);
         if let (Some(pos), Some(li)) = (response.hover_pos(), current) {
             if li.kind == "gmlp" || li.kind == "resmlp" {
                 let (gh, gw) = li.grid;
