@@ -24,7 +24,11 @@ fn root() -> PathBuf {
 }
 
 fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
-    Harness::builder().with_size([1200.0, 820.0]).wgpu().build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
+    harness_sized(viewer, [1200.0, 820.0])
+}
+
+fn harness_sized(viewer: Viewer, size: [f32; 2]) -> Harness<'static, Viewer> {
+    Harness::builder().with_size(size).wgpu().build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
 }
 
 /// Steps frames until the background work has ended: the model loading (the picker, Open, a
@@ -775,8 +779,7 @@ fn the_real_window_classifies_a_clicked_sample_and_a_pasted_image() {
     // the window's 1200 x 820 at (8, 8).
     const MARGIN: f32 = 8.0;
     let (click_at, harness_frame) = {
-        let builder = Harness::builder().with_size([1200.0 + 2.0 * MARGIN, 820.0 + 2.0 * MARGIN]).wgpu();
-        let mut h = builder.build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer());
+        let mut h = harness_sized(viewer(), [1200.0 + 2.0 * MARGIN, 820.0 + 2.0 * MARGIN]);
         h.run();
         let at = h.get_by_label("coat").rect().center() - egui::vec2(MARGIN, MARGIN);
         let png = image::open(root().join("www/samples/fmnist-0018-bag.png")).expect("the bag sample").to_rgba8();
