@@ -116,11 +116,20 @@ export async function createCore({ threads = defaultThreads() } = {}) {
       return { adapter: await adapterInfo(), model: await tm.modelInfo() };
     },
     loadModel: (source, options = {}) => tm.loadModel(source ?? null, options),
-    classify: async (image, topK = 5) => tm.classify(await toImageData(image), topK),
-    classifyDetailed: async (image, topK = 5) => tm.classifyDetailed(await toImageData(image), topK),
+    // cancelId: a whole number naming this call for cancel(id) (index.js numbers its calls).
+    classify: async (image, topK = 5, cancelId) => tm.classify(await toImageData(image), topK, cancelId),
+    classifyDetailed: async (image, topK = 5, cancelId) => tm.classifyDetailed(await toImageData(image), topK, cancelId),
     tokenMixing: (layer) => tm.tokenMixing(layer),
     insight: (layer) => tm.insight(layer),
-    explain: (topK = 5) => tm.explain(topK),
+    explain: (topK = 5, cancelId) => tm.explain(topK, cancelId),
+    /** Stops the call given cancelId `id` at its next check (the CPU's next step, the GPU's next submission). */
+    cancel: (id) => tm.cancelCall(id),
+    /**
+     * The threaded build's cancel table ({memory, offset, slots}: see src/web.rs), through which
+     * the page's thread stops a pass this worker's thread is busy with; null in the one-thread
+     * build, whose memory is not shared.
+     */
+    cancelTable: () => tm.cancelTable(),
     stageEnergy: () => tm.stageEnergy(),
     cropGeometry: (width, height) => tm.cropGeometry(width, height),
     isCached: (url) => tm.isCached(url),

@@ -34,6 +34,12 @@ export type ImageSource = ImageData | ImageBitmap | HTMLImageElement | HTMLCanva
 /** A model file: a URL (timm's model.safetensors, e.g. from the Hugging Face hub), its bytes, or null for the embedded default. */
 export type ModelSource = string | ArrayBuffer | Uint8Array | null;
 
+/** What classify, classifyDetailed and explain take besides `topK`. */
+export interface CallOptions {
+  /** Aborted, it stops the call (see {@link Classifier.classify} for where). */
+  signal?: AbortSignal;
+}
+
 export interface LoadOptions {
   /** Download progress in bytes; `total` is null when the server does not say. */
   onProgress?: (loaded: number, total: number | null) => void;
@@ -132,6 +138,9 @@ export interface AdapterInfo {
   threads: number;
   /** Why it runs on one thread although more were asked for (or allowed by default), else null. */
   threadsNote: string | null;
+  /** The classify/explain calls an aborted signal stopped: before their pass began, and
+   * during it (at a step of the CPU executor, or between the GPU executor's submissions). */
+  cancelled: { beforeStart: number; midPass: number };
 }
 
 export interface TokenMixing {
@@ -225,18 +234,29 @@ export interface Classifier {
    * previous model, backend, precision and autotune setting stay. Of overlapping loads the
    * last called wins: an older one that finishes after it rejects as superseded. */
   loadModel(source?: ModelSource, options?: LoadOptions): Promise<ModelDescription>;
-  /** The top `topK` (a whole number from 1; default 5) classes, most probable first. */
-  classify(image: ImageSource, topK?: number): Promise<Prediction[]>;
+  /** The top `topK` (a whole number from 1; default 5) classes, most probable first. With a
+   * `signal`, aborting it before the call settles rejects the call with the signal's reason
+   * (as fetch does), and stops its pass where it can: in a worker of a cross-origin-isolated
+   * page (the threaded build: the abort is written into the worker's shared memory) a CPU
+   * pass stops at its next step (milliseconds), and a call queued behind another before its
+   * first; elsewhere the abort takes effect when the worker (or this thread) is next free to
+   * read it: before a pass that has not begun, between a GPU pass's submissions. A pass that
+   * ended anyway leaves its image as the latest classified one (what explain explains). */
+  classify(image: ImageSource, topK?: number, options?: CallOptions): Promise<Prediction[]>;
+  classify(image: ImageSource, options: CallOptions & { topK?: number }): Promise<Prediction[]>;
   /** As classify, plus the latency split and the model's input. */
-  classifyDetailed(image: ImageSource, topK?: number): Promise<DetailedResult>;
+  classifyDetailed(image: ImageSource, topK?: number, options?: CallOptions): Promise<DetailedResult>;
+  classifyDetailed(image: ImageSource, options: CallOptions & { topK?: number }): Promise<DetailedResult>;
   /** The learned token mixing of one layer (the visualiser's data). */
   tokenMixing(layer: number): Promise<TokenMixing>;
   /** Everything the views show of one layer: the weights, Mixer unit order and pairs, the
    * offset kernel, structure figures beside timm's initialisation. */
   insight(layer: number): Promise<LayerInsight>;
   /** Why the latest classified image got its label: per top class, the logit split into one
-   * contribution per token. Rejects before any image was classified. */
-  explain(topK?: number): Promise<Explanation>;
+   * contribution per token. Rejects before any image was classified. A `signal` stops it as
+   * it stops classify. */
+  explain(topK?: number, options?: CallOptions): Promise<Explanation>;
+  explain(options: CallOptions & { topK?: number }): Promise<Explanation>;
   /** PoolFormer: per-stage token energy of the latest image; empty for other families. */
   stageEnergy(): Promise<StageEnergy[]>;
   /** Where the model's input comes from in a width x height image. */

@@ -40,6 +40,18 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
   };
   // Only a bitmap made here is transferred: the caller's own ImageBitmap stays usable (it is copied).
   const transfer = (made, given) => (made !== given && typeof ImageBitmap !== 'undefined' && made instanceof ImageBitmap ? [made] : []);
+  // classify(image, topK?, {signal}?) and classify(image, {topK, signal}): aborted, the call
+  // stops (see index.d.ts for where) and rejects with the signal's reason, as fetch does.
+  const classifyCall = async (method, img, topK, options) => {
+    const { k, signal } = callOptions(topK, options);
+    signal?.throwIfAborted();
+    const i = await image(img);
+    if (signal?.aborted) {
+      if (i !== img && typeof ImageBitmap !== 'undefined' && i instanceof ImageBitmap) i.close();
+      throw signal.reason;
+    }
+    return unlessAborted(call(method, [i, k], transfer(i, img), null, signal, true), signal);
+  };
 
   return {
     worker: call.worker,
@@ -52,27 +64,21 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
       const src = source instanceof ArrayBuffer ? new Uint8Array(source) : typeof source === 'string' ? absolute(source) : source;
       const options = { name, cache, backend: b, precision: p, autotune };
       // Aborted, the load rejects as fetch does, with the signal's reason (an AbortError).
-      const aborted = (e) => {
-        if (signal?.aborted) throw signal.reason;
-        throw e;
-      };
       if (call.worker) {
         const load = call('loadModel', [src, { ...options, progress: Boolean(onProgress), abortable: Boolean(signal) }], [], onProgress, signal);
-        return load.catch(aborted);
+        return load.catch(aborted(signal));
       }
-      return call('loadModel', [src, { ...options, onProgress, signal }]).catch(aborted);
+      return call('loadModel', [src, { ...options, onProgress, signal }]).catch(aborted(signal));
     },
-    async classify(img, topK = 5) {
-      const i = await image(img);
-      return call('classify', [i, topK], transfer(i, img));
-    },
-    async classifyDetailed(img, topK = 5) {
-      const i = await image(img);
-      return call('classifyDetailed', [i, topK], transfer(i, img));
-    },
+    classify: (img, topK, options) => classifyCall('classify', img, topK, options),
+    classifyDetailed: (img, topK, options) => classifyCall('classifyDetailed', img, topK, options),
     tokenMixing: (layer) => call('tokenMixing', [layer]),
     insight: (layer) => call('insight', [layer]),
-    explain: (topK = 5) => call('explain', [topK]),
+    async explain(topK, options) {
+      const { k, signal } = callOptions(topK, options);
+      signal?.throwIfAborted();
+      return unlessAborted(call('explain', [k], [], null, signal, true), signal);
+    },
     stageEnergy: () => call('stageEnergy', []),
     cropGeometry: (width, height) => call('cropGeometry', [width, height]),
     info: () => call('info', []),
@@ -86,6 +92,33 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     },
   };
 }
+
+/** A classify/explain call's `topK` and `signal`, from (topK, {signal}) or ({topK, signal}). */
+function callOptions(topK, options) {
+  if (topK !== null && typeof topK === 'object') {
+    if (options !== undefined) throw new Error('classify/explain: pass the options once, as (topK, {signal}) or ({topK, signal})');
+    options = topK;
+    topK = topK.topK;
+  }
+  const signal = options?.signal ?? null;
+  if (signal !== null && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) throw new Error('signal: expected an AbortSignal');
+  return { k: topK ?? 5, signal };
+}
+
+/** A call's rejection, or the signal's reason where its signal aborted it. */
+const aborted = (signal) => (e) => {
+  if (signal?.aborted) throw signal.reason;
+  throw e;
+};
+
+/**
+ * A cancellable call's promise, which rejects with the signal's reason once the signal aborted
+ * before it settled, as fetch's does, also where the pass had ended meanwhile.
+ */
+const unlessAborted = (promise, signal) => promise.then((v) => {
+  if (signal?.aborted) throw signal.reason;
+  return v;
+}, aborted(signal));
 
 /**
  * A model URL resolved against the page (document.baseURI), so that it names the same file in
@@ -108,9 +141,22 @@ function absolute(url) {
 async function inlineCalls(threads) {
   const core = await createCore({ threads });
   let disposed = false;
-  const call = async (method, args) => {
+  let next = 0;
+  // A cancellable call gets an id as its last argument; its signal cancels that id. On this
+  // thread a CPU pass runs to its end once begun (nothing else runs meanwhile), so the signal
+  // stops it only before it begins; a GPU pass, between its submissions.
+  const call = async (method, args, _transfer, _onProgress, signal = null, cancellable = false) => {
     if (disposed) throw new Error('tokenmix: this classifier was disposed');
-    return core[method](...args);
+    if (!cancellable) return core[method](...args);
+    const id = next;
+    next = (next + 1) % CANCEL_IDS;
+    const cancel = () => core.cancel(id);
+    signal?.addEventListener('abort', cancel, { once: true });
+    try {
+      return await core[method](...args, id);
+    } finally {
+      signal?.removeEventListener('abort', cancel);
+    }
   };
   call.worker = false;
   call.dispose = () => {
@@ -120,6 +166,9 @@ async function inlineCalls(threads) {
   return call;
 }
 
+/** Call ids wrap below this: the wasm cancel table's ids are below 2^31 - 1. */
+const CANCEL_IDS = 0x7fff_fffe;
+
 /** Calls into a dedicated module worker, one message each, answered by id. */
 function workerCalls(threads) {
   const url = new URL('./worker.js', import.meta.url);
@@ -128,7 +177,14 @@ function workerCalls(threads) {
   const pending = new Map();
   let next = 0;
   let failure = null;
+  // The threaded build's cancel table (worker.js posts it once it has started): an aborted
+  // call is stopped from here, in the worker's shared memory, while the worker is busy with it.
+  let table = null;
   w.onmessage = ({ data }) => {
+    if (data?.cancelTable) {
+      table = new Uint32Array(data.cancelTable.memory.buffer, data.cancelTable.offset, data.cancelTable.slots);
+      return;
+    }
     const p = pending.get(data.id);
     if (!p) return;
     if (data.progress) {
@@ -145,18 +201,25 @@ function workerCalls(threads) {
     for (const p of pending.values()) p.reject(failure);
     pending.clear();
   };
-  // A signal (loadModel's) cannot travel to the worker: its abort is a message of its own.
-  const call = (method, args, transfer = [], onProgress = null, signal = null) => new Promise((resolve, reject) => {
+  // A signal cannot travel to the worker: its abort is a message of its own, which the worker
+  // reads when it is not busy (a load's download, a GPU pass's wait, a call still queued). A
+  // cancellable call's abort is also written into the cancel table, where the pass itself
+  // sees it at its next step.
+  const call = (method, args, transfer = [], onProgress = null, signal = null, cancellable = false) => new Promise((resolve, reject) => {
     if (failure) return reject(failure);
-    const id = next++;
-    const abort = () => w.postMessage({ abort: id });
+    const id = next;
+    next = (next + 1) % CANCEL_IDS;
+    const abort = () => {
+      if (cancellable && table) Atomics.store(table, id % table.length, id + 1);
+      w.postMessage({ abort: id });
+    };
     signal?.addEventListener('abort', abort, { once: true });
     const done = (settle) => (v) => {
       signal?.removeEventListener('abort', abort);
       settle(v);
     };
     pending.set(id, { resolve: done(resolve), reject: done(reject), onProgress });
-    w.postMessage({ id, method, args }, transfer);
+    w.postMessage({ id, method, args, cancellable }, transfer);
   });
   call.worker = true;
   call.dispose = () => {

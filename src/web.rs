@@ -6,8 +6,9 @@
 //! - `setPrecision('f32' | 'f16')`: storage of GEMM weights and MLP hidden activations of GPU
 //!   devices made from then on
 //! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
-//!   gemm, precision, precisionNote, threads}`: which executor runs and why (`js/core.js` adds
-//!   `threadsNote`). `auto` takes the CPU (WebAssembly SIMD) where
+//!   gemm, precision, precisionNote, threads, cancelled: {beforeStart, midPass}}`: which
+//!   executor runs and why (`js/core.js` adds `threadsNote`), and how many cancelled calls
+//!   stopped before their pass began and during it. `auto` takes the CPU (WebAssembly SIMD) where
 //!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
 //!   adapter), else the GPU
 //! - `loadModel(source, {onProgress, name, backend, precision, cache, signal})` → description (with `fromCache`); `source` is a URL,
@@ -20,16 +21,23 @@
 //! - `cropGeometry(width, height)` → `{resized, left, top, size}`: where the model's input
 //!   comes from in an image of that size (the one implementation the page uses)
 //! - `modelInfo()` → description of the current model (the embedded default until one loads)
-//! - `classify(imageData, topK = 5)` → `[{index, label, probability}]`, sorted; preprocessing
-//!   runs in `preprocess.wgsl` in the same GPU submission as the forward pass
-//! - `classifyDetailed(imageData, topK = 5)` → `{predictions, timings, input}` (the page's view:
-//!   latency split and the model's-eye input)
+//! - `classify(imageData, topK = 5, cancelId?)` → `[{index, label, probability}]`, sorted;
+//!   preprocessing runs in `preprocess.wgsl` in the same GPU submission as the forward pass
+//! - `classifyDetailed(imageData, topK = 5, cancelId?)` → `{predictions, timings, input}` (the
+//!   page's view: latency split and the model's-eye input)
 //! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
 //! - `insight(layer)` → everything the views show of one layer, computed in Rust
 //!   (`crate::insight`): the weights, Mixer `units`/`groups`/`pairs`, `offsetKernel`,
 //!   `figures` and `init` (timm's initialisation), `figuresOn`
-//! - `explain(topK = 5)` → `{grid, approximate, classes: [{index, label, logit, probability,
-//!   bias, map}]}` for the latest classified image: each logit split per token
+//! - `explain(topK = 5, cancelId?)` → `{grid, approximate, classes: [{index, label, logit,
+//!   probability, bias, map}]}` for the latest classified image: each logit split per token
+//! - `cancelCall(id)` stops the call given `cancelId` `id` (a whole number below 2^31 - 1, one
+//!   per running call): it rejects with "cancelled: …" at its next check (the CPU executor's
+//!   next step, the GPU executor's next submission). `cancelTable()` → `{memory, offset,
+//!   slots}` in the threaded build, else null: where another thread (the page's, while this
+//!   worker is busy with the pass) stops call `id` itself, storing `id + 1` with
+//!   `Atomics.store` in the Uint32Array `slots` long at byte `offset` of the shared `memory`,
+//!   at index `id % slots`
 //! - `stageEnergy()` → PoolFormer's per-stage token energy for the latest classified image
 //! - `loseDevice()` → destroys the device (tests of the recovery path: after a loss every call
 //!   fails with "GPU device lost…" until `loadModel` makes a new device)
@@ -40,14 +48,15 @@
 //! of the model it started with, so concurrent `classify` calls and a `loadModel` in between
 //! are safe (GPU submissions are ordered, each call maps its own staging buffer).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use js_sys::{Array, Float32Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
-use crate::exec::{self, BackendChoice, Device, Selected};
+use crate::exec::{self, BackendChoice, Cancel, Device, Selected};
 use crate::models::Model;
 
 /// The threaded build (`threads`, `js/pkg-threads`): `initThreadPool(n)` starts rayon's pool
@@ -220,6 +229,61 @@ fn js_err(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }
 
+/// The cancel table: call `id` is cancelled once cell `id % CANCEL_SLOTS` holds `id + 1`, so
+/// a cell needs no reset between calls, and a stale value never matches a later call's.
+const CANCEL_SLOTS: usize = 256;
+static CANCELS: [AtomicU32; CANCEL_SLOTS] = [const { AtomicU32::new(0) }; CANCEL_SLOTS];
+
+thread_local! {
+    /// Calls that stopped cancelled: before their pass began, and during it.
+    static STOPPED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// The token of the call given `cancelId` (none: a token nothing cancels).
+fn cancel_token(id: Option<f64>) -> Result<Cancel, JsError> {
+    let Some(id) = id else { return Ok(Cancel::new()) };
+    let id = whole("cancelId", id, 0)?;
+    if id >= i32::MAX as usize {
+        return Err(js_err(Error::Input(format!("cancelId is {id}: expected a whole number below 2^31 - 1"))));
+    }
+    Ok(Cancel::watching(&CANCELS[id % CANCEL_SLOTS], id as u32 + 1))
+}
+
+/// Counts a call that stopped cancelled (see `adapterInfo().cancelled`).
+fn note_stop<T>(result: &crate::error::Result<T>, cancel: &Cancel) {
+    if matches!(result, Err(Error::Cancelled)) {
+        STOPPED.with(|s| {
+            let (before, during) = s.get();
+            s.set(if cancel.checks_passed() > 0 { (before, during + 1) } else { (before + 1, during) });
+        });
+    }
+}
+
+/// Stops the call given `cancelId` `id` at its next check (see the module's notes).
+#[wasm_bindgen(js_name = cancelCall)]
+pub fn cancel_call(id: f64) -> Result<(), JsError> {
+    let id = whole("cancelCall: id", id, 0)?;
+    if id >= i32::MAX as usize {
+        return Err(js_err(Error::Input(format!("cancelCall: id is {id}: expected a whole number below 2^31 - 1"))));
+    }
+    CANCELS[id % CANCEL_SLOTS].store(id as u32 + 1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Where another thread cancels a call in this module's shared memory (threaded build), or
+/// null where the memory is not shared (see the module's notes).
+#[wasm_bindgen(js_name = cancelTable)]
+pub fn cancel_table() -> JsValue {
+    if !cfg!(feature = "threads") {
+        return JsValue::NULL;
+    }
+    let t = Object::new();
+    set(&t, "memory", wasm_bindgen::memory());
+    set(&t, "offset", CANCELS.as_ptr() as usize as u32);
+    set(&t, "slots", CANCEL_SLOTS as u32);
+    t.into()
+}
+
 /// The state, created on first use: the WebGPU device and the embedded default model.
 async fn state() -> Result<Rc<RefCell<State>>, JsError> {
     if let Some(s) = STATE.with(|s| s.borrow().clone()) {
@@ -328,6 +392,7 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
         "precision": d.precision().0,
         "precisionNote": d.precision().1,
         "threads": exec::Cpu::new().threads,
+        "cancelled": STOPPED.with(|c| { let (before, during) = c.get(); serde_json::json!({"beforeStart": before, "midPass": during}) }),
     }))
 }
 
@@ -534,23 +599,26 @@ pub async fn crop_geometry(width: f64, height: f64) -> Result<JsValue, JsError> 
 /// Classifies a DOM ImageData of any size with the current model: the top `topK` (default 5)
 /// as `[{index, label, probability}]`, most probable first.
 #[wasm_bindgen]
-pub async fn classify(image: web_sys::ImageData, top_k: Option<f64>) -> Result<JsValue, JsError> {
-    let out = classify_detailed(image, top_k).await?;
+pub async fn classify(image: web_sys::ImageData, top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsValue, JsError> {
+    let out = classify_detailed(image, top_k, cancel_id).await?;
     Reflect::get(&out, &"predictions".into()).map_err(|_| js_err("internal: no predictions"))
 }
 
 /// As `classify`, plus what the page shows beside the predictions:
 /// `{predictions, timings: {preprocessMs, forwardMs, readbackMs}, input: {channels, height, width, data}}`.
 #[wasm_bindgen(js_name = classifyDetailed)]
-pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>) -> Result<JsValue, JsError> {
+pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsValue, JsError> {
     let top_k = top_k.map(|k| whole("topK", k, 1)).transpose()?;
+    let cancel = cancel_token(cancel_id)?;
     let s = state().await?;
     let model = s.borrow().model.clone();
     let (w, h) = (image.width() as usize, image.height() as usize);
     // The size limit before the pixels are copied into wasm memory (which never shrinks).
     crate::preprocess::check_image_size(w, h).map_err(js_err)?;
     let pixels = image.data();
-    let mut run = model.classify_rgba(&pixels, w, h, now).await.map_err(js_err)?;
+    let run = model.classify_rgba_cancellable(&pixels, w, h, now, &cancel).await;
+    note_stop(&run, &cancel);
+    let mut run = run.map_err(js_err)?;
     {
         // Only if the model was not swapped while this call ran.
         let mut st = s.borrow_mut();
@@ -639,15 +707,18 @@ pub async fn insight(layer: f64) -> Result<JsValue, JsError> {
 /// The latest classified image's top `topK` classes, each logit split into one contribution
 /// per token (`crate::models::Explained`).
 #[wasm_bindgen]
-pub async fn explain(top_k: Option<f64>) -> Result<JsValue, JsError> {
+pub async fn explain(top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsValue, JsError> {
     let top_k = top_k.map(|k| whole("topK", k, 1)).transpose()?;
+    let cancel = cancel_token(cancel_id)?;
     let s = state().await?;
     let (model, input) = {
         let st = s.borrow();
         (st.model.clone(), st.last_input.clone())
     };
     let input = input.ok_or_else(|| js_err("explain: classify an image with this model first"))?;
-    let ex = model.explain(&input).await.map_err(js_err)?;
+    let ex = model.explain_cancellable(&input, &cancel).await;
+    note_stop(&ex, &cancel);
+    let ex = ex.map_err(js_err)?;
     let classes = Array::new();
     for c in ex.output.top_k(0, top_k.unwrap_or(5)) {
         let o = Object::new();

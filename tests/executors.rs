@@ -384,8 +384,13 @@ fn a_cancelled_pass_stops_on_every_executor() {
         for (call, got) in [("forward", forward), ("explain", explain), ("classify_rgba", classify)] {
             assert!(matches!(got, Err(Error::Cancelled)), "{}: {call} with a cancelled token gave {got:?}", dev.label());
         }
-        let again = pollster::block_on(model.forward_cancellable(&input, &Cancel::new())).expect("a pass after the cancelled ones");
+        assert_eq!(stop.checks_passed(), 0, "{}: the cancelled calls stopped before their first step or submission", dev.label());
+        let fresh = Cancel::new();
+        let again = pollster::block_on(model.forward_cancellable(&input, &fresh)).expect("a pass after the cancelled ones");
         assert_eq!(again.logits, want.logits, "{}: the model runs as before", dev.label());
+        // The CPU executor checks before each step, the GPU executor before its submission.
+        let least = if dev.backend() == "cpu" { 10 } else { 1 };
+        assert!(fresh.checks_passed() >= least, "{}: a whole pass passed {} checks", dev.label(), fresh.checks_passed());
         eprintln!("{}: cancelled before it ran, then ran as before", dev.label());
         ran += 1;
     }

@@ -88,14 +88,19 @@ export async function classifyImageData(imageData, source = 'image') {
   if (!tm) throw new Error('tokenmix is not running');
   state.image = { imageData, source };
   const seq = ++classifySeq;
+  // Only the newest image is drawn: the older image's classification (or explanation), if one
+  // runs, stops at its next step, and frees the queue for this one.
+  state.imageWork?.abort(new DOMException('superseded by a newer image', 'AbortError'));
+  const work = new AbortController();
+  state.imageWork = work;
   $('predictions').setAttribute('aria-busy', 'true');
   let r;
   try {
     r = await exclusive(() => {
-      // A newer image came while this one waited its turn: only the newest is drawn, so
-      // this one is not classified at all (a burst of clicks runs the first and the last).
+      // A newer image came while this one waited its turn: this one is not classified at all
+      // (a burst of clicks runs the first, stopped when the second came, and the last).
       if (seq !== classifySeq) throw new DOMException('superseded by a newer image', 'AbortError');
-      return tm.classifyDetailed(imageData, 5);
+      return tm.classifyDetailed(imageData, 5, { signal: work.signal });
     });
   } catch (e) {
     if (e?.name === 'AbortError') throw e;

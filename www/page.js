@@ -66,6 +66,7 @@ export const state = {
   layers: 0,
   tokenMixing: null, // {kind, layer, layers, rows, cols, grid} of the drawn layer
   image: null, // {imageData, source}
+  imageWork: null, // the AbortController of the image's classification and explanation; a newer image aborts it
   result: null, // the last classify() result
   progress: { loaded: 0, total: null, calls: 0 },
   load: { status: 'idle', label: null, error: null },

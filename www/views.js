@@ -191,9 +191,11 @@ export async function showEvidence(index, redraw = false) {
   let ex = state.explanation;
   if (!ex || ex.result !== result) {
     try {
-      const e = await exclusive(() => tm.explain(5));
+      const signal = state.imageWork?.signal;
+      const e = await exclusive(() => tm.explain(5, { signal }));
       ex = { ...e, result };
     } catch (err) {
+      if (err?.name === 'AbortError') return; // a newer image replaced this one
       note.textContent = `No explanation: ${messageOf(err)}`;
       return;
     }

@@ -9,7 +9,7 @@ pub mod cpu;
 mod gemm128;
 pub mod gpu;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -23,22 +23,40 @@ pub use cpu::Cpu;
 /// methods of [`crate::Model`]) checks it where it can stop cleanly and then returns
 /// [`Error::Cancelled`]. The CPU executor checks before every step of the network (a step is
 /// one GEMM, one norm: milliseconds), the GPU executor before every submission (a submitted
-/// pass runs to its end: on a real GPU milliseconds). Clones share the flag.
+/// pass runs to its end: on a real GPU milliseconds). Clones share the flag, and
+/// [`Self::checks_passed`] says how far a stopped pass got.
 #[derive(Clone, Debug, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel(Arc<Flag>);
+
+#[derive(Debug, Default)]
+struct Flag {
+    set: AtomicBool,
+    /// The checks that found the token not cancelled.
+    passed: AtomicUsize,
+    /// Cancelled also once this word holds this value: a cell of the browser build's cancel
+    /// table (`web.rs`), which the page's thread writes in the worker's shared memory while
+    /// the worker's own thread is busy with the pass.
+    watch: Option<(&'static AtomicU32, u32)>,
+}
 
 impl Cancel {
     pub fn new() -> Cancel {
         Cancel::default()
     }
 
+    /// A token that is cancelled once `word` holds `value` (or [`Self::cancel`] is called).
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub(crate) fn watching(word: &'static AtomicU32, value: u32) -> Cancel {
+        Cancel(Arc::new(Flag { watch: Some((word, value)), ..Flag::default() }))
+    }
+
     /// Stops every pass given this token (or a clone) at its next check.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.set.store(true, Ordering::Relaxed);
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.set.load(Ordering::Relaxed) || self.0.watch.is_some_and(|(word, value)| word.load(Ordering::Relaxed) == value)
     }
 
     /// `Err(Error::Cancelled)` once cancelled.
@@ -46,8 +64,16 @@ impl Cancel {
         if self.is_cancelled() {
             Err(Error::Cancelled)
         } else {
+            self.0.passed.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }
+    }
+
+    /// How many checks found the token not cancelled, over every pass given it: for a pass
+    /// that stopped, the steps the CPU executor began, or the chunks the GPU executor
+    /// submitted (0: it stopped before its first).
+    pub fn checks_passed(&self) -> usize {
+        self.0.passed.load(Ordering::Relaxed)
     }
 }
 
@@ -355,4 +381,27 @@ pub fn stage_energy(stages: &[((usize, usize), usize)], data: &[f32]) -> Vec<((u
         at += h * w * d;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watching token is cancelled once its word holds its value, and only then: a stale
+    /// value of an earlier call in the same cell does not cancel it.
+    #[test]
+    fn a_watching_token_is_cancelled_by_its_value_only() {
+        static WORD: AtomicU32 = AtomicU32::new(0);
+        let t = Cancel::watching(&WORD, 7);
+        assert!(t.check().is_ok());
+        WORD.store(6, Ordering::Relaxed);
+        assert!(!t.is_cancelled(), "another call's value");
+        WORD.store(7, Ordering::Relaxed);
+        assert!(matches!(t.check(), Err(Error::Cancelled)));
+        assert_eq!(t.checks_passed(), 1, "one check passed before the cancel");
+        let plain = Cancel::new();
+        assert!(!plain.is_cancelled(), "a plain token watches nothing");
+        plain.clone().cancel();
+        assert!(plain.is_cancelled());
+    }
 }

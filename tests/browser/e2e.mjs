@@ -1031,3 +1031,139 @@ test('n. served cross-origin isolated, the CPU executor runs on 2 threads with t
     await isolated.close();
   }
 });
+
+test('p. an aborted classification stops mid-pass in the threaded worker; the page stops an older image\'s work when a newer one comes', { timeout: 8 * TIMEOUT }, async () => {
+  const OTHER = 'fmnist-0018-bag.png';
+  const isolated = await start(0, { root: WEB_ROOT, hubDir, isolated: true });
+  try {
+    const { page, pageErrors, status } = await openPage('p', '?backend=cpu&threads=2', null, context, isolated.url);
+    assertStarted(status, 'cpu');
+    const r = await page.evaluate(async ({ sample, other, url }) => {
+      const app = window.tokenmixApp;
+      const api = app.api;
+      const pause = (ms) => new Promise((res) => setTimeout(res, ms));
+      const settle = (p) => p.then((v) => ({ ok: v }), (e) => ({ error: e?.message ?? String(e), name: e?.name }));
+      const pick = (preds) => preds.map((q) => [q.index, q.probability]);
+      const counts = async () => (await api.adapterInfo()).cancelled;
+      const out = { threads: (await api.adapterInfo()).threads };
+      // The full-size Mixer: a pass of about 200 steps, long enough to abort in its middle.
+      out.preset = (await app.loadModelUrl(url)).preset;
+      const bitmap = await createImageBitmap(await (await fetch(`www/samples/${sample}`)).blob());
+      const plain = await api.classifyDetailed(bitmap, 5);
+      out.plain = pick(plain.predictions);
+      out.passMs = plain.timings.forwardMs;
+      // The API: a classification aborted a fraction of a pass after it was called. Where the
+      // abort came before the pass began (a slow start), the next try waits longer.
+      out.tries = [];
+      for (const f of [0.4, 0.6, 0.8]) {
+        const ac = new AbortController();
+        const before = await counts();
+        const call = settle(api.classify(bitmap, 5, { signal: ac.signal }));
+        await pause(out.passMs * f);
+        ac.abort();
+        const aborted = performance.now();
+        const got = await call;
+        // For the log only (how soon the worker answered), never asserted.
+        const answeredMs = performance.now() - aborted;
+        const after = await counts();
+        out.tries.push({ f, got, answeredMs, midPass: after.midPass - before.midPass, beforeStart: after.beforeStart - before.beforeStart });
+        if (after.midPass > before.midPass) break;
+      }
+      // Then it classifies as before, bit for bit; the options-object form too.
+      out.again = pick(await api.classify(bitmap, 5));
+      out.top2 = pick(await api.classify(bitmap, { topK: 2 }));
+      // A call queued behind another, aborted while it waits: it never runs a step.
+      {
+        const before = await counts();
+        const ac = new AbortController();
+        const first = settle(api.classify(bitmap, 5));
+        const queued = settle(api.classify(bitmap, 5, { signal: ac.signal }));
+        await pause(out.passMs * 0.3);
+        ac.abort();
+        out.queued = { first: await first, queued: await queued };
+        const after = await counts();
+        out.queued.midPass = after.midPass - before.midPass;
+        out.queued.beforeStart = after.beforeStart - before.beforeStart;
+      }
+      // explain, aborted in its pass.
+      {
+        const before = await counts();
+        const ac = new AbortController();
+        const call = settle(api.explain(5, { signal: ac.signal }));
+        await pause(out.passMs * 0.6);
+        ac.abort();
+        out.explain = await call;
+        const after = await counts();
+        out.explain.stopped = after.midPass + after.beforeStart - before.midPass - before.beforeStart;
+      }
+      out.badSignal = await settle(api.classify(bitmap, 5, { signal: 'stop' }));
+      // The page: a sample clicked while the previous image's pass runs stops that pass, and
+      // the newer image is shown.
+      {
+        const before = await counts();
+        const older = settle(app.classifySample(sample));
+        await pause(out.passMs * 0.5);
+        const newer = await settle(app.classifySample(other));
+        out.page = { older: await older, newer, shown: document.querySelector('#predictions').dataset.source };
+        const after = await counts();
+        out.page.midPass = after.midPass - before.midPass;
+        out.page.beforeStart = after.beforeStart - before.beforeStart;
+        out.page.direct = pick(await api.classify(await createImageBitmap(await (await fetch(`www/samples/${other}`)).blob()), 5));
+      }
+      return out;
+    }, { sample: SAMPLE, other: OTHER, url: `${isolated.url}/hub/${BIG_REPO}/resolve/main/model.safetensors` });
+    console.log(`[p] ${JSON.stringify(r)}`);
+    assert.equal(r.threads, 2, 'the threaded build runs');
+    assert.equal(r.preset, 'mixer_s16_224');
+    for (const t of r.tries) assert.equal(t.got.name, 'AbortError', `an aborted call rejects with the signal's reason: ${JSON.stringify(t.got)}`);
+    const last = r.tries[r.tries.length - 1];
+    assert.equal(last.midPass, 1, `a pass aborted in its middle stopped there (tries: ${JSON.stringify(r.tries)})`);
+    assert.deepEqual(r.again, r.plain, 'after the stopped passes it classifies as before');
+    assert.deepEqual(r.top2, r.plain.slice(0, 2));
+    assert.deepEqual(r.queued.first.ok?.map((q) => [q.index, q.probability]), r.plain, 'the call before the aborted one ran');
+    assert.equal(r.queued.queued.name, 'AbortError');
+    assert.equal(r.queued.beforeStart, 1, `the queued call stopped before its first step: ${JSON.stringify(r.queued)}`);
+    assert.equal(r.queued.midPass, 0);
+    assert.equal(r.explain.name, 'AbortError');
+    assert.equal(r.explain.stopped, 1, 'the explanation stopped');
+    assert.match(r.badSignal.error, /signal: expected an AbortSignal/);
+    assert.equal(r.page.older.name, 'AbortError', `the older image's classification was stopped: ${JSON.stringify(r.page)}`);
+    assert.equal(r.page.midPass + r.page.beforeStart, 1, 'the page stopped one pass');
+    assert.equal(r.page.shown, OTHER, 'the newer image is shown');
+    assert.deepEqual(r.page.newer.ok.predictions.map((q) => [q.index, q.probability]), r.page.direct, 'as the API classifies it');
+    assert.deepEqual(await shownPredictions(page).then((ps) => ps.map((q) => [q.index, q.probability])), r.page.direct);
+    await shot(page, 'e2e-p-superseded');
+    assert.deepEqual(pageErrors, []);
+    await page.close();
+
+    // The one-thread build (this suite's server is not cross-origin isolated): the abort is
+    // read between passes, so an aborted call still rejects with the signal's reason, and the
+    // worker goes on.
+    const one = await openPage('p1', '?backend=cpu');
+    assertStarted(one.status, 'cpu');
+    const s = await one.page.evaluate(async (sample) => {
+      const api = window.tokenmixApp.api;
+      const settle = (p) => p.then((v) => ({ ok: v }), (e) => ({ error: e?.message ?? String(e), name: e?.name }));
+      const bitmap = await createImageBitmap(await (await fetch(`www/samples/${sample}`)).blob());
+      const ac = new AbortController();
+      const call = settle(api.classify(bitmap, 5, { signal: ac.signal }));
+      ac.abort();
+      const pre = new AbortController();
+      pre.abort();
+      return {
+        table: (await api.adapterInfo()).threads, aborted: await call,
+        preAborted: await settle(api.classify(bitmap, 5, { signal: pre.signal })),
+        after: (await api.classify(bitmap, 5)).length,
+      };
+    }, SAMPLE);
+    console.log(`[p1] ${JSON.stringify(s)}`);
+    assert.equal(s.table, 1);
+    assert.equal(s.aborted.name, 'AbortError');
+    assert.equal(s.preAborted.name, 'AbortError');
+    assert.equal(s.after, 5);
+    assert.deepEqual(one.pageErrors, []);
+    await one.page.close();
+  } finally {
+    await isolated.close();
+  }
+});
