@@ -115,7 +115,8 @@ export async function createCore({ threads = defaultThreads() } = {}) {
     async info() {
       return { adapter: await adapterInfo(), model: await tm.modelInfo() };
     },
-    loadModel: (source, options = {}) => tm.loadModel(source ?? null, options),
+    // cancelId (a cancellable call's id, from index.js): cancel(id) stops the load at its next tensor.
+    loadModel: (source, options = {}, cancelId) => tm.loadModel(source ?? null, cancelId === undefined ? options : { ...options, cancelId }),
     // cancelId: a whole number naming this call for cancel(id) (index.js numbers its calls).
     classify: async (image, topK = 5, cancelId) => tm.classify(await toImageData(image), topK, cancelId),
     classifyDetailed: async (image, topK = 5, cancelId) => tm.classifyDetailed(await toImageData(image), topK, cancelId),

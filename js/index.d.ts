@@ -56,7 +56,10 @@ export interface LoadOptions {
   /** Turn GEMM autotuning on or off for this and later loads (see {@link ClassifierOptions.autotune}). */
   autotune?: boolean;
   /** Aborting it stops the download and the load, which then changes nothing and rejects with
-   * the signal's reason (an `AbortError`), as `fetch` does. */
+   * the signal's reason (an `AbortError`), as `fetch` does. After the download, the load's
+   * conversion and upload stop at the next tensor: at once in the threaded worker (the abort
+   * is written into its shared memory), elsewhere where an abort can be read before they
+   * begin. */
   signal?: AbortSignal;
 }
 
@@ -139,8 +142,9 @@ export interface AdapterInfo {
   /** Why it runs on one thread although more were asked for (or allowed by default), else null. */
   threadsNote: string | null;
   /** The classify/explain calls an aborted signal stopped: before their pass began, and
-   * during it (at a step of the CPU executor, or between the GPU executor's submissions). */
-  cancelled: { beforeStart: number; midPass: number };
+   * during it (at a step of the CPU executor, or between the GPU executor's submissions); and
+   * the loads it stopped after their download, in their conversion or upload. */
+  cancelled: { beforeStart: number; midPass: number; loads: number };
 }
 
 export interface TokenMixing {

@@ -64,11 +64,14 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
       const src = source instanceof ArrayBuffer ? new Uint8Array(source) : typeof source === 'string' ? absolute(source) : source;
       const options = { name, cache, backend: b, precision: p, autotune };
       // Aborted, the load rejects as fetch does, with the signal's reason (an AbortError).
+      // With a signal the load is cancellable too: an abort after the download stops the
+      // conversion and upload at the next tensor (in the threaded worker from this thread).
+      const cancellable = Boolean(signal);
       if (call.worker) {
-        const load = call('loadModel', [src, { ...options, progress: Boolean(onProgress), abortable: Boolean(signal) }], [], onProgress, signal);
+        const load = call('loadModel', [src, { ...options, progress: Boolean(onProgress), abortable: Boolean(signal) }], [], onProgress, signal, cancellable);
         return load.catch(aborted(signal));
       }
-      return call('loadModel', [src, { ...options, onProgress, signal }]).catch(aborted(signal));
+      return call('loadModel', [src, { ...options, onProgress, signal }], [], null, signal, cancellable).catch(aborted(signal));
     },
     classify: (img, topK, options) => classifyCall('classify', img, topK, options),
     classifyDetailed: (img, topK, options) => classifyCall('classifyDetailed', img, topK, options),

@@ -2,8 +2,8 @@
 // preprocessing and every forward pass run here, so the page's thread never waits on them.
 // Messages in: {id, method, args, cancellable} | {abort: id}; out: {id, result} | {id, error} |
 // {id, progress: [loaded, total]} | {cancelTable} (once, from the threaded build).
-// A cancellable call (classify, classifyDetailed, explain) gets its id as its last argument,
-// which an abort cancels.
+// A cancellable call (classify, classifyDetailed, explain; a load with a signal) gets its id
+// as its last argument, which an abort cancels.
 import { createCore } from './core.js';
 
 // createClassifier passes its `threads` option in the worker's URL (?threads=N).

@@ -6,15 +6,18 @@
 //! - `setPrecision('f32' | 'f16')`: storage of GEMM weights and MLP hidden activations of GPU
 //!   devices made from then on
 //! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
-//!   gemm, precision, precisionNote, threads, cancelled: {beforeStart, midPass}}`: which
-//!   executor runs and why (`js/core.js` adds `threadsNote`), and how many cancelled calls
-//!   stopped before their pass began and during it. `auto` takes the CPU (WebAssembly SIMD) where
+//!   gemm, precision, precisionNote, threads, cancelled: {beforeStart, midPass, loads}}`:
+//!   which executor runs and why (`js/core.js` adds `threadsNote`), and how many cancelled
+//!   calls stopped before their pass began, during it, and how many loads stopped early. `auto` takes the CPU (WebAssembly SIMD) where
 //!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
 //!   adapter), else the GPU
-//! - `loadModel(source, {onProgress, name, backend, precision, cache, signal})` → description (with `fromCache`); `source` is a URL,
+//! - `loadModel(source, {onProgress, name, backend, precision, cache, signal, cancelId})` →
+//!   description (with `fromCache`); `source` is a URL,
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
 //!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage; an aborted
-//!   `signal` (AbortSignal) stops the download and the load, which then changes nothing. On failure it rejects with an `Error` naming the problem and
+//!   `signal` (AbortSignal) stops the download and the load, which then changes nothing; a
+//!   cancelled `cancelId` (see `cancelCall`) stops the load at its next tensor or weight. On
+//!   failure it rejects with an `Error` naming the problem and
 //!   the previous model stays loaded.
 //! - `isCached(url)`, `clearCache(url?)` → the model cache (`loadModel(url, {cache: true})`
 //!   reads and fills it; Cache API `tokenmix-models`)
@@ -185,7 +188,7 @@ fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
 /// Loads a model on `device` with the GEMM autotuner's stored choices for it, then times the
 /// shape classes it has none for yet (batch 1, as the page classifies) and stores the result.
 /// Only where the device tunes: hardware GPUs, or any with the `autotune` option.
-async fn load_tuned(device: &Device, bytes: &[u8]) -> crate::error::Result<Model> {
+async fn load_tuned(device: &Device, bytes: &[u8], cancel: &Cancel) -> crate::error::Result<Model> {
     let gpu = device.gpu().filter(|g| g.tuning.enabled()).cloned();
     let stored = match &gpu {
         Some(g) => {
@@ -195,7 +198,8 @@ async fn load_tuned(device: &Device, bytes: &[u8]) -> crate::error::Result<Model
         }
         None => None,
     };
-    let model = Model::load_scoped(device.clone(), bytes, None).await?;
+    let model = Model::load_scoped_cancellable(device.clone(), bytes, None, cancel).await?;
+    cancel.check()?;
     if let (Some(g), Some(text)) = (gpu, stored) {
         if model.autotune(1).await? > 0 {
             // Storage disabled or full: the next load tunes again.
@@ -234,9 +238,24 @@ fn js_err(e: impl std::fmt::Display) -> JsError {
 const CANCEL_SLOTS: usize = 256;
 static CANCELS: [AtomicU32; CANCEL_SLOTS] = [const { AtomicU32::new(0) }; CANCEL_SLOTS];
 
+/// Calls that stopped cancelled: passes before they began and during them, and loads.
+#[derive(Clone, Copy, Default)]
+struct Stopped {
+    before_start: u32,
+    mid_pass: u32,
+    loads: u32,
+}
+
 thread_local! {
-    /// Calls that stopped cancelled: before their pass began, and during it.
-    static STOPPED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+    static STOPPED: Cell<Stopped> = const { Cell::new(Stopped { before_start: 0, mid_pass: 0, loads: 0 }) };
+}
+
+fn count_stop(f: impl FnOnce(&mut Stopped)) {
+    STOPPED.with(|s| {
+        let mut v = s.get();
+        f(&mut v);
+        s.set(v);
+    });
 }
 
 /// The token of the call given `cancelId` (none: a token nothing cancels).
@@ -252,10 +271,8 @@ fn cancel_token(id: Option<f64>) -> Result<Cancel, JsError> {
 /// Counts a call that stopped cancelled (see `adapterInfo().cancelled`).
 fn note_stop<T>(result: &crate::error::Result<T>, cancel: &Cancel) {
     if matches!(result, Err(Error::Cancelled)) {
-        STOPPED.with(|s| {
-            let (before, during) = s.get();
-            s.set(if cancel.checks_passed() > 0 { (before, during + 1) } else { (before + 1, during) });
-        });
+        let midway = cancel.checks_passed() > 0;
+        count_stop(|s| if midway { s.mid_pass += 1 } else { s.before_start += 1 });
     }
 }
 
@@ -290,7 +307,7 @@ async fn state() -> Result<Rc<RefCell<State>>, JsError> {
         return Ok(s);
     }
     let sel = select(CHOICE.with(|c| *c.borrow())).await?;
-    let model = load_tuned(&sel.device, crate::DEFAULT_MODEL).await.map_err(js_err)?;
+    let model = load_tuned(&sel.device, crate::DEFAULT_MODEL, &Cancel::new()).await.map_err(js_err)?;
     let fresh = Rc::new(RefCell::new(State {
         sel,
         model: Rc::new(model),
@@ -392,7 +409,10 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
         "precision": d.precision().0,
         "precisionNote": d.precision().1,
         "threads": exec::Cpu::new().threads,
-        "cancelled": STOPPED.with(|c| { let (before, during) = c.get(); serde_json::json!({"beforeStart": before, "midPass": during}) }),
+        "cancelled": STOPPED.with(|c| {
+            let s = c.get();
+            serde_json::json!({"beforeStart": s.before_start, "midPass": s.mid_pass, "loads": s.loads})
+        }),
     }))
 }
 
@@ -438,6 +458,9 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         return Err(js_err("loadModel: options.signal must be an AbortSignal"));
     };
     let aborted = || signal.as_ref().is_some_and(|s| Reflect::get(s, &"aborted".into()).ok().and_then(|a| a.as_bool()) == Some(true));
+    // `cancelId` (js/index.js numbers the call): the load stops at its next tensor or weight
+    // once that id is cancelled (`cancelCall`, or the cancel table from the page's thread).
+    let cancel = cancel_token(option("cancelId").as_f64())?;
     let use_cache = option("cache").as_bool().unwrap_or(false);
     // An option that is absent (undefined or null) is None; a given one must parse.
     let given = |key: &str| Some(option(key)).filter(|v| !v.is_undefined() && !v.is_null());
@@ -528,7 +551,14 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
                 g.tuning.set_enabled(on);
             }
         }
-        let model = load_tuned(&sel.device, &bytes).await.map_err(|e| js_err(format!("{name}: {e}")))?;
+        let model = match load_tuned(&sel.device, &bytes, &cancel).await {
+            Ok(m) => m,
+            Err(Error::Cancelled) => {
+                count_stop(|s| s.loads += 1);
+                return Err(js_err(format!("{name}: {ABORTED}")));
+            }
+            Err(e) => return Err(js_err(format!("{name}: {e}"))),
+        };
         let desc = describe(&model, &name)?;
         Ok::<_, JsError>((sel, model, desc))
     };

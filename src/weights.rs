@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{Error, Result};
+use crate::exec::Cancel;
 
 /// A parsed safetensors file. Tensors are converted to f32 when taken, so a model file is
 /// never held twice in memory as f32.
@@ -15,6 +16,8 @@ pub struct Weights<'a> {
     shapes: BTreeMap<String, Vec<usize>>,
     taken: BTreeSet<String>,
     pub metadata: HashMap<String, String>,
+    /// Checked before each tensor is taken (converted): a load stops there once cancelled.
+    cancel: Option<Cancel>,
 }
 
 impl<'a> Weights<'a> {
@@ -35,7 +38,7 @@ impl<'a> Weights<'a> {
             }
         }
         let shapes = file.iter().map(|(name, view)| (name.to_string(), view.shape().to_vec())).collect();
-        Ok(Weights { file, shapes, taken: BTreeSet::new(), metadata })
+        Ok(Weights { file, shapes, taken: BTreeSet::new(), metadata, cancel: None })
     }
 
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
@@ -55,8 +58,16 @@ impl<'a> Weights<'a> {
         self.shape(name).ok_or_else(|| Error::tensor(name, "missing"))
     }
 
+    /// From now on [`Self::take`] returns [`Error::Cancelled`] once `cancel` is cancelled.
+    pub fn set_cancel(&mut self, cancel: &Cancel) {
+        self.cancel = Some(cancel.clone());
+    }
+
     /// Converts the named tensor to f32 after checking its shape; marks it as used.
     pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        if let Some(c) = &self.cancel {
+            c.check()?;
+        }
         let view = self.file.tensor(name).map_err(|_| Error::tensor(name, format!("missing (expected shape {shape:?})")))?;
         if view.shape() != shape {
             return Err(Error::tensor(name, format!("has shape {:?}, expected {shape:?}", view.shape())));

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
-use tokenmix::desktop::{camera, Viewer};
+use tokenmix::desktop::{camera, ModelSource, Viewer};
 use tokenmix::Device;
 
 fn root() -> PathBuf {
@@ -870,4 +870,37 @@ fn the_real_window_classifies_a_clicked_sample_and_a_pasted_image() {
         let _ = app.kill();
         let _ = app.wait();
     }
+}
+
+/// A load that a newer one supersedes stops at its next tensor instead of running to its end
+/// beside the newer one (a hub model's load holds a core and a copy of the file for seconds),
+/// and the newer model is the one adopted. The slow model: the embedded Mixer with 24576
+/// token-MLP units a layer, read from a file (about 0.2 s to load here): the newer load is
+/// asked for 20 ms into it.
+#[test]
+fn a_superseded_load_stops_before_it_ends() {
+    let mut h = harness(viewer());
+    h.run();
+    settle(&mut h);
+    let dir = std::env::temp_dir().join(format!("tokenmix-superseded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let file = dir.join("wide.safetensors");
+    std::fs::write(&file, wide_token_mlps(24576)).expect("the wide model is written");
+    let started = std::time::Instant::now();
+    h.state_mut().start_load("wide", ModelSource::File(file.clone()));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    h.state_mut().start_load("embedded", ModelSource::Bytes(tokenmix::DEFAULT_MODEL));
+    settle(&mut h);
+    eprintln!("the second load was asked for 20 ms after the first, and adopted {:?} after it", started.elapsed());
+    // (The superseded load's thread counts its stop; nothing waits for it.)
+    while h.state().stopped_loads() == 0 && started.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let v = h.state();
+    eprintln!("the superseded load had stopped {:?} after it started", started.elapsed());
+    assert_eq!(v.stopped_loads(), 1, "the superseded load stopped before it ended");
+    // (The newer load, which nothing superseded, ran to its end.)
+    assert_eq!(v.model_name, "embedded", "the newer model is adopted");
+    assert!(v.error.is_none(), "{:?}", v.error);
+    let _ = std::fs::remove_dir_all(&dir);
 }

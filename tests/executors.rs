@@ -391,6 +391,13 @@ fn a_cancelled_pass_stops_on_every_executor() {
         // The CPU executor checks before each step, the GPU executor before its submission.
         let least = if dev.backend() == "cpu" { 10 } else { 1 };
         assert!(fresh.checks_passed() >= least, "{}: a whole pass passed {} checks", dev.label(), fresh.checks_passed());
+        // A load: stopped before its first tensor, or run with a check before each.
+        let load = Model::load_cancellable(dev.clone(), tokenmix::DEFAULT_MODEL, None, &stop).map(|_| ());
+        assert!(matches!(load, Err(Error::Cancelled)), "{}: a load with a cancelled token gave {load:?}", dev.label());
+        let loaded = Cancel::new();
+        let again = Model::load_cancellable(dev.clone(), tokenmix::DEFAULT_MODEL, None, &loaded).expect("a load with a live token");
+        assert_eq!(pollster::block_on(again.forward(&input)).expect("a pass").logits, want.logits, "{}: the same model", dev.label());
+        assert!(loaded.checks_passed() >= 20, "{}: the load checked before each tensor: {} checks", dev.label(), loaded.checks_passed());
         eprintln!("{}: cancelled before it ran, then ran as before", dev.label());
         ran += 1;
     }

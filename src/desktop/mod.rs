@@ -12,6 +12,7 @@ pub mod render;
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use egui::{Color32, ColorImage, TextureHandle, TextureOptions, Vec2};
@@ -137,6 +138,9 @@ pub struct Viewer {
     /// How many passes of the model were stopped early because a newer request made their
     /// result moot.
     pub cancelled: u64,
+    /// How many loads a newer one (or a closed window) stopped before they ended, counted by
+    /// their threads as they stop.
+    stopped_loads: Arc<AtomicU64>,
     /// Where a finished piece of work asks for the next frame at once (set by [`Self::ui`]).
     repaint: Option<egui::Context>,
     /// Fractions of the running download seen by the window (tests check progress showed).
@@ -158,6 +162,8 @@ pub enum ModelSource {
 /// A load running on its thread: the model's name and where the result arrives.
 struct PendingLoad {
     name: String,
+    /// Stops it: a newer load makes it moot.
+    cancel: Cancel,
     rx: std::sync::mpsc::Receiver<Result<Model>>,
     /// Set when it loads a hub download (named after the repository once it loaded).
     hub: Option<HubFile>,
@@ -314,6 +320,7 @@ impl Viewer {
             queued: None,
             serial: 0,
             cancelled: 0,
+            stopped_loads: Arc::default(),
             repaint: None,
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
@@ -352,18 +359,35 @@ impl Viewer {
 
     fn start_load_for(&mut self, name: &str, source: ModelSource, hub: Option<HubFile>) {
         self.model_changes += 1;
+        // The load this one supersedes stops at its next tensor or weight: its model would not
+        // be adopted, and a hub model's load holds the CPU and a copy of the file meanwhile.
+        if let Some(old) = &self.loading {
+            old.cancel.cancel();
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         let device = self.device.clone();
+        let cancel = Cancel::new();
+        let stop = cancel.clone();
+        let stopped = self.stopped_loads.clone();
         std::thread::spawn(move || {
+            let load = |bytes: &[u8]| Model::load_cancellable(device, bytes, None, &stop);
             let loaded = match source {
-                ModelSource::Bytes(bytes) => Model::load(device, bytes, None),
-                ModelSource::File(path) => read_model_file(&path).and_then(|bytes| Model::load(device, &bytes, None)),
+                ModelSource::Bytes(bytes) => load(bytes),
+                ModelSource::File(path) => stop.check().and_then(|()| read_model_file(&path)).and_then(|bytes| load(&bytes)),
             };
+            if matches!(loaded, Err(Error::Cancelled)) {
+                stopped.fetch_add(1, Ordering::Relaxed);
+            }
             // (A superseded load's receiver is gone: nothing to do.)
             let _ = tx.send(loaded);
         });
         self.status = format!("Loading {name} …");
-        self.loading = Some(PendingLoad { name: name.to_string(), rx, hub });
+        self.loading = Some(PendingLoad { name: name.to_string(), cancel, rx, hub });
+    }
+
+    /// How many loads a newer one (or a closed window) stopped before they ended.
+    pub fn stopped_loads(&self) -> u64 {
+        self.stopped_loads.load(Ordering::Relaxed)
     }
 
     /// The name of the model loading in the background, if one is.
@@ -1161,6 +1185,9 @@ impl Drop for Viewer {
     fn drop(&mut self) {
         if let Some(w) = &self.work {
             w.cancel.cancel();
+        }
+        if let Some(l) = &self.loading {
+            l.cancel.cancel();
         }
     }
 }

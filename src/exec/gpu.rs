@@ -63,9 +63,9 @@ pub struct GpuExec {
 }
 
 impl GpuExec {
-    /// Uploads the weights and builds the batch-1 plan, which compiles every pipeline: the
-    /// first forward pass compiles nothing.
-    pub fn new(gpu: Arc<Gpu>, net: Net) -> Result<GpuExec> {
+    /// Uploads the weights (checking `cancel` before each) and builds the batch-1 plan, which
+    /// compiles every pipeline: the first forward pass compiles nothing.
+    pub fn new(gpu: Arc<Gpu>, net: Net, cancel: &Cancel) -> Result<GpuExec> {
         let slot_floats = [net.slot_floats(false), net.slot_floats(true)];
         let limit = gpu.binding_limit();
         let widest = net.widest_slot_bytes(false);
@@ -79,6 +79,7 @@ impl GpuExec {
         let mut shapes = Vec::with_capacity(net.weights.len());
         let mut weights = Vec::with_capacity(net.weights.len());
         for (t, matrix) in net.weights.iter().zip(is_matrix) {
+            cancel.check()?;
             let Tensor { name, data, .. } = t;
             let (rows, cols) = (t.rows(), t.cols());
             weights.push(if matrix {
@@ -106,6 +107,7 @@ impl GpuExec {
             stage_floats,
             plans: Mutex::default(),
         };
+        cancel.check()?;
         exec.plan(1, false)?;
         Ok(exec)
     }

@@ -363,7 +363,7 @@ pub async fn select(choice: BackendChoice) -> Result<Selected> {
 #[cfg(not(target_arch = "wasm32"))]
 pub fn run_slots(device: &Device, net: crate::net::Net, batch: usize, inputs: &[(crate::net::Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
     match device {
-        Device::Gpu(g) => gpu::GpuExec::new(g.clone(), net)?.run_slots(batch, inputs),
+        Device::Gpu(g) => gpu::GpuExec::new(g.clone(), net, &Cancel::new())?.run_slots(batch, inputs),
         Device::Cpu(_) => cpu::CpuExec::new(net)?.run_slots(batch, inputs),
     }
 }

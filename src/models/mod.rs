@@ -112,8 +112,16 @@ impl Model {
     /// made for). On the GPU, pipelines and the batch-1 plan are made here, so the first
     /// forward pass compiles nothing.
     pub fn load(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Model> {
+        Model::load_cancellable(device, bytes, img_size, &Cancel::new())
+    }
+
+    /// [`Self::load`] that stops early with [`Error::Cancelled`] once `cancel` is set: it is
+    /// checked before each tensor is converted and before each weight is uploaded or packed.
+    pub fn load_cancellable(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>, cancel: &Cancel) -> Result<Model> {
         let device = device.into();
+        cancel.check()?;
         let Inspected { mut weights, arch, preprocess, labels } = inspect(bytes, img_size)?;
+        weights.set_cancel(cancel);
         // What the adapter must hold, checked before any upload: one image's widest
         // activation in one binding (weights are split into row blocks, activations are not).
         if let Device::Gpu(gpu) = &device {
@@ -128,6 +136,7 @@ impl Model {
         }
         let net = arch.build(&mut weights)?;
         weights.finish()?;
+        cancel.check()?;
         let mixing = mixing::token_mixing(&weights, &arch)?;
         let stages = net.stages.clone();
         let explain = net.explain.clone();
@@ -141,8 +150,11 @@ impl Model {
             arch,
         };
         let exec = match &device {
-            Device::Gpu(gpu) => Executor::Gpu(GpuExec::new(gpu.clone(), net)?),
-            Device::Cpu(_) => Executor::Cpu(CpuExec::new(net)?),
+            Device::Gpu(gpu) => Executor::Gpu(GpuExec::new(gpu.clone(), net, cancel)?),
+            Device::Cpu(_) => {
+                cancel.check()?;
+                Executor::Cpu(CpuExec::new(net)?)
+            }
         };
         Ok(Model { device, info, mixing, stages, explain, init_figures: Default::default(), exec })
     }
@@ -151,12 +163,17 @@ impl Model {
     /// [`crate::Gpu::scoped`]): what the browser uses, where an allocation can fail
     /// asynchronously.
     pub async fn load_scoped(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>) -> Result<Model> {
+        Model::load_scoped_cancellable(device, bytes, img_size, &Cancel::new()).await
+    }
+
+    /// [`Self::load_scoped`] that stops early once `cancel` is set (see [`Self::load_cancellable`]).
+    pub async fn load_scoped_cancellable(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>, cancel: &Cancel) -> Result<Model> {
         match device.into() {
             Device::Gpu(gpu) => {
                 let g = gpu.clone();
-                g.scoped("loading the model", move || Model::load(gpu, bytes, img_size)).await
+                g.scoped("loading the model", move || Model::load_cancellable(gpu, bytes, img_size, cancel)).await
             }
-            cpu => Model::load(cpu, bytes, img_size),
+            cpu => Model::load_cancellable(cpu, bytes, img_size, cancel),
         }
     }
 

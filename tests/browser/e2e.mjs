@@ -1097,6 +1097,18 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
         out.explain.stopped = after.midPass + after.beforeStart - before.midPass - before.beforeStart;
       }
       out.badSignal = await settle(api.classify(bitmap, 5, { signal: 'stop' }));
+      // A load aborted when its download has ended (its last progress event): its conversion
+      // and upload stop at the next tensor, and the model stays.
+      {
+        const before = await counts();
+        const ac = new AbortController();
+        const load = settle(api.loadModel(`${url}?again=1`, {
+          signal: ac.signal,
+          onProgress: (loaded, total) => { if (loaded === total) ac.abort(); },
+        }));
+        out.load = { result: await load, model: (await api.modelInfo()).preset };
+        out.load.stopped = (await counts()).loads - before.loads;
+      }
       // The page: a sample clicked while the previous image's pass runs stops that pass, and
       // the newer image is shown.
       {
@@ -1127,6 +1139,9 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
     assert.equal(r.explain.name, 'AbortError');
     assert.equal(r.explain.stopped, 1, 'the explanation stopped');
     assert.match(r.badSignal.error, /signal: expected an AbortSignal/);
+    assert.equal(r.load.result.name, 'AbortError', `the load aborted after its download rejects: ${JSON.stringify(r.load)}`);
+    assert.equal(r.load.stopped, 1, 'its conversion stopped');
+    assert.equal(r.load.model, 'mixer_s16_224', 'the model stays');
     assert.equal(r.page.older.name, 'AbortError', `the older image's classification was stopped: ${JSON.stringify(r.page)}`);
     assert.equal(r.page.midPass + r.page.beforeStart, 1, 'the page stopped one pass');
     assert.equal(r.page.shown, OTHER, 'the newer image is shown');
