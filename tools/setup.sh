@@ -33,14 +33,23 @@ if command -v dpkg >/dev/null; then
     dpkg -s "$lib" >/dev/null 2>&1 || need_apt+=("$lib")
   done
 fi
-if [ ${#need_apt[@]} -gt 0 ]; then
+# The desktop app's camera backend (ffmpeg, streaming a camera's frames) and its tests, which
+# stream one of ffmpeg's own test sources: without its recommends (55 MB instead of hundreds).
+need_bare=()
+command -v ffmpeg >/dev/null || need_bare+=(ffmpeg)
+if [ ${#need_apt[@]} -gt 0 ] || [ ${#need_bare[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
-    echo "setup: no apt-get to install ${need_apt[*]}; install them (a Vulkan driver: e.g. Mesa lavapipe)" >&2
+    echo "setup: no apt-get to install ${need_apt[*]} ${need_bare[*]}; install them (a Vulkan driver: e.g. Mesa lavapipe)" >&2
     exit 1
   fi
-  echo "setup: installing ${need_apt[*]}"
+  echo "setup: installing ${need_apt[*]} ${need_bare[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  if [ ${#need_apt[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  fi
+  if [ ${#need_bare[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_bare[@]}" >/dev/null
+  fi
 fi
 
 if ! command -v cargo >/dev/null; then

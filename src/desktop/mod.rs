@@ -146,6 +146,13 @@ pub struct Viewer {
     /// Fractions of the running download seen by the window (tests check progress showed).
     pub progress_seen: Vec<f32>,
     pub camera: Box<dyn Camera>,
+    /// The camera's newest frame and its number while it runs: the live preview.
+    pub preview: Option<(u64, image::RgbImage)>,
+    /// How many camera frames the window has taken for its preview.
+    pub preview_frames: u64,
+    /// The preview's texture and the number of the frame it holds (apart from [`Textures`],
+    /// whose textures follow the model's generation).
+    preview_texture: Option<(u64, TextureHandle)>,
     /// Bumped whenever what the views draw changes (textures are keyed by it).
     pub generation: u64,
     textures: Textures,
@@ -324,6 +331,9 @@ impl Viewer {
             repaint: None,
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
+            preview: None,
+            preview_frames: 0,
+            preview_texture: None,
             generation: 0,
             textures: Textures::default(),
         };
@@ -862,6 +872,55 @@ impl Viewer {
         }
     }
 
+    /// While the camera runs: its newest frame, drawn live (at most 15 frames a second), or
+    /// why it stopped.
+    fn camera_preview(&mut self, ui: &mut egui::Ui) {
+        if !self.camera.running() {
+            self.preview_texture = None;
+            return;
+        }
+        match self.camera.preview_since(self.preview.as_ref().map_or(0, |p| p.0)) {
+            Ok(Some(frame)) => {
+                self.preview = Some(frame);
+                self.preview_frames += 1;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.error = Some(e.to_string());
+                self.camera.stop();
+                self.preview = None;
+                return;
+            }
+        }
+        let name = self.camera.name();
+        match &self.preview {
+            Some((n, frame)) => {
+                let (w, h) = (frame.width() as usize, frame.height() as usize);
+                let tex = match &mut self.preview_texture {
+                    Some((shown, t)) if *shown == *n => t.clone(),
+                    Some((shown, t)) => {
+                        t.set(ColorImage::from_rgb([w, h], frame.as_raw()), TextureOptions::LINEAR);
+                        *shown = *n;
+                        t.clone()
+                    }
+                    None => {
+                        let t = ui.ctx().load_texture("camera preview", ColorImage::from_rgb([w, h], frame.as_raw()), TextureOptions::LINEAR);
+                        self.preview_texture = Some((*n, t.clone()));
+                        t
+                    }
+                };
+                let width = 240.0;
+                ui.image((tex.id(), Vec2::new(width, width * h as f32 / w.max(1) as f32)));
+                ui.label(format!("Live: {name}. Capture classifies the newest frame."));
+            }
+            None => {
+                ui.label(format!("Starting {name} …"));
+            }
+        }
+        // The next frame: a delay, not an immediate repaint, so a waiting window stays idle.
+        ui.ctx().request_repaint_after(std::time::Duration::from_millis(66));
+    }
+
     /// Draws one frame and applies what the user did in it.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         if self.repaint.is_none() {
@@ -934,6 +993,7 @@ impl Viewer {
             }
             if !self.camera.running() {
                 if ui.button("Start camera").clicked() {
+                    self.preview = None;
                     if let Err(e) = self.camera.start() {
                         self.error = Some(e.to_string());
                     }
@@ -944,9 +1004,11 @@ impl Viewer {
                 }
                 if ui.button("Stop camera").clicked() {
                     self.camera.stop();
+                    self.preview = None;
                 }
             }
         });
+        self.camera_preview(ui);
         ui.separator();
         let Some(c) = &self.classified else {
             ui.label("No image yet.");
