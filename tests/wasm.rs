@@ -274,7 +274,7 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
     let info = web::model_info().await.map_err(message).expect("the embedded default model loads");
     let default_name = js_sys::Reflect::get(&info, &"name".into()).expect("name").as_string().expect("a name");
     let classifies = || async {
-        let top = web::classify(sample_image(), Some(3.0)).await.map_err(message).expect("classify still works");
+        let top = web::classify(sample_image(), Some(3.0), None).await.map_err(message).expect("classify still works");
         assert_eq!(js_sys::Array::from(&top).length(), 3);
     };
 
@@ -292,8 +292,9 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
     for (what, call) in [
         ("cropGeometry: width", web::crop_geometry(-1.0, 100.0).await.map(drop)),
         ("cropGeometry: height", web::crop_geometry(100.0, f64::NAN).await.map(drop)),
-        ("topK", web::classify(sample_image(), Some(-1.0)).await.map(drop)),
-        ("topK", web::classify(sample_image(), Some(2.5)).await.map(drop)),
+        ("topK", web::classify(sample_image(), Some(-1.0), None).await.map(drop)),
+        ("topK", web::classify(sample_image(), Some(2.5), None).await.map(drop)),
+        ("cancelId", web::classify(sample_image(), None, Some(-1.0)).await.map(drop)),
         ("insight: layer", web::insight(1.5).await.map(drop)),
         ("tokenMixing: layer", web::token_mixing(-3.0).await.map(drop)),
     ] {
@@ -301,12 +302,42 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
         assert!(err.contains(what) && err.contains("expected a whole number"), "{what}: {err}");
     }
 
+    // A call whose cancel id was cancelled stops before its first step, and is counted; the
+    // next id is not cancelled by it. In the threaded build the cancel table is in the shared
+    // memory, where a store as the page's thread makes it (Atomics.store of id + 1 at
+    // id % slots) cancels the call too; the one-thread build has no table.
+    let stopped = || async {
+        let info = web::adapter_info().await.map_err(message).expect("adapterInfo");
+        let c = js_sys::Reflect::get(&info, &"cancelled".into()).expect("cancelled");
+        js_sys::Reflect::get(&c, &"beforeStart".into()).expect("beforeStart").as_f64().expect("a count")
+    };
+    let before = stopped().await;
+    web::cancel_call(7.0).map_err(message).expect("cancelCall");
+    let err = message(web::classify(sample_image(), None, Some(7.0)).await.expect_err("a cancelled call"));
+    assert!(err.starts_with("cancelled"), "{err}");
+    let err = message(web::explain(None, Some(7.0)).await.expect_err("a cancelled explanation"));
+    assert!(err.starts_with("cancelled"), "{err}");
+    assert_eq!(stopped().await, before + 2.0, "both stopped before their first step");
+    web::classify(sample_image(), None, Some(7.0 + 256.0)).await.map_err(message).expect("another id in the same cell runs");
+    let table = web::cancel_table();
+    if cfg!(feature = "threads") {
+        let offset = js_sys::Reflect::get(&table, &"offset".into()).expect("offset").as_f64().expect("a number") as u32;
+        let memory = js_sys::Reflect::get(&table, &"memory".into()).expect("memory").unchecked_into::<js_sys::WebAssembly::Memory>();
+        let cells = js_sys::Uint32Array::new_with_byte_offset_and_length(&memory.buffer(), offset, 256);
+        js_sys::Atomics::store(&cells, 9, 10).expect("Atomics.store on the shared memory");
+        let err = message(web::classify(sample_image(), None, Some(9.0)).await.expect_err("cancelled through the table"));
+        assert!(err.starts_with("cancelled"), "{err}");
+    } else {
+        assert!(table.is_null(), "the one-thread build has no cancel table");
+    }
+    classifies().await;
+
     // Too large: refused before its pixels are copied into wasm memory (which never shrinks).
     let memory =
         || wasm_bindgen::memory().unchecked_into::<js_sys::WebAssembly::Memory>().buffer().unchecked_into::<js_sys::ArrayBuffer>().byte_length();
     let before = memory();
     let huge = web_sys::ImageData::new_with_sw(8193, 8193).expect("an 8193x8193 ImageData");
-    let err = message(web::classify(huge, None).await.expect_err("too large"));
+    let err = message(web::classify(huge, None, None).await.expect_err("too large"));
     assert!(err.contains("8193x8193"), "{err}");
     let grew = memory().saturating_sub(before);
     assert!(grew < 16 << 20, "an image refused for its size grew wasm memory by {grew} bytes");
