@@ -742,6 +742,27 @@ fn the_ffmpeg_camera_shows_a_live_preview_and_captures_from_it() {
     settle(&mut h);
     let c = h.state().classified.as_ref().expect("the newest frame is classified");
     assert_eq!(c.source, "camera: testsrc2=size=320x240:rate=15 (lavfi)");
+    // Classify live: frame after frame, whenever the model is free, with no Capture.
+    h.get_by_label("Classify live").click();
+    let (start, mut seen) = (std::time::Instant::now(), std::collections::BTreeSet::new());
+    while seen.len() < 3 && start.elapsed().as_secs() < 30 {
+        h.step();
+        if let Some(c) = h.state().classified.as_ref().filter(|c| c.source.starts_with("camera (live): testsrc2")) {
+            seen.insert(c.serial);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(seen.len() >= 3, "live: {} frames classified in 30 s", seen.len());
+    assert_eq!(h.state().cancelled, 0, "a live frame never stops a running pass");
+    h.get_by_label("Classify live").click();
+    settle(&mut h);
+    let last = h.state().classified.as_ref().map(|c| c.serial);
+    for _ in 0..20 {
+        h.step();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!h.state().busy(), "not live: nothing is classified without a Capture");
+    assert_eq!(h.state().classified.as_ref().map(|c| c.serial), last, "not live: nothing is classified without a Capture");
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "ffmpeg streams until stopped");
     h.get_by_label("Stop camera").click();
     h.run();

@@ -42,7 +42,7 @@ if [ ${#need_apt[@]} -gt 0 ] || [ ${#need_bare[@]} -gt 0 ]; then
     echo "setup: no apt-get to install ${need_apt[*]} ${need_bare[*]}; install them (a Vulkan driver: e.g. Mesa lavapipe)" >&2
     exit 1
   fi
-  echo "setup: installing ${need_apt[*]} ${need_bare[*]}"
+  echo "setup: installing" ${need_apt[*]} ${need_bare[*]}
   $SUDO apt-get update -qq
   if [ ${#need_apt[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -262,8 +262,31 @@ export function wireInputs() {
     $('camera-start').disabled = on;
     $('camera-capture').disabled = !on;
     $('camera-stop').disabled = !on;
+    $('camera-live').disabled = !on;
     video.hidden = !on;
   };
+  // Classify live: each time the previous live classification has settled, the video's frame
+  // of that moment is classified. Only then: a live frame never aborts a running pass (a newer
+  // image does, which would starve a live stream on a slow model), and frames that come
+  // meanwhile are skipped, never queued.
+  let liveRunning = false;
+  const liveTick = async () => {
+    if (!$('camera-live').checked || !stream || liveRunning) return;
+    if (video.videoWidth && !document.hidden) {
+      liveRunning = true;
+      try {
+        await classifyImageData(drawOriginal(video, video.videoWidth, video.videoHeight), 'camera (live)');
+      } catch {
+        // Shown by classifyImageData; an AbortError means a newer image came (a sample click).
+      } finally {
+        liveRunning = false;
+      }
+    }
+    // The next frame the video presents (or, without that API, the next animation frame).
+    if (video.requestVideoFrameCallback) video.requestVideoFrameCallback(() => liveTick());
+    else requestAnimationFrame(() => liveTick());
+  };
+  $('camera-live').addEventListener('change', () => liveTick());
   if (!navigator.mediaDevices?.getUserMedia) {
     $('camera-start').disabled = true;
     $('camera-start').title = 'This browser gives no camera access here (it needs https or localhost).';
@@ -296,6 +319,7 @@ export function wireInputs() {
     stream?.getTracks().forEach((t) => t.stop());
     stream = null;
     video.srcObject = null;
+    $('camera-live').checked = false;
     camButtons(false);
   });
 

@@ -153,6 +153,11 @@ pub struct Viewer {
     /// The preview's texture and the number of the frame it holds (apart from [`Textures`],
     /// whose textures follow the model's generation).
     preview_texture: Option<(u64, TextureHandle)>,
+    /// "Classify live": while the camera runs, its newest frame is classified whenever the
+    /// model has nothing else to do (frames that come meanwhile are skipped, never queued).
+    pub live: bool,
+    /// The number of the newest camera frame handed to the model live.
+    live_frame: u64,
     /// Bumped whenever what the views draw changes (textures are keyed by it).
     pub generation: u64,
     textures: Textures,
@@ -334,6 +339,8 @@ impl Viewer {
             preview: None,
             preview_frames: 0,
             preview_texture: None,
+            live: false,
+            live_frame: 0,
             generation: 0,
             textures: Textures::default(),
         };
@@ -893,6 +900,15 @@ impl Viewer {
             }
         }
         let name = self.camera.name();
+        ui.checkbox(&mut self.live, "Classify live")
+            .on_hover_text("Classify the newest frame whenever the model is free, instead of one frame per Capture");
+        // Live: the newest frame not handed over yet, when the work thread is idle (so a live
+        // frame never stops a pass, nor waits in the queue for one).
+        if let Some((n, frame)) = self.preview.as_ref().filter(|(n, _)| self.live && *n > self.live_frame && !self.busy()) {
+            let (n, frame) = (*n, frame.clone());
+            self.live_frame = n;
+            self.classify(format!("camera (live): {name}"), frame);
+        }
         match &self.preview {
             Some((n, frame)) => {
                 let (w, h) = (frame.width() as usize, frame.height() as usize);
@@ -911,7 +927,11 @@ impl Viewer {
                 };
                 let width = 240.0;
                 ui.image((tex.id(), Vec2::new(width, width * h as f32 / w.max(1) as f32)));
-                ui.label(format!("Live: {name}. Capture classifies the newest frame."));
+                ui.label(if self.live {
+                    format!("Live: {name}. Each frame the model is free for is classified.")
+                } else {
+                    format!("Live: {name}. Capture classifies the newest frame.")
+                });
             }
             None => {
                 ui.label(format!("Starting {name} …"));

@@ -614,7 +614,7 @@ test('g. a lost GPU device is reported with an offer to reload, and reloading re
   await page.close();
 });
 
-test('h. the webcam: start, capture a frame, classify it, stop', { timeout: 4 * TIMEOUT }, async () => {
+test('h. the webcam: start, capture a frame, classify it, classify live, stop', { timeout: 4 * TIMEOUT }, async () => {
   const { page, pageErrors, status } = await openPage('h');
   assertStarted(status);
   await page.click('#camera-start');
@@ -641,7 +641,37 @@ test('h. the webcam: start, capture a frame, classify it, stop', { timeout: 4 * 
   assert.ok(frame.w <= size[0] && Math.abs(frame.w / frame.h - size[0] / size[1]) < 0.02, `frame ${frame.w}x${frame.h} vs camera ${size}`);
   assert.ok(frame.hi > frame.lo, 'the captured frame is uniform');
   await shot(page, 'e2e-h-webcam');
+  // Classify live: frame after frame while the box is ticked, without a Capture, and no live
+  // frame stops a running pass; once unticked, nothing more is classified.
+  const live = await page.evaluate(async () => {
+    const app = window.tokenmixApp;
+    const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+    const before = (await app.api.adapterInfo()).cancelled;
+    const seen = new Set();
+    const start = performance.now();
+    document.getElementById('camera-live').click();
+    while (seen.size < 3 && performance.now() - start < 60_000) {
+      if (app.state.result?.source === 'camera (live)') seen.add(app.state.result);
+      await pause(10);
+    }
+    document.getElementById('camera-live').click();
+    await pause(1000); // a live classification under way when it was unticked ends
+    const last = app.state.result;
+    await pause(1000);
+    const after = (await app.api.adapterInfo()).cancelled;
+    return {
+      classified: seen.size, seconds: (performance.now() - start) / 1000, stopped: app.state.result === last,
+      aborted: after.beforeStart + after.midPass - before.beforeStart - before.midPass,
+      shown: document.querySelector('#predictions').dataset.source,
+    };
+  });
+  console.log(`[h] live: ${JSON.stringify(live)}`);
+  assert.ok(live.classified >= 3, `live: ${live.classified} frames classified`);
+  assert.equal(live.shown, 'camera (live)');
+  assert.equal(live.aborted, 0, 'no live frame stopped a pass');
+  assert.equal(live.stopped, true, 'unticked, nothing more is classified');
   await page.click('#camera-stop');
+  assert.ok(await page.isDisabled('#camera-live'));
   assert.ok(await page.isDisabled('#camera-capture'));
   assert.equal(await page.$eval('#camera', (v) => v.srcObject), null);
   assert.deepEqual(pageErrors, []);
