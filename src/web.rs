@@ -258,14 +258,21 @@ fn count_stop(f: impl FnOnce(&mut Stopped)) {
     });
 }
 
+/// The cancel table's cell of call id `v` (named `name` in errors), and the value that
+/// cancels that call in it.
+fn cancel_cell(name: &str, v: f64) -> Result<(&'static AtomicU32, u32), JsError> {
+    let id = whole(name, v, 0)?;
+    if id >= i32::MAX as usize {
+        return Err(js_err(Error::Input(format!("{name} is {id}: expected a whole number below 2^31 - 1"))));
+    }
+    Ok((&CANCELS[id % CANCEL_SLOTS], id as u32 + 1))
+}
+
 /// The token of the call given `cancelId` (none: a token nothing cancels).
 fn cancel_token(id: Option<f64>) -> Result<Cancel, JsError> {
     let Some(id) = id else { return Ok(Cancel::new()) };
-    let id = whole("cancelId", id, 0)?;
-    if id >= i32::MAX as usize {
-        return Err(js_err(Error::Input(format!("cancelId is {id}: expected a whole number below 2^31 - 1"))));
-    }
-    Ok(Cancel::watching(&CANCELS[id % CANCEL_SLOTS], id as u32 + 1))
+    let (cell, value) = cancel_cell("cancelId", id)?;
+    Ok(Cancel::watching(cell, value))
 }
 
 /// Counts a call that stopped cancelled (see `adapterInfo().cancelled`).
@@ -279,11 +286,8 @@ fn note_stop<T>(result: &crate::error::Result<T>, cancel: &Cancel) {
 /// Stops the call given `cancelId` `id` at its next check (see the module's notes).
 #[wasm_bindgen(js_name = cancelCall)]
 pub fn cancel_call(id: f64) -> Result<(), JsError> {
-    let id = whole("cancelCall: id", id, 0)?;
-    if id >= i32::MAX as usize {
-        return Err(js_err(Error::Input(format!("cancelCall: id is {id}: expected a whole number below 2^31 - 1"))));
-    }
-    CANCELS[id % CANCEL_SLOTS].store(id as u32 + 1, Ordering::Relaxed);
+    let (cell, value) = cancel_cell("cancelCall: id", id)?;
+    cell.store(value, Ordering::Relaxed);
     Ok(())
 }
 

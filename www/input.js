@@ -265,6 +265,8 @@ export function wireInputs() {
     $('camera-live').disabled = !on;
     video.hidden = !on;
   };
+  // The video's frame of this moment, drawn as the original and classified.
+  const captureFrame = (source) => classifyImageData(drawOriginal(video, video.videoWidth, video.videoHeight), source);
   // Classify live: each time the previous live classification has settled, the video's frame
   // of that moment is classified. Only then: a live frame never aborts a running pass (a newer
   // image does, which would starve a live stream on a slow model), and frames that come
@@ -275,7 +277,7 @@ export function wireInputs() {
     if (video.videoWidth && !document.hidden) {
       liveRunning = true;
       try {
-        await classifyImageData(drawOriginal(video, video.videoWidth, video.videoHeight), 'camera (live)');
+        await captureFrame('camera (live)');
       } catch {
         // Shown by classifyImageData; an AbortError means a newer image came (a sample click).
       } finally {
@@ -312,8 +314,7 @@ export function wireInputs() {
   });
   $('camera-capture').addEventListener('click', () => {
     if (!video.videoWidth) return;
-    const data = drawOriginal(video, video.videoWidth, video.videoHeight);
-    classifyImageData(data, 'camera').catch(() => {});
+    captureFrame('camera').catch(() => {});
   });
   $('camera-stop').addEventListener('click', () => {
     stream?.getTracks().forEach((t) => t.stop());

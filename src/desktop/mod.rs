@@ -880,9 +880,10 @@ impl Viewer {
     }
 
     /// While the camera runs: its newest frame, drawn live (at most 15 frames a second), or
-    /// why it stopped.
+    /// why it stopped. A stopped camera's last frame is let go.
     fn camera_preview(&mut self, ui: &mut egui::Ui) {
         if !self.camera.running() {
+            self.preview = None;
             self.preview_texture = None;
             return;
         }
@@ -895,7 +896,6 @@ impl Viewer {
             Err(e) => {
                 self.error = Some(e.to_string());
                 self.camera.stop();
-                self.preview = None;
                 return;
             }
         }
@@ -1013,7 +1013,6 @@ impl Viewer {
             }
             if !self.camera.running() {
                 if ui.button("Start camera").clicked() {
-                    self.preview = None;
                     if let Err(e) = self.camera.start() {
                         self.error = Some(e.to_string());
                     }
@@ -1024,7 +1023,6 @@ impl Viewer {
                 }
                 if ui.button("Stop camera").clicked() {
                     self.camera.stop();
-                    self.preview = None;
                 }
             }
         });

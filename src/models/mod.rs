@@ -116,7 +116,8 @@ impl Model {
     }
 
     /// [`Self::load`] that stops early with [`Error::Cancelled`] once `cancel` is set: it is
-    /// checked before each tensor is converted and before each weight is uploaded or packed.
+    /// checked before each tensor is converted, before each weight is uploaded (GPU) and before
+    /// the executor is made.
     pub fn load_cancellable(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>, cancel: &Cancel) -> Result<Model> {
         let device = device.into();
         cancel.check()?;
