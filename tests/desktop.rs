@@ -745,7 +745,8 @@ fn the_ffmpeg_camera_shows_a_live_preview_and_captures_from_it() {
     // Classify live: frame after frame, whenever the model is free, with no Capture.
     h.get_by_label("Classify live").click();
     let (start, mut seen) = (std::time::Instant::now(), std::collections::BTreeSet::new());
-    while seen.len() < 3 && start.elapsed().as_secs() < 30 {
+    // (At least 40 frames, so that the restart below numbers its frames well below these.)
+    while (seen.len() < 3 || h.state().preview.as_ref().map_or(0, |p| p.0) < 40) && start.elapsed().as_secs() < 30 {
         h.step();
         if let Some(c) = h.state().classified.as_ref().filter(|c| c.source.starts_with("camera (live): testsrc2")) {
             seen.insert(c.serial);
@@ -764,11 +765,31 @@ fn the_ffmpeg_camera_shows_a_live_preview_and_captures_from_it() {
     assert!(!h.state().busy(), "not live: nothing is classified without a Capture");
     assert_eq!(h.state().classified.as_ref().map(|c| c.serial), last, "not live: nothing is classified without a Capture");
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "ffmpeg streams until stopped");
+    let numbered = h.state().preview.as_ref().map_or(0, |p| p.0);
     h.get_by_label("Stop camera").click();
     h.run();
     assert!(!h.state().camera.running());
     assert!(h.state().preview.is_none(), "no preview once stopped");
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "stopping the camera ended ffmpeg");
+    // Started again, ffmpeg numbers its frames afresh: live classification takes them from the
+    // first, not only once their numbers pass the last stream's.
+    assert!(numbered >= 40, "the first stream ran {numbered} frames");
+    h.get_by_label("Start camera").click();
+    let shown = h.state().preview_frames;
+    live(&mut h, shown + 1);
+    h.get_by_label("Classify live").click();
+    let start = std::time::Instant::now();
+    let live_again = |h: &Harness<'static, Viewer>| h.state().classified.as_ref().is_some_and(|c| c.serial > last.unwrap_or(0));
+    while !live_again(&h) && start.elapsed().as_secs() < 30 {
+        h.step();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let frame = h.state().preview.as_ref().map_or(0, |p| p.0);
+    assert!(live_again(&h), "live again after a restart");
+    assert!(frame < 20, "live again from the restarted stream's first frames, not from frame {frame} (the first stream ran {numbered})");
+    h.get_by_label("Classify live").click();
+    h.get_by_label("Stop camera").click();
+    settle(&mut h);
     // A source ffmpeg cannot open (a busy or missing device is reported the same way).
     h.state_mut().camera = Box::new(camera::Ffmpeg::with_input("lavfi", "nosuchsource"));
     h.get_by_label("Start camera").click();

@@ -880,11 +880,13 @@ impl Viewer {
     }
 
     /// While the camera runs: its newest frame, drawn live (at most 15 frames a second), or
-    /// why it stopped. A stopped camera's last frame is let go.
+    /// why it stopped. A stopped camera's last frame is let go, and its frame numbers (a
+    /// restarted stream numbers its frames afresh).
     fn camera_preview(&mut self, ui: &mut egui::Ui) {
         if !self.camera.running() {
             self.preview = None;
             self.preview_texture = None;
+            self.live_frame = 0;
             return;
         }
         match self.camera.preview_since(self.preview.as_ref().map_or(0, |p| p.0)) {
