@@ -59,7 +59,8 @@ export interface LoadOptions {
    * the signal's reason (an `AbortError`), as `fetch` does. After the download, the load's
    * conversion and upload stop at the next tensor: at once in the threaded worker (the abort
    * is written into its shared memory), elsewhere where an abort can be read before they
-   * begin. */
+   * begin; where the conversion held the thread (the one-thread build), an abort that came
+   * meanwhile is read before the model is committed. */
   signal?: AbortSignal;
 }
 
@@ -145,6 +146,10 @@ export interface AdapterInfo {
    * during it (at a step of the CPU executor, or between the GPU executor's submissions); and
    * the loads it stopped after their download, in their conversion or upload. */
   cancelled: { beforeStart: number; midPass: number; loads: number };
+  /** Whether CPU passes run in slices of `every` ms, giving the thread back between them (the
+   * one-thread build), the pauses they made and the milliseconds those were away (with what
+   * else ran meanwhile). */
+  slices: { on: boolean; every: number; pauses: number; pausedMs: number };
 }
 
 export interface TokenMixing {
@@ -243,9 +248,11 @@ export interface Classifier {
    * (as fetch does), and stops its pass where it can: in a worker of a cross-origin-isolated
    * page (the threaded build: the abort is written into the worker's shared memory) a CPU
    * pass stops at its next step (milliseconds), and a call queued behind another before its
-   * first; elsewhere the abort takes effect when the worker (or this thread) is next free to
-   * read it: before a pass that has not begun, between a GPU pass's submissions. A pass that
-   * ended anyway leaves its image as the latest classified one (what explain explains). */
+   * first. In the one-thread build (a page that is not cross-origin isolated, or `worker:
+   * false`) a CPU pass runs in slices of about 10 ms with the thread given back between them,
+   * where the abort is read: the pass stops at its next step too. A GPU pass stops between its
+   * submissions. A pass that ended anyway leaves its image as the latest classified one (what
+   * explain explains). Calls run their passes one at a time, in the order they were made. */
   classify(image: ImageSource, topK?: number, options?: CallOptions): Promise<Prediction[]>;
   classify(image: ImageSource, options: CallOptions & { topK?: number }): Promise<Prediction[]>;
   /** As classify, plus the latency split and the model's input. */

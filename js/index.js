@@ -146,8 +146,9 @@ async function inlineCalls(threads) {
   let disposed = false;
   let next = 0;
   // A cancellable call gets an id as its last argument; its signal cancels that id. On this
-  // thread a CPU pass runs to its end once begun (nothing else runs meanwhile), so the signal
-  // stops it only before it begins; a GPU pass, between its submissions.
+  // thread a CPU pass runs in slices of about 10 ms, between which the event loop runs (the
+  // page draws, an abort is read), so the signal stops it at its next step; a GPU pass,
+  // between its submissions.
   const call = async (method, args, _transfer, _onProgress, signal = null, cancellable = false) => {
     if (disposed) throw new Error('tokenmix: this classifier was disposed');
     if (!cancellable) return core[method](...args);
@@ -205,9 +206,10 @@ function workerCalls(threads) {
     pending.clear();
   };
   // A signal cannot travel to the worker: its abort is a message of its own, which the worker
-  // reads when it is not busy (a load's download, a GPU pass's wait, a call still queued). A
-  // cancellable call's abort is also written into the cancel table, where the pass itself
-  // sees it at its next step.
+  // reads when it is not busy (a load's download, a GPU pass's wait, a call still queued, the
+  // one-thread build's pauses between a CPU pass's slices). A cancellable call's abort is also
+  // written into the threaded build's cancel table, where the pass itself sees it at its next
+  // step.
   const call = (method, args, transfer = [], onProgress = null, signal = null, cancellable = false) => new Promise((resolve, reject) => {
     if (failure) return reject(failure);
     const id = next;

@@ -6,11 +6,13 @@
 //! - `setPrecision('f32' | 'f16')`: storage of GEMM weights and MLP hidden activations of GPU
 //!   devices made from then on
 //! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
-//!   gemm, precision, precisionNote, threads, cancelled: {beforeStart, midPass, loads}}`:
-//!   which executor runs and why (`js/core.js` adds `threadsNote`), and how many cancelled
-//!   calls stopped before their pass began, during it, and how many loads stopped early. `auto` takes the CPU (WebAssembly SIMD) where
-//!   WebGPU is missing, gives no adapter, or gives a software one (SwiftShader, the fallback
-//!   adapter), else the GPU
+//!   gemm, precision, precisionNote, threads, cancelled: {beforeStart, midPass, loads}, slices:
+//!   {on, every, pauses, pausedMs}}`: which executor runs and why (`js/core.js` adds
+//!   `threadsNote`), how many cancelled calls stopped before their pass began, during it, and
+//!   how many loads stopped early, and whether CPU passes run in slices of `every` ms (the
+//!   one-thread build), with the pauses they made and how long those were away. `auto` takes
+//!   the CPU (WebAssembly SIMD) where WebGPU is missing, gives no adapter, or gives a software
+//!   one (SwiftShader, the fallback adapter), else the GPU
 //! - `loadModel(source, {onProgress, name, backend, precision, cache, signal, cancelId})` →
 //!   description (with `fromCache`); `source` is a URL,
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
@@ -40,7 +42,9 @@
 //!   slots}` in the threaded build, else null: where another thread (the page's, while this
 //!   worker is busy with the pass) stops call `id` itself, storing `id + 1` with
 //!   `Atomics.store` in the Uint32Array `slots` long at byte `offset` of the shared `memory`,
-//!   at index `id % slots`
+//!   at index `id % slots`. In the one-thread build a CPU pass runs in slices (`SLICES`) and
+//!   gives the thread back between them, where the worker's message handler (or the page's
+//!   own thread) reads an abort and calls `cancelCall`; passes run one at a time, in call order
 //! - `stageEnergy()` → PoolFormer's per-stage token energy for the latest classified image
 //! - `loseDevice()` → destroys the device (tests of the recovery path: after a loss every call
 //!   fails with "GPU device lost…" until `loadModel` makes a new device)
@@ -92,6 +96,27 @@ export async function fetch_bytes(url, onProgress, signal) {
   return out;
 }
 export function now() { return performance.now(); }
+// Resolves in a task of its own, after the tasks already queued (an abort's message, a click,
+// a frame to draw): a MessageChannel's message, as posted messages keep their order. One
+// channel serves every pause; in Node a port would keep the process alive, so it is unref'd.
+let pauses = null;
+export function next_task() {
+  if (!pauses) {
+    const channel = new MessageChannel();
+    const waiting = [];
+    channel.port1.onmessage = () => waiting.shift()?.();
+    channel.port1.unref?.();
+    pauses = { channel, waiting };
+  }
+  return new Promise((resolve) => {
+    pauses.waiting.push(resolve);
+    pauses.channel.port2.postMessage(null);
+  });
+}
+// Resolves once the timers due by now have run (a timer's abort, on a page's own thread).
+export function next_timer() {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
 export function has_webgpu() { return typeof navigator !== 'undefined' && Boolean(navigator.gpu); }
 // Downloaded models are kept in the Cache API under this name (window and worker alike).
 const CACHE = 'tokenmix-models';
@@ -142,6 +167,8 @@ extern "C" {
     #[wasm_bindgen(catch)]
     async fn fetch_bytes(url: &str, on_progress: &JsValue, signal: &JsValue) -> Result<JsValue, JsValue>;
     fn now() -> f64;
+    async fn next_task();
+    async fn next_timer();
     fn has_webgpu() -> bool;
     // Every async import is `catch`: without it wasm-bindgen's glue unwraps a rejected promise,
     // a panic (an abort in this build) that would leave the module unusable. Cache.match and
@@ -185,6 +212,82 @@ fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
     }
 }
 
+/// How long a CPU pass of the one-thread build runs before it gives the thread back (see
+/// `Model::run_in_slices`): the event loop then reads an abort (`cancelCall` from the worker's
+/// message handler) and a page's own thread draws a frame. The threaded build's worker needs
+/// no pauses: the page's thread cancels through shared memory.
+const SLICES: crate::exec::cpu::Slices = crate::exec::cpu::Slices { every_ms: 10.0, clock: now, pause: || Box::pin(timed_pause()) };
+
+thread_local! {
+    /// The pauses CPU passes made, and the milliseconds they were away (`adapterInfo().slices`:
+    /// what running in slices costs, with what else ran meanwhile).
+    static PAUSED: Cell<(u32, f64)> = const { Cell::new((0, 0.0)) };
+}
+
+async fn timed_pause() {
+    let t0 = now();
+    next_task().await;
+    let away = now() - t0;
+    PAUSED.with(|p| {
+        let (n, ms) = p.get();
+        p.set((n + 1, ms + away));
+    });
+}
+
+/// Whose turn it is to run a pass in slices: calls run their passes one at a time, in the
+/// order they asked, as they did when a CPU pass held the thread (the latest classified image
+/// is the latest call's, and two passes never share the thread or double the memory).
+#[derive(Default)]
+struct Turns {
+    busy: bool,
+    waiting: std::collections::VecDeque<futures_channel::oneshot::Sender<()>>,
+}
+
+thread_local! {
+    static TURNS: RefCell<Turns> = RefCell::default();
+}
+
+/// A call's turn; dropping it gives the turn to the next call still waiting.
+struct Turn;
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        TURNS.with(|t| {
+            let mut t = t.borrow_mut();
+            // A waiter whose call was dropped meanwhile is skipped.
+            while let Some(next) = t.waiting.pop_front() {
+                if next.send(()).is_ok() {
+                    return;
+                }
+            }
+            t.busy = false;
+        });
+    }
+}
+
+/// Waits for this call's turn to run a pass of `model`, where its passes run in slices (the
+/// CPU executor of the one-thread build); other passes need none.
+async fn turn(model: &Model) -> Option<Turn> {
+    if cfg!(feature = "threads") || model.backend() != "cpu" {
+        return None;
+    }
+    let wait = TURNS.with(|t| {
+        let mut t = t.borrow_mut();
+        if !t.busy {
+            t.busy = true;
+            return None;
+        }
+        let (tx, rx) = futures_channel::oneshot::channel();
+        t.waiting.push_back(tx);
+        Some(rx)
+    });
+    if let Some(rx) = wait {
+        // The sender is dropped only once the turn was given (it is then ours) or skipped.
+        let _ = rx.await;
+    }
+    Some(Turn)
+}
+
 /// Loads a model on `device` with the GEMM autotuner's stored choices for it, then times the
 /// shape classes it has none for yet (batch 1, as the page classifies) and stores the result.
 /// Only where the device tunes: hardware GPUs, or any with the `autotune` option.
@@ -198,8 +301,11 @@ async fn load_tuned(device: &Device, bytes: &[u8], cancel: &Cancel) -> crate::er
         }
         None => None,
     };
-    let model = Model::load_scoped_cancellable(device.clone(), bytes, None, cancel).await?;
+    let mut model = Model::load_scoped_cancellable(device.clone(), bytes, None, cancel).await?;
     cancel.check()?;
+    if !cfg!(feature = "threads") {
+        model.run_in_slices(Some(SLICES));
+    }
     if let (Some(g), Some(text)) = (gpu, stored) {
         if model.autotune(1).await? > 0 {
             // Storage disabled or full: the next load tunes again.
@@ -417,6 +523,10 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
             let s = c.get();
             serde_json::json!({"beforeStart": s.before_start, "midPass": s.mid_pass, "loads": s.loads})
         }),
+        "slices": PAUSED.with(|p| {
+            let (pauses, ms) = p.get();
+            serde_json::json!({"every": SLICES.every_ms, "pauses": pauses, "pausedMs": ms, "on": !cfg!(feature = "threads")})
+        }),
     }))
 }
 
@@ -573,6 +683,15 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
             return Err(e);
         }
     };
+    // An abort that came while the conversion held this thread (the one-thread build's worker,
+    // whose message handler is the abort's way in, or a page's own thread, where a timer or an
+    // event may abort) is read before the model is committed, so that an aborted load changes
+    // nothing: the messages queued by now run before the first await ends, the timers due by
+    // now before the second.
+    if signal.is_some() {
+        next_task().await;
+        next_timer().await;
+    }
     {
         let mut st = s.borrow_mut();
         if aborted() {
@@ -650,7 +769,9 @@ pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, ca
     // The size limit before the pixels are copied into wasm memory (which never shrinks).
     crate::preprocess::check_image_size(w, h).map_err(js_err)?;
     let pixels = image.data();
+    let turn = turn(&model).await;
     let run = model.classify_rgba_cancellable(&pixels, w, h, now, &cancel).await;
+    drop(turn);
     note_stop(&run, &cancel);
     let mut run = run.map_err(js_err)?;
     {
@@ -750,7 +871,9 @@ pub async fn explain(top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsVal
         (st.model.clone(), st.last_input.clone())
     };
     let input = input.ok_or_else(|| js_err("explain: classify an image with this model first"))?;
+    let turn = turn(&model).await;
     let ex = model.explain_cancellable(&input, &cancel).await;
+    drop(turn);
     note_stop(&ex, &cancel);
     let ex = ex.map_err(js_err)?;
     let classes = Array::new();

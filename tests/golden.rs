@@ -297,3 +297,125 @@ fn a_nan_output_never_matches() {
     }
     assert_eq!(max_abs_diff(&[1.0, -2.5, 0.5], &want), 0.5, "and finite outputs still compare");
 }
+
+/// A CPU pass in slices (`Model::run_in_slices`, the browser's one-thread build) is the same
+/// pass: on every family, pausing after every step gives the same bits as one run (logits,
+/// the per-token split, classify's input and stage energy), each pause lets other work run,
+/// a token cancelled during a pause stops the pass at the next step, and two passes that
+/// interleave at their pauses (each in a workspace of its own) each give their own result.
+#[test]
+fn a_cpu_pass_in_slices_gives_the_same_bits_and_stops_between_steps() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::task::{Context, Poll, Waker};
+    use tokenmix::exec::cpu::Slices;
+    use tokenmix::{Cancel, Error};
+
+    /// Pending once, then ready: what awaiting the event loop's next task looks like.
+    struct Yield(bool);
+    impl Future for Yield {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 {
+                return Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+    static PAUSES: AtomicUsize = AtomicUsize::new(0);
+    // The token the "event loop" cancels at pause number CANCEL_AT (as an abort message would).
+    static CANCEL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
+    static TOKEN: Mutex<Option<Cancel>> = Mutex::new(None);
+    fn pause() -> Pin<Box<dyn Future<Output = ()>>> {
+        if PAUSES.fetch_add(1, Ordering::SeqCst) + 1 == CANCEL_AT.load(Ordering::SeqCst) {
+            if let Some(t) = TOKEN.lock().expect("token").as_ref() {
+                t.cancel();
+            }
+        }
+        Box::pin(Yield(false))
+    }
+    // Every step its own slice.
+    let slices = Slices { every_ms: 0.0, clock: || 0.0, pause };
+    let mut checked = 0;
+    for name in ["mixer_p4_rgb", "gmlp_p4_rgb", "resmlp_p4_bf16", "poolformer_rgb"] {
+        let dir = fixtures();
+        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let (ishape, input) = &io[0];
+        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+        let size = Some([ishape[2], ishape[3]]);
+        let plain = Model::load(common::cpu(), &bytes, size).expect("fixture loads");
+        let mut sliced = Model::load(common::cpu(), &bytes, size).expect("fixture loads");
+        sliced.run_in_slices(Some(slices));
+        let one = &input[..plain.input_len()];
+
+        let want = plain.forward_blocking(input).expect("forward");
+        let before = PAUSES.load(Ordering::SeqCst);
+        let fresh = Cancel::new();
+        let got = pollster::block_on(sliced.forward_cancellable(input, &fresh)).expect("a pass in slices");
+        let pauses = PAUSES.load(Ordering::SeqCst) - before;
+        assert_eq!(got.logits, want.logits, "{name}: the logits in slices");
+        assert_eq!(got.probs, want.probs, "{name}: the probabilities in slices");
+        // A pause between every two steps: one fewer than the steps, each checked once.
+        assert!(pauses >= 10, "{name}: {pauses} pauses");
+        assert_eq!(fresh.checks_passed(), pauses + 1, "{name}: a check before every step");
+        let diff = max_abs_diff(&got.logits, &io[1].1);
+        assert!(within(diff, tol::GOLDEN * max_abs(&io[1].1).max(1.0)), "{name}: {diff} from timm");
+
+        let (a, b) = (plain.explain_blocking(one).expect("explain"), pollster::block_on(sliced.explain(one)).expect("explain in slices"));
+        assert_eq!((a.maps, a.bias, a.output.logits), (b.maps, b.bias, b.output.logits), "{name}: the per-token split in slices");
+
+        let (w, h) = (37, 23);
+        let rgba: Vec<u8> = (0..w * h * 4).map(|i| (i * 7 % 251) as u8).collect();
+        let (a, b) = (
+            pollster::block_on(plain.classify_rgba(&rgba, w, h, || 0.0)).expect("classify"),
+            pollster::block_on(sliced.classify_rgba(&rgba, w, h, || 0.0)).expect("classify in slices"),
+        );
+        assert_eq!((a.output.logits, a.input), (b.output.logits, b.input), "{name}: classify in slices");
+        assert_eq!(a.stage_energy, b.stage_energy, "{name}: the stage energy in slices");
+        if name.starts_with("poolformer") {
+            assert!(!b.stage_energy.is_empty(), "{name}: PoolFormer has stages");
+        }
+
+        // Cancelled during its third pause: the pass stops before its fourth step.
+        let stop = Cancel::new();
+        *TOKEN.lock().expect("token") = Some(stop.clone());
+        CANCEL_AT.store(PAUSES.load(Ordering::SeqCst) + 3, Ordering::SeqCst);
+        let got = pollster::block_on(sliced.forward_cancellable(input, &stop));
+        CANCEL_AT.store(usize::MAX, Ordering::SeqCst);
+        assert!(matches!(got, Err(Error::Cancelled)), "{name}: cancelled in a pause gave {:?}", got.map(|_| ()));
+        assert_eq!(stop.checks_passed(), 3, "{name}: three steps ran, the fourth's check stopped it");
+        let again = pollster::block_on(sliced.forward(input)).expect("a pass after the stopped one");
+        assert_eq!(again.logits, want.logits, "{name}: the model runs as before");
+
+        // Two passes interleaved at their pauses, on other inputs: each its own result.
+        let other: Vec<f32> = input.iter().map(|v| -0.5 * v + 0.25).collect();
+        let want_other = plain.forward_blocking(&other).expect("forward");
+        let mut first = std::pin::pin!(sliced.forward(input));
+        let mut second = std::pin::pin!(sliced.forward(&other));
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut r1, mut r2, mut polls) = (None, None, 0);
+        while r1.is_none() || r2.is_none() {
+            if r1.is_none() {
+                if let Poll::Ready(r) = first.as_mut().poll(&mut cx) {
+                    r1 = Some(r);
+                }
+            }
+            if r2.is_none() {
+                if let Poll::Ready(r) = second.as_mut().poll(&mut cx) {
+                    r2 = Some(r);
+                }
+            }
+            polls += 1;
+        }
+        assert!(polls > 10, "{name}: the passes interleaved ({polls} rounds)");
+        assert_eq!(r1.and_then(|r| r.ok()).map(|o| o.logits), Some(want.logits), "{name}: the first of two interleaved passes");
+        assert_eq!(r2.and_then(|r| r.ok()).map(|o| o.logits), Some(want_other.logits), "{name}: the second");
+        eprintln!("{name}: the same bits in slices ({pauses} pauses a pass), stopped in a pause, interleaved");
+        checked += 1;
+    }
+    assert_eq!(checked, 4, "every family ran in slices");
+}

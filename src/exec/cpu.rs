@@ -85,6 +85,20 @@ struct Workspace {
     cols: Vec<f32>,
     /// Each stage's output of the last image (nets with snapshots).
     stages: Vec<f32>,
+    /// Where the next snapshot goes in `stages` (a pass in slices resumes mid-way).
+    stage_at: usize,
+}
+
+/// How a pass gives its thread back between steps, on a thread that must not be held for a
+/// whole pass: the browser's one-thread build, where the event loop must run for an abort to
+/// be read at all, and where a page's own thread (`worker: false`) would freeze. After a step,
+/// once `every_ms` have passed by `clock` since the slice began, the pass awaits `pause()` and
+/// goes on from the next step: the same steps on the same workspace, so the same bits.
+#[derive(Clone, Copy)]
+pub struct Slices {
+    pub every_ms: f64,
+    pub clock: fn() -> f64,
+    pub pause: fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
 }
 
 pub struct CpuExec {
@@ -170,6 +184,26 @@ impl CpuExec {
             scratch: vec![0f32; scratch],
             cols: vec![0f32; cols],
             stages: vec![0f32; stages],
+            stage_at: 0,
+        }
+    }
+
+    /// The cached workspace for (`batch`, `explain`) taken out of the cache, or a new one: a
+    /// pass in slices holds it across its pauses, when another call may run a pass of its own.
+    fn take_workspace(&self, batch: usize, explain: bool) -> Result<Workspace> {
+        let mut work = self.work.lock().map_err(|_| Error::Input("CPU workspace poisoned by an earlier failure".into()))?;
+        Ok(work.remove(&(batch, explain)).unwrap_or_else(|| self.workspace(batch, explain)))
+    }
+
+    /// Puts a workspace taken with [`Self::take_workspace`] back, unless another has taken
+    /// its place meanwhile (as [`Self::with_workspace`] keeps them).
+    fn put_workspace(&self, ws: Workspace) {
+        if let Ok(mut work) = self.work.lock() {
+            let key = (ws.batch, ws.explain);
+            if !work.contains_key(&key) {
+                work.retain(|&(b, _), _| b == 1);
+                work.insert(key, ws);
+            }
         }
     }
 
@@ -182,6 +216,14 @@ impl CpuExec {
     /// [`Self::forward`] with the evidence steps: also returns, per image, the
     /// [`Slot::Evidence`] and [`Slot::Pooled`] floats (see [`crate::net::Explain`]).
     pub fn explain(&self, input: &[f32], cancel: &Cancel) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+        self.check_explain()?;
+        let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled], cancel)?;
+        let pooled = kept.pop().unwrap_or_default();
+        Ok((out, kept.pop().unwrap_or_default(), pooled))
+    }
+
+    /// Whether the net can split its logits per token, within the activations' bound.
+    fn check_explain(&self) -> Result<()> {
         if self.net.explain.is_none() {
             return Err(Error::Config("this model has no per-token split of its logits".into()));
         }
@@ -193,9 +235,7 @@ impl CpuExec {
         if widest > bound {
             return Err(Error::Config(format!("one image's class evidence needs {widest} bytes, over tokenmix's {bound}-byte bound")));
         }
-        let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled], cancel)?;
-        let pooled = kept.pop().unwrap_or_default();
-        Ok((out, kept.pop().unwrap_or_default(), pooled))
+        Ok(())
     }
 
     /// Runs `input` in chunks of at most [`MAX_BATCH`] images; with `keep` slots, the evidence
@@ -213,18 +253,84 @@ impl CpuExec {
             self.with_workspace(batch, explain, |ws| {
                 ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
                 self.run(ws, None, Some(cancel))?;
-                let logits = &ws.slots[Slot::Logits.index()][..batch * classes];
-                out.logits.extend_from_slice(logits);
-                for row in logits.chunks(classes) {
-                    softmax(row, &mut out.probs);
-                }
-                for (k, s) in kept.iter_mut().zip(keep) {
-                    k.extend_from_slice(&ws.slots[s.index()][..batch * floats[s.index()]]);
-                }
+                collect(ws, classes, keep, floats, &mut out, &mut kept);
                 Ok(())
             })?;
         }
         Ok((out, kept))
+    }
+
+    /// [`Self::run_chunks`] in slices (see [`Slices`]); also returns the stage snapshots of
+    /// the last chunk's last image.
+    async fn run_chunks_sliced(&self, input: &[f32], keep: &[Slot], cancel: &Cancel, slices: &Slices) -> Result<(Output, Vec<Vec<f32>>, Vec<f32>)> {
+        let per = self.net.input;
+        let classes = self.net.classes;
+        let explain = !keep.is_empty();
+        let floats = &self.slot_floats[explain as usize];
+        let total = input.len() / per.max(1);
+        let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
+        let mut kept = vec![Vec::new(); keep.len()];
+        let mut stages = Vec::new();
+        for chunk in input.chunks(MAX_BATCH * per) {
+            let batch = chunk.len() / per;
+            let mut ws = self.take_workspace(batch, explain)?;
+            ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
+            let mut from = 0;
+            let ran = loop {
+                let began = (slices.clock)();
+                let mut due = || (slices.clock)() - began >= slices.every_ms;
+                match self.steps_from(&mut ws, from, None, Some(cancel), &mut due) {
+                    Ok(Some(next)) => {
+                        from = next;
+                        (slices.pause)().await;
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            };
+            if ran.is_ok() {
+                collect(&ws, classes, keep, floats, &mut out, &mut kept);
+                stages.clone_from(&ws.stages);
+            }
+            // (A stopped pass leaves a workspace as good as a finished one: every step writes
+            // its output before any step reads it.)
+            self.put_workspace(ws);
+            ran?;
+        }
+        Ok((out, kept, stages))
+    }
+
+    /// [`Self::forward`] in slices (see [`Slices`]).
+    pub async fn forward_sliced(&self, input: &[f32], cancel: &Cancel, slices: &Slices) -> Result<Output> {
+        Ok(self.run_chunks_sliced(input, &[], cancel, slices).await?.0)
+    }
+
+    /// [`Self::explain`] in slices (see [`Slices`]).
+    pub async fn explain_sliced(&self, input: &[f32], cancel: &Cancel, slices: &Slices) -> Result<(Output, Vec<f32>, Vec<f32>)> {
+        self.check_explain()?;
+        let (out, mut kept, _) = self.run_chunks_sliced(input, &[Slot::Evidence, Slot::Pooled], cancel, slices).await?;
+        let pooled = kept.pop().unwrap_or_default();
+        Ok((out, kept.pop().unwrap_or_default(), pooled))
+    }
+
+    /// [`Self::classify_rgba`] in slices (see [`Slices`]).
+    pub async fn classify_rgba_sliced(
+        &self,
+        pp: &Preprocess,
+        rgba: &[u8],
+        width: usize,
+        height: usize,
+        now: fn() -> f64,
+        cancel: &Cancel,
+        slices: &Slices,
+    ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
+        let t0 = now();
+        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
+        let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
+        let t1 = now();
+        let (out, _, stages) = self.run_chunks_sliced(&input, &[], cancel, slices).await?;
+        let t2 = now();
+        Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }
 
     /// One RGBA8 image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`),
@@ -269,17 +375,43 @@ impl CpuExec {
     /// Runs the workspace's steps; with `profile` (natively also with `TOKENMIX_CPU_PROFILE=1`,
     /// which prints it) times each; with `cancel`, checks it before each.
     fn run_steps(&self, ws: &mut Workspace, profile: Option<&mut Profile>, cancel: Option<&Cancel>) -> Result<()> {
-        let mut stage_at = 0;
         #[cfg(not(target_arch = "wasm32"))]
         let mut printed = (profile.is_none() && *PROFILE).then(|| Profile::new(ws.batch, CLOCK));
         #[cfg(target_arch = "wasm32")]
         let mut printed: Option<Profile> = None;
         let mut profile = profile.or(printed.as_mut());
+        let run_started = profile.is_some().then(crate::gpu::clock_ms);
+        self.steps_from(ws, 0, profile.as_deref_mut(), cancel, &mut || false)?;
+        if let (Some(p), Some(t)) = (profile, run_started) {
+            p.span_ms = crate::gpu::clock_ms() - t;
+        }
+        if let Some(p) = printed {
+            eprintln!("cpu {}", p.lines().join("\n"));
+        }
+        Ok(())
+    }
+
+    /// Runs the workspace's steps from step `from` on; with `profile` times each; with
+    /// `cancel`, checks it before each. Returns `Some(i)` where `pause()`, asked after each
+    /// step but the last, said to stop before step `i` (a pass in slices goes on from there).
+    fn steps_from(
+        &self,
+        ws: &mut Workspace,
+        from: usize,
+        mut profile: Option<&mut Profile>,
+        cancel: Option<&Cancel>,
+        pause: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<usize>> {
+        if from == 0 {
+            ws.stage_at = 0;
+        }
         // The clock is read only while profiling.
         let timing = profile.is_some();
         let clock = || timing.then(crate::gpu::clock_ms);
-        let run_started = clock();
-        for step in self.net.steps_for(ws.explain) {
+        for (i, step) in self.net.steps_for(ws.explain).enumerate().skip(from) {
+            if i > from && pause() {
+                return Ok(Some(i));
+            }
             if let Some(c) = cancel {
                 c.check()?;
             }
@@ -354,21 +486,16 @@ impl CpuExec {
                     // The last image's stage output (batch-1 runs are the page's).
                     let b = ws.batch - 1;
                     let src = &ws.slots[x.index()][b * floats..(b + 1) * floats];
-                    ws.stages[stage_at..stage_at + floats].copy_from_slice(src);
-                    stage_at += floats;
+                    let at = ws.stage_at;
+                    ws.stages[at..at + floats].copy_from_slice(src);
+                    ws.stage_at += floats;
                 }
             }
             if let (Some(p), Some(t)) = (profile.as_deref_mut(), started) {
                 p.add(&self.net.step_kind(step), "", crate::gpu::clock_ms() - t);
             }
         }
-        if let (Some(p), Some(t)) = (profile, run_started) {
-            p.span_ms = crate::gpu::clock_ms() - t;
-        }
-        if let Some(p) = printed {
-            eprintln!("cpu {}", p.lines().join("\n"));
-        }
-        Ok(())
+        Ok(None)
     }
 
     /// One forward pass of `input` (at most [`MAX_BATCH`] images) with every step timed.
@@ -927,6 +1054,18 @@ fn im2col(src: &[f32], batch: usize, g: &ConvGeometry, nhwc: bool, cols: &mut [f
 }
 
 /// Appends the softmax of one row of logits.
+/// Appends a finished workspace's logits, their softmax and the `keep` slots' floats.
+fn collect(ws: &Workspace, classes: usize, keep: &[Slot], floats: &SlotSizes, out: &mut Output, kept: &mut [Vec<f32>]) {
+    let logits = &ws.slots[Slot::Logits.index()][..ws.batch * classes];
+    out.logits.extend_from_slice(logits);
+    for row in logits.chunks(classes) {
+        softmax(row, &mut out.probs);
+    }
+    for (k, s) in kept.iter_mut().zip(keep) {
+        k.extend_from_slice(&ws.slots[s.index()][..ws.batch * floats[s.index()]]);
+    }
+}
+
 fn softmax(row: &[f32], out: &mut Vec<f32>) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let sum: f64 = row.iter().map(|&v| ((v - max) as f64).exp()).sum();

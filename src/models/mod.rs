@@ -104,6 +104,8 @@ pub struct Model {
     /// timm-initialisation figures for this model's token maps (computed at first use).
     init_figures: std::sync::OnceLock<crate::insight::Figures>,
     exec: Executor,
+    /// Where CPU passes give their thread back (see [`Model::run_in_slices`]).
+    slices: Option<crate::exec::cpu::Slices>,
 }
 
 impl Model {
@@ -157,7 +159,7 @@ impl Model {
                 Executor::Cpu(CpuExec::new(net)?)
             }
         };
-        Ok(Model { device, info, mixing, stages, explain, init_figures: Default::default(), exec })
+        Ok(Model { device, info, mixing, stages, explain, init_figures: Default::default(), exec, slices: None })
     }
 
     /// [`Self::load`] inside out-of-memory and validation error scopes on the GPU (see
@@ -176,6 +178,15 @@ impl Model {
             }
             cpu => Model::load_cancellable(cpu, bytes, img_size, cancel),
         }
+    }
+
+    /// Runs this model's CPU passes in slices, giving the thread back between steps once a
+    /// slice has run its time (see [`crate::exec::cpu::Slices`]): for a thread that must not
+    /// be held for a whole pass. The browser's one-thread build sets it, so that an abort is
+    /// read mid-pass and a page's own thread stays responsive. Results are the same bits;
+    /// the GPU executor, whose passes already await their submissions, ignores it.
+    pub fn run_in_slices(&mut self, slices: Option<crate::exec::cpu::Slices>) {
+        self.slices = slices;
     }
 
     /// `"gpu"` or `"cpu"`: which executor runs this model.
@@ -261,7 +272,10 @@ impl Model {
         self.check_input(input)?;
         match &self.exec {
             Executor::Gpu(g) => g.forward(input, cancel).await,
-            Executor::Cpu(c) => c.forward(input, cancel),
+            Executor::Cpu(c) => match &self.slices {
+                Some(s) => c.forward_sliced(input, cancel, s).await,
+                None => c.forward(input, cancel),
+            },
         }
     }
 
@@ -278,7 +292,10 @@ impl Model {
         let pp = &self.info.preprocess;
         let (output, input, stages, t): (Output, Vec<f32>, Vec<f32>, RunTimes) = match &self.exec {
             Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, now, cancel).await?,
-            Executor::Cpu(c) => c.classify_rgba(pp, rgba, width, height, now, cancel)?,
+            Executor::Cpu(c) => match &self.slices {
+                Some(s) => c.classify_rgba_sliced(pp, rgba, width, height, now, cancel, s).await?,
+                None => c.classify_rgba(pp, rgba, width, height, now, cancel)?,
+            },
         };
         Ok(ImageRun {
             output,
@@ -302,7 +319,10 @@ impl Model {
         let meta = self.explain.as_ref().ok_or_else(|| Error::Config("this model has no per-token split of its logits".into()))?;
         let (output, evidence, pooled) = match &self.exec {
             Executor::Gpu(g) => g.explain(input, cancel).await?,
-            Executor::Cpu(c) => c.explain(input, cancel)?,
+            Executor::Cpu(c) => match &self.slices {
+                Some(s) => c.explain_sliced(input, cancel, s).await?,
+                None => c.explain(input, cancel)?,
+            },
         };
         let (classes, tokens) = (output.classes, meta.tokens());
         let images = output.logits.len() / classes.max(1);

@@ -1163,10 +1163,12 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
         out.page.beforeStart = after.beforeStart - before.beforeStart;
         out.page.direct = pick(await api.classify(await createImageBitmap(await (await fetch(`www/samples/${other}`)).blob()), 5));
       }
+      out.slices = (await api.adapterInfo()).slices;
       return out;
     }, { sample: SAMPLE, other: OTHER, url: `${isolated.url}/hub/${BIG_REPO}/resolve/main/model.safetensors` });
     console.log(`[p] ${JSON.stringify(r)}`);
     assert.equal(r.threads, 2, 'the threaded build runs');
+    assert.deepEqual([r.slices.on, r.slices.pauses], [false, 0], 'the threaded worker runs a pass whole: the page cancels it through shared memory');
     assert.equal(r.preset, 'mixer_s16_224');
     for (const t of r.tries) assert.equal(t.got.name, 'AbortError', `an aborted call rejects with the signal's reason: ${JSON.stringify(t.got)}`);
     const last = r.tries[r.tries.length - 1];
@@ -1225,4 +1227,153 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
   } finally {
     await isolated.close();
   }
+});
+
+test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mid-pass in the worker and on the page\'s own thread, which keeps drawing; calls keep their order; an aborted load changes nothing', { timeout: 8 * TIMEOUT }, async () => {
+  const OTHER = 'fmnist-0018-bag.png';
+  // This suite's server is not cross-origin isolated: the one-thread build, in the worker.
+  const { page, pageErrors, status } = await openPage('q', '?backend=cpu');
+  assertStarted(status, 'cpu');
+  const r = await page.evaluate(async ({ sample, other, url }) => {
+    const pause = (ms) => new Promise((res) => setTimeout(res, ms));
+    const settle = (p) => p.then((v) => ({ ok: v }), (e) => ({ error: e?.message ?? String(e), name: e?.name }));
+    const pick = (preds) => preds.map((q) => [q.index, q.probability]);
+    const bitmapOf = async (name) => createImageBitmap(await (await fetch(`www/samples/${name}`)).blob());
+    const [a, b] = [await bitmapOf(sample), await bitmapOf(other)];
+    // The same checks on a classifier in the worker and on one on this thread.
+    const checks = async (api) => {
+      const counts = async () => (await api.adapterInfo()).cancelled;
+      const out = { threads: (await api.adapterInfo()).threads, start: (await api.modelInfo()).name };
+      // A load aborted when its download has ended, while the conversion holds the thread: it
+      // rejects and changes nothing (the embedded model stays). Where the abort comes first it
+      // stops the download instead (settled at once); it tries until a try ran its conversion
+      // (settled more than 40 ms after its abort was asked for). On this thread the abort
+      // itself waits for the thread: the conversion holds it.
+      out.loads = [];
+      for (const delay of [0, 10, 25, 0, 50, 10]) {
+        const ac = new AbortController();
+        const t0 = performance.now();
+        let tAsked = null, tAbort = null;
+        const abort = () => { tAbort = performance.now() - t0; ac.abort(); };
+        const load = await settle(api.loadModel(`${url}?q=${Math.random()}`, {
+          signal: ac.signal,
+          onProgress: (loaded, total) => {
+            if (loaded !== total) return;
+            tAsked = performance.now() - t0 + delay;
+            if (delay) setTimeout(abort, delay); else abort();
+          },
+        }));
+        const tEnd = performance.now() - t0;
+        out.loads.push({ delay, name: load.name, after: (await api.modelInfo()).name, tAsked, tAbort, tEnd });
+        if (tEnd - tAsked > 40) break;
+      }
+      // The full-size Mixer: a pass long enough to abort in its middle.
+      out.preset = (await api.loadModel(url, { name: 'mixer_s16_224 (random)' })).preset;
+      const plain = await api.classifyDetailed(a, 5);
+      out.plain = pick(plain.predictions);
+      out.passMs = plain.timings.forwardMs;
+      // This thread's timer during one pass: how often it ran, and its longest wait.
+      {
+        let last = performance.now(), maxGap = 0, ticks = 0;
+        const timer = setInterval(() => {
+          const t = performance.now();
+          maxGap = Math.max(maxGap, t - last);
+          last = t;
+          ticks++;
+        }, 1);
+        const s0 = (await api.adapterInfo()).slices;
+        const t0 = performance.now();
+        const again = await api.classifyDetailed(a, 5);
+        const callMs = performance.now() - t0;
+        clearInterval(timer);
+        const s1 = (await api.adapterInfo()).slices;
+        out.timer = { ticks, maxGap, callMs, forwardMs: again.timings.forwardMs, same: JSON.stringify(pick(again.predictions)) === JSON.stringify(out.plain),
+          slices: s1.on, every: s1.every, pauses: s1.pauses - s0.pauses, pausedMs: s1.pausedMs - s0.pausedMs };
+      }
+      out.tries = [];
+      for (const f of [0.4, 0.6, 0.8]) {
+        const ac = new AbortController();
+        const before = await counts();
+        const call = settle(api.classify(a, 5, { signal: ac.signal }));
+        await pause(out.passMs * f);
+        ac.abort();
+        const aborted = performance.now();
+        const got = await call;
+        // For the log only (how soon the call answered), never asserted.
+        const answeredMs = performance.now() - aborted;
+        const after = await counts();
+        out.tries.push({ f, got: got.name, answeredMs, midPass: after.midPass - before.midPass, beforeStart: after.beforeStart - before.beforeStart });
+        if (after.midPass > before.midPass) break;
+      }
+      // Two calls at once run one after the other, in order, each with its own image; a third
+      // call queued behind them, aborted while it waits, never runs a step.
+      {
+        const before = await counts();
+        const order = [];
+        const ac = new AbortController();
+        const first = api.classify(a, 5).then((v) => { order.push('first'); return pick(v); });
+        const second = api.classify(b, 5).then((v) => { order.push('second'); return pick(v); });
+        const third = settle(api.classify(a, 5, { signal: ac.signal }));
+        await pause(out.passMs * 0.3);
+        ac.abort();
+        out.order = { first: await first, second: await second, third: (await third).name, order };
+        const after = await counts();
+        out.order.beforeStart = after.beforeStart - before.beforeStart;
+        out.order.midPass = after.midPass - before.midPass;
+        out.order.alone = pick(await api.classify(b, 5));
+      }
+      // explain, aborted in its pass.
+      {
+        await api.classify(a, 5);
+        const before = await counts();
+        const ac = new AbortController();
+        const call = settle(api.explain(5, { signal: ac.signal }));
+        await pause(out.passMs * 0.6);
+        ac.abort();
+        out.explain = (await call).name;
+        const after = await counts();
+        out.explainStopped = after.midPass + after.beforeStart - before.midPass - before.beforeStart;
+        out.explainAfter = (await api.explain(3)).classes.length;
+      }
+      return out;
+    };
+    const worker = await checks(window.tokenmixApp.api);
+    const { createClassifier } = await import(new URL('js/index.js', document.baseURI).href);
+    const inline = await createClassifier({ worker: false, backend: 'cpu' });
+    const onPage = await checks(inline);
+    inline.dispose();
+    return { worker, onPage };
+  }, { sample: SAMPLE, other: OTHER, url: `${server.url}/hub/${BIG_REPO}/resolve/main/model.safetensors` });
+  console.log(`[q] ${JSON.stringify(r)}`);
+  for (const [where, o] of Object.entries(r)) {
+    assert.equal(o.threads, 1, `${where}: the one-thread build`);
+    assert.ok(o.loads.length > 0, `${where}: a load was aborted`);
+    for (const l of o.loads) {
+      assert.equal(l.name, 'AbortError', `${where}: the aborted load rejects: ${JSON.stringify(l)}`);
+      assert.equal(l.after, o.start, `${where}: the aborted load changed nothing: ${JSON.stringify(o.loads)}`);
+    }
+    const held = o.loads.at(-1);
+    assert.ok(held.tEnd - held.tAsked > 40, `${where}: a try's abort was asked for while the conversion held the thread: ${JSON.stringify(o.loads)}`);
+    assert.equal(o.preset, 'mixer_s16_224');
+    assert.ok(o.timer.same, `${where}: the pass in slices classifies as before`);
+    assert.equal(o.timer.slices, true, `${where}: CPU passes run in slices`);
+    assert.ok(o.timer.pauses >= 3, `${where}: the pass paused ${o.timer.pauses} times`);
+    // The thread came back during the pass: a pass held it whole before (one tick at most).
+    assert.ok(o.timer.ticks >= 5, `${where}: this thread's timer ran ${o.timer.ticks} times during a ${o.timer.callMs.toFixed(0)} ms call`);
+    for (const t of o.tries) assert.equal(t.got, 'AbortError', `${where}: ${JSON.stringify(t)}`);
+    assert.equal(o.tries.at(-1).midPass, 1, `${where}: a pass aborted in its middle stopped there (tries: ${JSON.stringify(o.tries)})`);
+    assert.deepEqual(o.order.first, o.plain, `${where}: the first of two calls`);
+    assert.deepEqual(o.order.second, o.order.alone, `${where}: the second, with its own image`);
+    assert.notDeepEqual(o.order.second, o.order.first, `${where}: two images, two results`);
+    assert.deepEqual(o.order.order, ['first', 'second'], `${where}: in the order they were made`);
+    assert.equal(o.order.third, 'AbortError');
+    assert.equal(o.order.beforeStart, 1, `${where}: the queued call stopped before its first step: ${JSON.stringify(o.order)}`);
+    assert.equal(o.order.midPass, 0, `${where}: ${JSON.stringify(o.order)}`);
+    assert.equal(o.explain, 'AbortError');
+    assert.equal(o.explainStopped, 1, `${where}: the explanation stopped`);
+    assert.equal(o.explainAfter, 3);
+  }
+  assert.deepEqual(r.onPage.plain, r.worker.plain, 'the same classes in the worker and on this thread');
+  assert.deepEqual(pageErrors, []);
+  await page.close();
 });
