@@ -28,14 +28,23 @@ const FIXTURES: &[&str] = &[
     "resmlp_many_tokens",
 ];
 
+/// A tensor's shape and data.
+type Tensor = (Vec<usize>, Vec<f32>);
+
+/// A fixture's timm input and logits and its safetensors bytes.
+fn fixture(name: &str) -> (Vec<Tensor>, Vec<u8>) {
+    let dir = fixtures();
+    let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+    let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
+    (io, bytes)
+}
+
 /// Runs every fixture on `dev` and hands each result to `check`: (fixture, model, input shape,
 /// timm's logits, tokenmix's output).
 fn each_fixture(dev: &Device, mut check: impl FnMut(&str, &Model, &[usize], &[f32], &Output)) {
     for name in FIXTURES {
-        let dir = fixtures();
-        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let (io, bytes) = fixture(name);
         let (ishape, input) = &io[0];
-        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
         let model = Model::load(dev.clone(), &bytes, Some([ishape[2], ishape[3]])).expect("fixture loads");
         let out = model.forward_blocking(input).expect("forward");
         check(name, &model, ishape, &io[1].1, &out);
@@ -158,10 +167,8 @@ fn a_profile_times_every_step_and_changes_no_result() {
     devices.extend(all_variants_f16().into_iter().map(Device::from));
     let mut checked = 0;
     for name in ["mixer_p4_rgb", "gmlp_p4_rgb", "resmlp_p4_bf16", "poolformer_rgb"] {
-        let dir = fixtures();
-        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let (io, bytes) = fixture(name);
         let (ishape, input) = &io[0];
-        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
         let mut counts: Vec<(String, BTreeMap<String, usize>)> = Vec::new();
         for dev in &devices {
             let label = format!("{name} [{} {}]", dev.label(), dev.precision().0);
@@ -342,10 +349,8 @@ fn a_cpu_pass_in_slices_gives_the_same_bits_and_stops_between_steps() {
     let slices = Slices { every_ms: 0.0, clock: || 0.0, pause };
     let mut checked = 0;
     for name in ["mixer_p4_rgb", "gmlp_p4_rgb", "resmlp_p4_bf16", "poolformer_rgb"] {
-        let dir = fixtures();
-        let io = read_tensors(&dir.join(format!("{name}.io.safetensors")), &["input", "logits"]);
+        let (io, bytes) = fixture(name);
         let (ishape, input) = &io[0];
-        let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).expect("fixture");
         let size = Some([ishape[2], ishape[3]]);
         let plain = Model::load(common::cpu(), &bytes, size).expect("fixture loads");
         let mut sliced = Model::load(common::cpu(), &bytes, size).expect("fixture loads");

@@ -208,22 +208,14 @@ impl CpuExec {
     }
 
     /// Runs `input` ([batch, C, H, W], preprocessed) through the net; stops at the first step
-    /// after `cancel` is set.
-    pub fn forward(&self, input: &[f32], cancel: &Cancel) -> Result<Output> {
-        Ok(self.run_chunks(input, &[], cancel)?.0)
+    /// after `cancel` is set. With `slices`, in slices (see [`Slices`]); else it never awaits.
+    pub async fn forward(&self, input: &[f32], cancel: &Cancel, slices: Option<&Slices>) -> Result<Output> {
+        Ok(self.run_chunks(input, &[], cancel, slices).await?.0)
     }
 
     /// [`Self::forward`] with the evidence steps: also returns, per image, the
     /// [`Slot::Evidence`] and [`Slot::Pooled`] floats (see [`crate::net::Explain`]).
-    pub fn explain(&self, input: &[f32], cancel: &Cancel) -> Result<(Output, Vec<f32>, Vec<f32>)> {
-        self.check_explain()?;
-        let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled], cancel)?;
-        let pooled = kept.pop().unwrap_or_default();
-        Ok((out, kept.pop().unwrap_or_default(), pooled))
-    }
-
-    /// Whether the net can split its logits per token, within the activations' bound.
-    fn check_explain(&self) -> Result<()> {
+    pub async fn explain(&self, input: &[f32], cancel: &Cancel, slices: Option<&Slices>) -> Result<(Output, Vec<f32>, Vec<f32>)> {
         if self.net.explain.is_none() {
             return Err(Error::Config("this model has no per-token split of its logits".into()));
         }
@@ -235,34 +227,17 @@ impl CpuExec {
         if widest > bound {
             return Err(Error::Config(format!("one image's class evidence needs {widest} bytes, over tokenmix's {bound}-byte bound")));
         }
-        Ok(())
+        let (out, mut kept, _) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled], cancel, slices).await?;
+        let pooled = kept.pop().unwrap_or_default();
+        Ok((out, kept.pop().unwrap_or_default(), pooled))
     }
 
     /// Runs `input` in chunks of at most [`MAX_BATCH`] images; with `keep` slots, the evidence
-    /// steps too, returning each kept slot's per-image floats for all images.
-    fn run_chunks(&self, input: &[f32], keep: &[Slot], cancel: &Cancel) -> Result<(Output, Vec<Vec<f32>>)> {
-        let per = self.net.input;
-        let classes = self.net.classes;
-        let explain = !keep.is_empty();
-        let floats = &self.slot_floats[explain as usize];
-        let total = input.len() / per.max(1);
-        let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
-        let mut kept = vec![Vec::new(); keep.len()];
-        for chunk in input.chunks(MAX_BATCH * per) {
-            let batch = chunk.len() / per;
-            self.with_workspace(batch, explain, |ws| {
-                ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
-                self.run(ws, None, Some(cancel))?;
-                collect(ws, classes, keep, floats, &mut out, &mut kept);
-                Ok(())
-            })?;
-        }
-        Ok((out, kept))
-    }
-
-    /// [`Self::run_chunks`] in slices (see [`Slices`]); also returns the stage snapshots of
-    /// the last chunk's last image.
-    async fn run_chunks_sliced(&self, input: &[f32], keep: &[Slot], cancel: &Cancel, slices: &Slices) -> Result<(Output, Vec<Vec<f32>>, Vec<f32>)> {
+    /// steps too, returning each kept slot's per-image floats for all images, and the stage
+    /// snapshots of the last image. Without `slices` a chunk runs on the cached workspace
+    /// (on rayon's pool, see [`Self::run`]); with them it takes that workspace out of the cache
+    /// for as long as it runs, so that a pass interleaved at the pauses gets one of its own.
+    async fn run_chunks(&self, input: &[f32], keep: &[Slot], cancel: &Cancel, slices: Option<&Slices>) -> Result<(Output, Vec<Vec<f32>>, Vec<f32>)> {
         let per = self.net.input;
         let classes = self.net.classes;
         let explain = !keep.is_empty();
@@ -271,8 +246,28 @@ impl CpuExec {
         let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
         let mut kept = vec![Vec::new(); keep.len()];
         let mut stages = Vec::new();
+        let mut gather = |ws: &Workspace| {
+            let logits = &ws.slots[Slot::Logits.index()][..ws.batch * classes];
+            out.logits.extend_from_slice(logits);
+            for row in logits.chunks(classes) {
+                softmax(row, &mut out.probs);
+            }
+            for (k, s) in kept.iter_mut().zip(keep) {
+                k.extend_from_slice(&ws.slots[s.index()][..ws.batch * floats[s.index()]]);
+            }
+            stages.clone_from(&ws.stages);
+        };
         for chunk in input.chunks(MAX_BATCH * per) {
             let batch = chunk.len() / per;
+            let Some(slices) = slices else {
+                self.with_workspace(batch, explain, |ws| {
+                    ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
+                    self.run(ws, None, Some(cancel))?;
+                    gather(ws);
+                    Ok(())
+                })?;
+                continue;
+            };
             let mut ws = self.take_workspace(batch, explain)?;
             ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
             let mut from = 0;
@@ -289,8 +284,7 @@ impl CpuExec {
                 }
             };
             if ran.is_ok() {
-                collect(&ws, classes, keep, floats, &mut out, &mut kept);
-                stages.clone_from(&ws.stages);
+                gather(&ws);
             }
             // (A stopped pass leaves a workspace as good as a finished one: every step writes
             // its output before any step reads it.)
@@ -300,43 +294,10 @@ impl CpuExec {
         Ok((out, kept, stages))
     }
 
-    /// [`Self::forward`] in slices (see [`Slices`]).
-    pub async fn forward_sliced(&self, input: &[f32], cancel: &Cancel, slices: &Slices) -> Result<Output> {
-        Ok(self.run_chunks_sliced(input, &[], cancel, slices).await?.0)
-    }
-
-    /// [`Self::explain`] in slices (see [`Slices`]).
-    pub async fn explain_sliced(&self, input: &[f32], cancel: &Cancel, slices: &Slices) -> Result<(Output, Vec<f32>, Vec<f32>)> {
-        self.check_explain()?;
-        let (out, mut kept, _) = self.run_chunks_sliced(input, &[Slot::Evidence, Slot::Pooled], cancel, slices).await?;
-        let pooled = kept.pop().unwrap_or_default();
-        Ok((out, kept.pop().unwrap_or_default(), pooled))
-    }
-
-    /// [`Self::classify_rgba`] in slices (see [`Slices`]).
-    pub async fn classify_rgba_sliced(
-        &self,
-        pp: &Preprocess,
-        rgba: &[u8],
-        width: usize,
-        height: usize,
-        now: fn() -> f64,
-        cancel: &Cancel,
-        slices: &Slices,
-    ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
-        let t0 = now();
-        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
-        let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
-        let t1 = now();
-        let (out, _, stages) = self.run_chunks_sliced(&input, &[], cancel, slices).await?;
-        let t2 = now();
-        Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
-    }
-
     /// One RGBA8 image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`),
-    /// then the forward pass. Returns the output, the model input, the stage snapshots and
-    /// the timings.
-    pub fn classify_rgba(
+    /// then the forward pass (in `slices`, where given). Returns the output, the model input,
+    /// the stage snapshots and the timings.
+    pub async fn classify_rgba(
         &self,
         pp: &Preprocess,
         rgba: &[u8],
@@ -344,13 +305,13 @@ impl CpuExec {
         height: usize,
         now: fn() -> f64,
         cancel: &Cancel,
+        slices: Option<&Slices>,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
         let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
         let t1 = now();
-        let out = self.forward(&input, cancel)?;
-        let stages = self.with_workspace(1, false, |ws| Ok(ws.stages.clone()))?;
+        let (out, _, stages) = self.run_chunks(&input, &[], cancel, slices).await?;
         let t2 = now();
         Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }
@@ -1054,18 +1015,6 @@ fn im2col(src: &[f32], batch: usize, g: &ConvGeometry, nhwc: bool, cols: &mut [f
 }
 
 /// Appends the softmax of one row of logits.
-/// Appends a finished workspace's logits, their softmax and the `keep` slots' floats.
-fn collect(ws: &Workspace, classes: usize, keep: &[Slot], floats: &SlotSizes, out: &mut Output, kept: &mut [Vec<f32>]) {
-    let logits = &ws.slots[Slot::Logits.index()][..ws.batch * classes];
-    out.logits.extend_from_slice(logits);
-    for row in logits.chunks(classes) {
-        softmax(row, &mut out.probs);
-    }
-    for (k, s) in kept.iter_mut().zip(keep) {
-        k.extend_from_slice(&ws.slots[s.index()][..ws.batch * floats[s.index()]]);
-    }
-}
-
 fn softmax(row: &[f32], out: &mut Vec<f32>) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let sum: f64 = row.iter().map(|&v| ((v - max) as f64).exp()).sum();

@@ -272,10 +272,7 @@ impl Model {
         self.check_input(input)?;
         match &self.exec {
             Executor::Gpu(g) => g.forward(input, cancel).await,
-            Executor::Cpu(c) => match &self.slices {
-                Some(s) => c.forward_sliced(input, cancel, s).await,
-                None => c.forward(input, cancel),
-            },
+            Executor::Cpu(c) => c.forward(input, cancel, self.slices.as_ref()).await,
         }
     }
 
@@ -292,10 +289,7 @@ impl Model {
         let pp = &self.info.preprocess;
         let (output, input, stages, t): (Output, Vec<f32>, Vec<f32>, RunTimes) = match &self.exec {
             Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, now, cancel).await?,
-            Executor::Cpu(c) => match &self.slices {
-                Some(s) => c.classify_rgba_sliced(pp, rgba, width, height, now, cancel, s).await?,
-                None => c.classify_rgba(pp, rgba, width, height, now, cancel)?,
-            },
+            Executor::Cpu(c) => c.classify_rgba(pp, rgba, width, height, now, cancel, self.slices.as_ref()).await?,
         };
         Ok(ImageRun {
             output,
@@ -319,10 +313,7 @@ impl Model {
         let meta = self.explain.as_ref().ok_or_else(|| Error::Config("this model has no per-token split of its logits".into()))?;
         let (output, evidence, pooled) = match &self.exec {
             Executor::Gpu(g) => g.explain(input, cancel).await?,
-            Executor::Cpu(c) => match &self.slices {
-                Some(s) => c.explain_sliced(input, cancel, s).await?,
-                None => c.explain(input, cancel)?,
-            },
+            Executor::Cpu(c) => c.explain(input, cancel, self.slices.as_ref()).await?,
         };
         let (classes, tokens) = (output.classes, meta.tokens());
         let images = output.logits.len() / classes.max(1);

@@ -103,6 +103,49 @@ after(async () => {
 });
 
 /** Opens the page, logs its console errors and page errors, waits for tokenmixApp.ready. */
+/**
+ * Page-side helpers, added to every page openPage opens:
+ * - `abortTries(api, start, ms, fractions, stopped)` calls `start(signal)` and aborts it
+ *   `f * ms` later, for each fraction `f` until a try `stopped` (default: midway), and returns
+ *   the tries: what the call settled with, how soon after the abort (for the log only, never
+ *   asserted), and the passes the abort stopped before they began and midway
+ *   (`adapterInfo().cancelled`);
+ * - `watchTimer(ms)` starts a timer every `ms` and returns a function that stops it and says
+ *   how often it ran and its longest wait: whether this thread was free meanwhile.
+ */
+const PAGE_HELPERS = `window.abortTries = async (api, start, ms, fractions, stopped = (t) => t.midPass > 0) => {
+  const counts = async () => (await api.adapterInfo()).cancelled;
+  const tries = [];
+  for (const f of fractions) {
+    const ac = new AbortController();
+    const before = await counts();
+    const call = start(ac.signal).then((v) => ({ ok: v }), (e) => ({ error: e?.message ?? String(e), name: e?.name }));
+    await new Promise((res) => setTimeout(res, ms * f));
+    ac.abort();
+    const aborted = performance.now();
+    const got = await call;
+    const answeredMs = performance.now() - aborted;
+    const after = await counts();
+    const t = { f, got, answeredMs, midPass: after.midPass - before.midPass, beforeStart: after.beforeStart - before.beforeStart };
+    tries.push(t);
+    if (stopped(t)) break;
+  }
+  return tries;
+};
+window.watchTimer = (ms) => {
+  let last = performance.now(), maxGap = 0, ticks = 0;
+  const timer = setInterval(() => {
+    const t = performance.now();
+    maxGap = Math.max(maxGap, t - last);
+    last = t;
+    ticks++;
+  }, ms);
+  return () => {
+    clearInterval(timer);
+    return { ticks, maxGap };
+  };
+};`;
+
 async function openPage(tag, query = '', initScript = null, ctx = context, base = server.url) {
   const page = await ctx.newPage();
   const pageErrors = [];
@@ -115,6 +158,7 @@ async function openPage(tag, query = '', initScript = null, ctx = context, base 
   });
   if (initScript) await page.addInitScript(initScript);
   await page.goto(`${base}/index.html${query}`);
+  await page.addScriptTag({ content: PAGE_HELPERS });
   await page.waitForFunction(() => window.tokenmixApp, null, { timeout: 30_000 });
   const status = await page.evaluate(() => window.tokenmixApp.ready);
   console.log(`[${tag}] ready: ${JSON.stringify(status)}; adapter: ${await page.textContent('#adapter')}`);
@@ -846,13 +890,7 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
 async function responsiveness(page) {
   return page.evaluate(async (url) => {
     const api = window.tokenmixApp.api;
-    let last = performance.now(), maxGap = 0, ticks = 0;
-    const timer = setInterval(() => {
-      const t = performance.now();
-      maxGap = Math.max(maxGap, t - last);
-      last = t;
-      ticks++;
-    }, 10);
+    const stop = window.watchTimer(10);
     const t0 = performance.now();
     const desc = await api.loadModel(url, { name: 'mixer_s16_224 (random)' });
     const t1 = performance.now();
@@ -860,7 +898,7 @@ async function responsiveness(page) {
     const top = await api.classify(new ImageData(pixels, 224, 224), 5);
     const t2 = performance.now();
     await new Promise((r) => setTimeout(r, 30));
-    clearInterval(timer);
+    const { ticks, maxGap } = stop();
     await api.loadModel(null); // back to the embedded model
     return { maxGap, ticks, loadMs: t1 - t0, classifyMs: t2 - t1, preset: desc.preset, top: top.length };
   }, `${server.url}/hub/${BIG_REPO}/resolve/main/model.safetensors`);
@@ -1087,21 +1125,7 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
       out.passMs = warm.sort((x, y) => x - y)[1];
       // The API: a classification aborted a fraction of a pass after it was called. Where the
       // abort came before the pass began (a slow start), the next try waits longer.
-      out.tries = [];
-      for (const f of [0.4, 0.6, 0.8]) {
-        const ac = new AbortController();
-        const before = await counts();
-        const call = settle(api.classify(bitmap, 5, { signal: ac.signal }));
-        await pause(out.passMs * f);
-        ac.abort();
-        const aborted = performance.now();
-        const got = await call;
-        // For the log only (how soon the worker answered), never asserted.
-        const answeredMs = performance.now() - aborted;
-        const after = await counts();
-        out.tries.push({ f, got, answeredMs, midPass: after.midPass - before.midPass, beforeStart: after.beforeStart - before.beforeStart });
-        if (after.midPass > before.midPass) break;
-      }
+      out.tries = await window.abortTries(api, (signal) => api.classify(bitmap, 5, { signal }), out.passMs, [0.4, 0.6, 0.8]);
       // Then it classifies as before, bit for bit; the options-object form too.
       out.again = pick(await api.classify(bitmap, 5));
       out.top2 = pick(await api.classify(bitmap, { topK: 2 }));
@@ -1123,17 +1147,9 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
         const t0 = performance.now();
         await api.explain(5);
         out.explainMs = performance.now() - t0;
-        for (const f of [0.5, 0.3, 0.7]) {
-          const before = await counts();
-          const ac = new AbortController();
-          const call = settle(api.explain(5, { signal: ac.signal }));
-          await pause(out.explainMs * f);
-          ac.abort();
-          out.explain = await call;
-          const after = await counts();
-          out.explain.stopped = after.midPass + after.beforeStart - before.midPass - before.beforeStart;
-          if (out.explain.stopped) break;
-        }
+        const tries = await window.abortTries(api, (signal) => api.explain(5, { signal }), out.explainMs, [0.5, 0.3, 0.7], (t) => t.midPass + t.beforeStart > 0);
+        const last = tries.at(-1);
+        out.explain = { ...last.got, stopped: last.midPass + last.beforeStart };
       }
       out.badSignal = await settle(api.classify(bitmap, 5, { signal: 'stop' }));
       // A load aborted when its download has ended (its last progress event): its conversion
@@ -1285,37 +1301,18 @@ test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mi
       out.passMs = warm.sort((x, y) => x - y)[1];
       // This thread's timer during one pass: how often it ran, and its longest wait.
       {
-        let last = performance.now(), maxGap = 0, ticks = 0;
-        const timer = setInterval(() => {
-          const t = performance.now();
-          maxGap = Math.max(maxGap, t - last);
-          last = t;
-          ticks++;
-        }, 1);
         const s0 = (await api.adapterInfo()).slices;
+        const stop = window.watchTimer(1);
         const t0 = performance.now();
         const again = await api.classifyDetailed(a, 5);
         const callMs = performance.now() - t0;
-        clearInterval(timer);
+        const { ticks, maxGap } = stop();
         const s1 = (await api.adapterInfo()).slices;
         out.timer = { ticks, maxGap, callMs, forwardMs: again.timings.forwardMs, same: JSON.stringify(pick(again.predictions)) === JSON.stringify(out.plain),
           slices: s1.on, every: s1.every, pauses: s1.pauses - s0.pauses, pausedMs: s1.pausedMs - s0.pausedMs };
       }
-      out.tries = [];
-      for (const f of [0.4, 0.6, 0.8]) {
-        const ac = new AbortController();
-        const before = await counts();
-        const call = settle(api.classify(a, 5, { signal: ac.signal }));
-        await pause(out.passMs * f);
-        ac.abort();
-        const aborted = performance.now();
-        const got = await call;
-        // For the log only (how soon the call answered), never asserted.
-        const answeredMs = performance.now() - aborted;
-        const after = await counts();
-        out.tries.push({ f, got: got.name, answeredMs, midPass: after.midPass - before.midPass, beforeStart: after.beforeStart - before.beforeStart });
-        if (after.midPass > before.midPass) break;
-      }
+      out.tries = (await window.abortTries(api, (signal) => api.classify(a, 5, { signal }), out.passMs, [0.4, 0.6, 0.8]))
+        .map((t) => ({ ...t, got: t.got.name }));
       // Two calls at once run one after the other, in order, each with its own image; a third
       // call queued behind them, aborted while it waits, never runs a step.
       {
@@ -1339,17 +1336,10 @@ test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mi
         const t0 = performance.now();
         await api.explain(5);
         out.explainMs = performance.now() - t0;
-        for (const f of [0.5, 0.3, 0.7]) {
-          const before = await counts();
-          const ac = new AbortController();
-          const call = settle(api.explain(5, { signal: ac.signal }));
-          await pause(out.explainMs * f);
-          ac.abort();
-          out.explain = (await call).name;
-          const after = await counts();
-          out.explainStopped = after.midPass + after.beforeStart - before.midPass - before.beforeStart;
-          if (out.explainStopped) break;
-        }
+        const tries = await window.abortTries(api, (signal) => api.explain(5, { signal }), out.explainMs, [0.5, 0.3, 0.7], (t) => t.midPass + t.beforeStart > 0);
+        const last = tries.at(-1);
+        out.explain = last.got.name;
+        out.explainStopped = last.midPass + last.beforeStart;
         out.explainAfter = (await api.explain(3)).classes.length;
       }
       return out;
