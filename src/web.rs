@@ -768,8 +768,10 @@ pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, ca
     let (w, h) = (image.width() as usize, image.height() as usize);
     // The size limit before the pixels are copied into wasm memory (which never shrinks).
     crate::preprocess::check_image_size(w, h).map_err(js_err)?;
-    let pixels = image.data();
+    // (The pixels are copied in once it is this call's turn: calls waiting for theirs hold
+    // no copy in wasm memory, which never shrinks.)
     let turn = turn(&model).await;
+    let pixels = image.data();
     let run = model.classify_rgba_cancellable(&pixels, w, h, now, &cancel).await;
     drop(turn);
     note_stop(&run, &cancel);
