@@ -268,7 +268,7 @@ impl Drop for Turn {
 /// Waits for this call's turn to run a pass of `model`, where its passes run in slices (the
 /// CPU executor of the one-thread build); other passes need none.
 async fn turn(model: &Model) -> Option<Turn> {
-    if cfg!(feature = "threads") || model.backend() != "cpu" {
+    if !model.runs_in_slices() {
         return None;
     }
     let wait = TURNS.with(|t| {

@@ -210,7 +210,7 @@ impl CpuExec {
     /// Runs `input` ([batch, C, H, W], preprocessed) through the net; stops at the first step
     /// after `cancel` is set. With `slices`, in slices (see [`Slices`]); else it never awaits.
     pub async fn forward(&self, input: &[f32], cancel: &Cancel, slices: Option<&Slices>) -> Result<Output> {
-        Ok(self.run_chunks(input, &[], cancel, slices).await?.0)
+        Ok(self.run_chunks(input, &[], cancel, slices, None).await?.0)
     }
 
     /// [`Self::forward`] with the evidence steps: also returns, per image, the
@@ -227,17 +227,25 @@ impl CpuExec {
         if widest > bound {
             return Err(Error::Config(format!("one image's class evidence needs {widest} bytes, over tokenmix's {bound}-byte bound")));
         }
-        let (out, mut kept, _) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled], cancel, slices).await?;
+        let (out, mut kept) = self.run_chunks(input, &[Slot::Evidence, Slot::Pooled], cancel, slices, None).await?;
         let pooled = kept.pop().unwrap_or_default();
         Ok((out, kept.pop().unwrap_or_default(), pooled))
     }
 
     /// Runs `input` in chunks of at most [`MAX_BATCH`] images; with `keep` slots, the evidence
-    /// steps too, returning each kept slot's per-image floats for all images, and the stage
-    /// snapshots of the last image. Without `slices` a chunk runs on the cached workspace
-    /// (on rayon's pool, see [`Self::run`]); with them it takes that workspace out of the cache
-    /// for as long as it runs, so that a pass interleaved at the pauses gets one of its own.
-    async fn run_chunks(&self, input: &[f32], keep: &[Slot], cancel: &Cancel, slices: Option<&Slices>) -> Result<(Output, Vec<Vec<f32>>, Vec<f32>)> {
+    /// steps too, returning each kept slot's per-image floats for all images; with `stages`,
+    /// copies the last image's stage snapshots there. Without `slices` a chunk runs on the
+    /// cached workspace (on rayon's pool, see [`Self::run`]); with them it takes that workspace
+    /// out of the cache for as long as it runs, so that a pass interleaved at the pauses gets
+    /// one of its own.
+    async fn run_chunks(
+        &self,
+        input: &[f32],
+        keep: &[Slot],
+        cancel: &Cancel,
+        slices: Option<&Slices>,
+        mut stages: Option<&mut Vec<f32>>,
+    ) -> Result<(Output, Vec<Vec<f32>>)> {
         let per = self.net.input;
         let classes = self.net.classes;
         let explain = !keep.is_empty();
@@ -245,7 +253,6 @@ impl CpuExec {
         let total = input.len() / per.max(1);
         let mut out = Output { classes, logits: Vec::with_capacity(total * classes), probs: Vec::with_capacity(total * classes) };
         let mut kept = vec![Vec::new(); keep.len()];
-        let mut stages = Vec::new();
         let mut gather = |ws: &Workspace| {
             let logits = &ws.slots[Slot::Logits.index()][..ws.batch * classes];
             out.logits.extend_from_slice(logits);
@@ -255,7 +262,9 @@ impl CpuExec {
             for (k, s) in kept.iter_mut().zip(keep) {
                 k.extend_from_slice(&ws.slots[s.index()][..ws.batch * floats[s.index()]]);
             }
-            stages.clone_from(&ws.stages);
+            if let Some(s) = stages.as_deref_mut() {
+                s.clone_from(&ws.stages);
+            }
         };
         for chunk in input.chunks(MAX_BATCH * per) {
             let batch = chunk.len() / per;
@@ -291,7 +300,7 @@ impl CpuExec {
             self.put_workspace(ws);
             ran?;
         }
-        Ok((out, kept, stages))
+        Ok((out, kept))
     }
 
     /// One RGBA8 image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`),
@@ -311,7 +320,8 @@ impl CpuExec {
         let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
         let t1 = now();
-        let (out, _, stages) = self.run_chunks(&input, &[], cancel, slices).await?;
+        let mut stages = Vec::new();
+        let (out, _) = self.run_chunks(&input, &[], cancel, slices, Some(&mut stages)).await?;
         let t2 = now();
         Ok((out, input, stages, RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: 0.0 }))
     }

@@ -189,6 +189,11 @@ impl Model {
         self.slices = slices;
     }
 
+    /// Whether this model's passes run in slices (set, and on the CPU executor).
+    pub fn runs_in_slices(&self) -> bool {
+        self.slices.is_some() && matches!(self.exec, Executor::Cpu(_))
+    }
+
     /// `"gpu"` or `"cpu"`: which executor runs this model.
     pub fn backend(&self) -> &'static str {
         self.device.backend()
