@@ -58,9 +58,10 @@ export interface LoadOptions {
   /** Aborting it stops the download and the load, which then changes nothing and rejects with
    * the signal's reason (an `AbortError`), as `fetch` does. After the download, the load's
    * conversion and upload stop at the next tensor: at once in the threaded worker (the abort
-   * is written into its shared memory), elsewhere where an abort can be read before they
-   * begin; where the conversion held the thread (the one-thread build), an abort that came
-   * meanwhile is read before the model is committed. */
+   * is written into its shared memory); in the one-thread build within a slice, as the file is
+   * copied and converted in slices of about 10 ms with the thread given back between them. An
+   * abort that comes while the rest of the load holds the thread is read before the model is
+   * committed. */
   signal?: AbortSignal;
 }
 
@@ -146,9 +147,9 @@ export interface AdapterInfo {
    * during it (at a step of the CPU executor, or between the GPU executor's submissions); and
    * the loads it stopped after their download, in their conversion or upload. */
   cancelled: { beforeStart: number; midPass: number; loads: number };
-  /** Whether CPU passes run in slices of `every` ms, giving the thread back between them (the
-   * one-thread build), the pauses they made and the milliseconds those were away (with what
-   * else ran meanwhile). */
+  /** Whether CPU passes (and a load's copy and conversion) run in slices of `every` ms, giving
+   * the thread back between them (the one-thread build), the pauses they made and the
+   * milliseconds those were away (with what else ran meanwhile). */
   slices: { on: boolean; every: number; pauses: number; pausedMs: number };
 }
 

@@ -65,7 +65,8 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
       const options = { name, cache, backend: b, precision: p, autotune };
       // Aborted, the load rejects as fetch does, with the signal's reason (an AbortError).
       // With a signal the load is cancellable too: an abort after the download stops the
-      // conversion and upload at the next tensor (in the threaded worker from this thread).
+      // conversion and upload at the next tensor (in the threaded worker from this thread; in
+      // the one-thread build at the next of the slices its copy and conversion run in).
       const cancellable = Boolean(signal);
       if (call.worker) {
         const load = call('loadModel', [src, { ...options, progress: Boolean(onProgress), abortable: Boolean(signal) }], [], onProgress, signal, cancellable);

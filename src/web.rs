@@ -9,8 +9,9 @@
 //!   gemm, precision, precisionNote, threads, cancelled: {beforeStart, midPass, loads}, slices:
 //!   {on, every, pauses, pausedMs}}`: which executor runs and why (`js/core.js` adds
 //!   `threadsNote`), how many cancelled calls stopped before their pass began, during it, and
-//!   how many loads stopped early, and whether CPU passes run in slices of `every` ms (the
-//!   one-thread build), with the pauses they made and how long those were away. `auto` takes
+//!   how many loads stopped early, and whether CPU passes (and loads' copies and conversions)
+//!   run in slices of `every` ms (the one-thread build), with the pauses they made and how long
+//!   those were away. `auto` takes
 //!   the CPU (WebAssembly SIMD) where WebGPU is missing, gives no adapter, or gives a software
 //!   one (SwiftShader, the fallback adapter), else the GPU
 //! - `loadModel(source, {onProgress, name, backend, precision, cache, signal, cancelId})` →
@@ -18,7 +19,9 @@
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
 //!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage; an aborted
 //!   `signal` (AbortSignal) stops the download and the load, which then changes nothing; a
-//!   cancelled `cancelId` (see `cancelCall`) stops the load at its next tensor or weight. On
+//!   cancelled `cancelId` (see `cancelCall`) stops the load at its next tensor or weight (in
+//!   the one-thread build, whose copy into wasm memory and conversion run in slices, at the
+//!   next slice). On
 //!   failure it rejects with an `Error` naming the problem and
 //!   the previous model stays loaded.
 //! - `isCached(url)`, `clearCache(url?)` → the model cache (`loadModel(url, {cache: true})`
@@ -79,7 +82,8 @@ export async function fetch_bytes(url, onProgress, signal) {
   const response = await fetch(url, signal ? { signal } : undefined);
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${response.statusText}`);
   const total = Number(response.headers.get('Content-Length')) || null;
-  if (!response.body) return new Uint8Array(await response.arrayBuffer());
+  // The body as it came, in chunks: copied once, into WebAssembly memory (copy_in).
+  if (!response.body) return [new Uint8Array(await response.arrayBuffer())];
   const reader = response.body.getReader();
   const chunks = [];
   let loaded = 0;
@@ -90,10 +94,7 @@ export async function fetch_bytes(url, onProgress, signal) {
     loaded += value.length;
     if (onProgress) onProgress(loaded, total);
   }
-  const out = new Uint8Array(loaded);
-  let at = 0;
-  for (const c of chunks) { out.set(c, at); at += c.length; }
-  return out;
+  return chunks;
 }
 export function now() { return performance.now(); }
 // Resolves in a task of its own, after the tasks already queued (an abort's message, a click,
@@ -128,11 +129,12 @@ export async function cache_get(url) {
   const r = c && await c.match(url);
   return r ? new Uint8Array(await r.arrayBuffer()) : null;
 }
-export async function cache_put(url, bytes) {
+export async function cache_put(url, chunks) {
   const c = await open_cache();
   if (!c) return false;
   try {
-    await c.put(url, new Response(bytes, { headers: { 'Content-Type': 'application/octet-stream', 'Content-Length': String(bytes.length) } }));
+    const bytes = new Blob(chunks);
+    await c.put(url, new Response(bytes, { headers: { 'Content-Type': 'application/octet-stream', 'Content-Length': String(bytes.size) } }));
     return true;
   } catch { return false; } // quota, storage disabled: the model still loaded
 }
@@ -176,7 +178,7 @@ extern "C" {
     #[wasm_bindgen(catch)]
     async fn cache_get(url: &str) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(catch)]
-    async fn cache_put(url: &str, bytes: &Uint8Array) -> Result<JsValue, JsValue>;
+    async fn cache_put(url: &str, chunks: &Array) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(catch)]
     async fn cache_has(url: &str) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(catch)]
@@ -192,16 +194,39 @@ fn js_message(e: &JsValue) -> String {
     e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"))
 }
 
-/// A copy of `bytes` in wasm memory, or an error where that memory cannot grow so far (a plain
-/// `to_vec` aborts the module instead: wasm32 has at most 4 GiB, shared with the model).
-fn copy_in(bytes: &Uint8Array, what: &str) -> Result<Vec<u8>, JsError> {
-    let len = bytes.length() as usize;
+/// `chunks` (Uint8Arrays) one after the other in wasm memory, or an error where that memory
+/// cannot grow so far (a plain `to_vec` aborts the module instead: wasm32 has at most 4 GiB,
+/// shared with the model), or [`Error::Cancelled`] once `cancel` is set (read between pieces
+/// in the one-thread build).
+async fn copy_in(chunks: &Array, what: &str, cancel: &Cancel) -> crate::error::Result<Vec<u8>> {
+    let parts: Vec<Uint8Array> = chunks.iter().map(|c| c.dyn_into::<Uint8Array>().unwrap_or_else(|c| Uint8Array::new(&c))).collect();
+    let len = parts.iter().map(|p| p.length() as usize).sum::<usize>();
     let mut out = Vec::new();
-    out.try_reserve_exact(len).map_err(|_| js_err(format!("{what} is {len} bytes: more than this page's WebAssembly memory can hold")))?;
-    out.resize(len, 0);
-    bytes.copy_to(&mut out);
+    out.try_reserve_exact(len).map_err(|_| Error::Input(format!("{what} is {len} bytes: more than this page's WebAssembly memory can hold")))?;
+    // The one-thread build copies in slices, as it converts (0.06 s for a 74 MB model in one
+    // piece): a page's own thread keeps drawing, and an abort is read between pieces.
+    let mut began = now();
+    for part in &parts {
+        let n = part.length();
+        let mut at = 0;
+        while at < n {
+            let end = n.min(at + COPY_PIECE);
+            let start = out.len();
+            out.resize(start + (end - at) as usize, 0);
+            part.subarray(at, end).copy_to(&mut out[start..]);
+            at = end;
+            if !cfg!(feature = "threads") && now() - began >= SLICES.every_ms {
+                timed_pause().await;
+                cancel.check()?;
+                began = now();
+            }
+        }
+    }
     Ok(out)
 }
+
+/// The most bytes [`copy_in`] copies between two looks at the clock (4 MB: about 3 ms).
+const COPY_PIECE: u32 = 4 << 20;
 
 /// A whole number from JavaScript (wasm-bindgen would wrap -1 to 4294967295 for a `usize`).
 fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
@@ -301,11 +326,12 @@ async fn load_tuned(device: &Device, bytes: &[u8], cancel: &Cancel) -> crate::er
         }
         None => None,
     };
-    let mut model = Model::load_scoped_cancellable(device.clone(), bytes, None, cancel).await?;
+    // The one-thread build converts the file in slices too (an abort is read between them,
+    // and a page's own thread keeps drawing), then runs the model's CPU passes in slices.
+    let slices = (!cfg!(feature = "threads")).then_some(SLICES);
+    let mut model = Model::load_scoped_in_slices(device.clone(), bytes, None, cancel, slices.as_ref()).await?;
     cancel.check()?;
-    if !cfg!(feature = "threads") {
-        model.run_in_slices(Some(SLICES));
-    }
+    model.run_in_slices(slices);
     if let (Some(g), Some(text)) = (gpu, stored) {
         if model.autotune(1).await? > 0 {
             // Storage disabled or full: the next load tunes again.
@@ -598,37 +624,48 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     }
     // A URL loaded with `cache: true` comes from the Cache API when it is there, and goes into
     // it once it has loaded (never a file that failed to load).
-    let mut cache_after: Option<(String, Uint8Array)> = None;
+    let mut cache_after: Option<(String, Array)> = None;
     let mut from_cache = false;
-    let (bytes, name) = if source.is_null() || source.is_undefined() {
-        (crate::DEFAULT_MODEL.to_vec(), crate::DEFAULT_MODEL_NAME.to_string())
+    let (chunks, name) = if source.is_null() || source.is_undefined() {
+        (None, crate::DEFAULT_MODEL_NAME.to_string())
     } else if let Some(url) = source.as_string() {
         // A cache that cannot answer (storage off, a URL no Request takes) is a miss.
         let hit = if use_cache { cache_get(&url).await.ok().and_then(|v| v.dyn_into::<Uint8Array>().ok()) } else { None };
-        let data = match hit {
+        let chunks = match hit {
             Some(data) => {
                 from_cache = true;
-                data
+                Array::of1(&data)
             }
             None => {
-                let data = match fetch_bytes(&url, &on_progress, signal.as_ref().unwrap_or(&JsValue::UNDEFINED)).await {
-                    Ok(data) => data,
+                let chunks = match fetch_bytes(&url, &on_progress, signal.as_ref().unwrap_or(&JsValue::UNDEFINED)).await {
+                    Ok(chunks) => Array::from(&chunks),
                     Err(_) if aborted() => return Err(js_err(format!("{}: {ABORTED}", label()))),
                     Err(e) => return Err(js_err(format!("download failed: {}", js_message(&e)))),
                 };
-                let data = Uint8Array::new(&data);
                 if use_cache {
-                    cache_after = Some((url.clone(), data.clone()));
+                    cache_after = Some((url.clone(), chunks.clone()));
                 }
-                data
+                chunks
             }
         };
-        (copy_in(&data, &url)?, url)
+        (Some(chunks), url)
     } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
-        (copy_in(&Uint8Array::new(&source), "the model")?, "(bytes)".to_string())
+        (Some(Array::of1(&Uint8Array::new(&source))), "(bytes)".to_string())
     } else {
         return Err(js_err("loadModel: source must be a URL string, an ArrayBuffer or a Uint8Array"));
     };
+    let bytes = match &chunks {
+        None => crate::DEFAULT_MODEL.to_vec(),
+        Some(chunks) => match copy_in(chunks, if source.is_string() { &name } else { "the model" }, &cancel).await {
+            Ok(bytes) => bytes,
+            Err(Error::Cancelled) => {
+                count_stop(|s| s.loads += 1);
+                return Err(js_err(format!("{}: {ABORTED}", label())));
+            }
+            Err(e) => return Err(js_err(e)),
+        },
+    };
+    drop(chunks);
     let name = given_name.unwrap_or(name);
     // The precision and autotune options change what devices made from now on get; a load
     // that fails puts them back as they were.

@@ -319,20 +319,6 @@ fn a_cpu_pass_in_slices_gives_the_same_bits_and_stops_between_steps() {
     use std::task::{Context, Poll, Waker};
     use tokenmix::exec::cpu::Slices;
     use tokenmix::{Cancel, Error};
-
-    /// Pending once, then ready: what awaiting the event loop's next task looks like.
-    struct Yield(bool);
-    impl Future for Yield {
-        type Output = ();
-        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-            if self.0 {
-                return Poll::Ready(());
-            }
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
     static PAUSES: AtomicUsize = AtomicUsize::new(0);
     // The token the "event loop" cancels at pause number CANCEL_AT (as an abort message would).
     static CANCEL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -343,7 +329,7 @@ fn a_cpu_pass_in_slices_gives_the_same_bits_and_stops_between_steps() {
                 t.cancel();
             }
         }
-        Box::pin(Yield(false))
+        Box::pin(common::Yield(false))
     }
     // Every step its own slice.
     let slices = Slices { every_ms: 0.0, clock: || 0.0, pause };
@@ -423,4 +409,70 @@ fn a_cpu_pass_in_slices_gives_the_same_bits_and_stops_between_steps() {
         checked += 1;
     }
     assert_eq!(checked, 4, "every family ran in slices");
+}
+
+/// A load whose conversion runs in slices (the browser's one-thread build): on both executors,
+/// the same model, bit for bit, with a pause after every chunk of every tensor; cancelled in a
+/// pause, it stops there, in its conversion, and a load after it is as before.
+#[test]
+fn a_load_in_slices_gives_the_same_model_and_stops_in_its_conversion() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use tokenmix::exec::cpu::Slices;
+    use tokenmix::{Cancel, Error};
+
+    static PAUSES: AtomicUsize = AtomicUsize::new(0);
+    static CANCEL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
+    static TOKEN: Mutex<Option<Cancel>> = Mutex::new(None);
+    fn pause() -> Pin<Box<dyn Future<Output = ()>>> {
+        if PAUSES.fetch_add(1, Ordering::SeqCst) + 1 == CANCEL_AT.load(Ordering::SeqCst) {
+            if let Some(t) = TOKEN.lock().expect("token").as_ref() {
+                t.cancel();
+            }
+        }
+        Box::pin(common::Yield(false))
+    }
+    let every_chunk = Slices { every_ms: 0.0, clock: || 0.0, pause };
+    let load = |dev: &Device, bytes: &[u8], size, cancel: &Cancel| {
+        pollster::block_on(Model::load_scoped_in_slices(dev.clone(), bytes, size, cancel, Some(&every_chunk)))
+    };
+    let mut checked = 0;
+    for dev in [Device::from(common::gpu()), common::cpu()] {
+        for name in ["mixer_p4_rgb", "gmlp_p4_rgb", "resmlp_p4_bf16", "poolformer_rgb"] {
+            let (io, bytes) = fixture(name);
+            let (ishape, input) = &io[0];
+            let size = Some([ishape[2], ishape[3]]);
+            let tensors = tokenmix::inspect(&bytes, size).expect("fixture inspects").weights.names().count();
+            let plain = Model::load(dev.clone(), &bytes, size).expect("fixture loads");
+            let before = PAUSES.load(Ordering::SeqCst);
+            let fresh = Cancel::new();
+            let sliced = load(&dev, &bytes, size, &fresh).expect("a load in slices");
+            let pauses = PAUSES.load(Ordering::SeqCst) - before;
+            // At least one pause a tensor: the conversion gave the thread back all along.
+            assert!(pauses >= tensors, "{name} on {}: {pauses} pauses for {tensors} tensors", dev.label());
+            let (a, b) = (plain.forward_blocking(input).expect("forward"), sliced.forward_blocking(input).expect("forward"));
+            assert_eq!(a.logits, b.logits, "{name} on {}: the model loaded in slices", dev.label());
+            assert_eq!(plain.info.params, sliced.info.params);
+            let diff = max_abs_diff(&b.logits, &io[1].1);
+            assert!(within(diff, tol::GOLDEN * max_abs(&io[1].1).max(1.0)), "{name} on {}: {diff} from timm", dev.label());
+
+            // Cancelled in its third pause: the load stops before its fourth chunk, still in
+            // the conversion (which has more than three), and says so.
+            let stop = Cancel::new();
+            *TOKEN.lock().expect("token") = Some(stop.clone());
+            CANCEL_AT.store(PAUSES.load(Ordering::SeqCst) + 3, Ordering::SeqCst);
+            let got = load(&dev, &bytes, size, &stop);
+            CANCEL_AT.store(usize::MAX, Ordering::SeqCst);
+            assert!(matches!(got, Err(Error::Cancelled)), "{name}: cancelled in a pause gave {:?}", got.map(|_| ()));
+            // The load's first check, then one before each of the three chunks that ran.
+            assert_eq!(stop.checks_passed(), 4, "{name}: three chunks converted, the fourth's check stopped it");
+            let again = load(&dev, &bytes, size, &Cancel::new()).expect("a load after the stopped one");
+            assert_eq!(again.forward_blocking(input).expect("forward").logits, a.logits, "{name}: loads as before");
+            eprintln!("{name} on {}: the same bits loaded in slices ({pauses} pauses for {tensors} tensors), stopped in its conversion", dev.label());
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 8, "every family loaded in slices on both executors");
 }

@@ -1,8 +1,9 @@
 //! The malformed-file corpus (`tests/hostile/`, written by `tools/make_hostile.py`): every file
 //! is refused with an error naming what is wrong — never a panic — by the CPU-only check
 //! (`tokenmix::inspect`) and by `Model::load` on both executors, and a model loaded before still
-//! classifies bit-for-bit the same after each rejection. The browser runs the same corpus
-//! through the page's `loadModel` (tests/browser/e2e.mjs).
+//! classifies bit-for-bit the same after each rejection. A load that converts in slices first
+//! (`Model::load_scoped_in_slices`, the browser's one-thread build) gives the same errors. The
+//! browser runs the same corpus through the page's `loadModel` (tests/browser/e2e.mjs).
 
 mod common;
 
@@ -27,6 +28,10 @@ fn corpus() -> (PathBuf, Vec<(String, String, String, String)>) {
     (dir, cases)
 }
 
+/// A pause after every chunk of a conversion in slices, which returns at once.
+const EVERY_CHUNK: tokenmix::exec::cpu::Slices =
+    tokenmix::exec::cpu::Slices { every_ms: 0.0, clock: || 0.0, pause: || Box::pin(std::future::ready(())) };
+
 #[test]
 fn every_hostile_file_is_refused_and_the_loaded_model_keeps_working() {
     // On the WGSL path and on the CPU executor alike.
@@ -50,6 +55,17 @@ fn hostile_files_on(dev: tokenmix::Device) {
         let bytes = std::fs::read(dir.join(file)).expect("corpus file");
         let cpu = tokenmix::inspect(&bytes, None).err().map(|e| e.to_string());
         let load_err = Model::load(dev.clone(), &bytes, None).err().map(|e| e.to_string());
+        // The browser's one-thread build converts in slices first: the same error. Exactly the
+        // same where the error comes after the file is inspected (the order of the tensors'
+        // checks); an inspect error may name either of two tensors (safetensors checks the
+        // offsets in a hash map's order), so there the expected fragment is what must match.
+        let sliced = pollster::block_on(Model::load_scoped_in_slices(dev.clone(), &bytes, None, &tokenmix::Cancel::new(), Some(&EVERY_CHUNK)));
+        let sliced = sliced.err().map(|e| e.to_string());
+        let same =
+            if stage == "load" { sliced == load_err } else { sliced.as_ref().is_some_and(|e| e.to_lowercase().contains(&expect.to_lowercase())) };
+        if !same {
+            failures.push(format!("{file}: loaded in slices, {sliced:?}, where a load said {load_err:?}"));
+        }
         let after = model.forward_blocking(&input).expect("the loaded model still classifies").logits;
         eprintln!("{file} ({why}) on {}: {}", dev.label(), load_err.as_deref().unwrap_or("LOADED"));
         match (&cpu, &load_err) {

@@ -228,3 +228,90 @@ fn sizes_a_small_file_cannot_ask_for() {
     assert!(err.to_string().contains("token-mixing maps"), "{err}");
     assert!(Model::load(common::cpu(), &mixer_file(1, 64 * 64, 2, None), None).is_ok(), "64x64 tokens (128 MiB of maps) load");
 }
+
+/// `Weights::convert_in_slices` converts ahead of `take` (the browser's one-thread build): each
+/// tensor then takes to the same bits, and fails with the same error, as one `take` converts
+/// itself; a large tensor is converted in more than one slice; the clock decides the pauses;
+/// cancelled in a pause, the conversion stops at its next chunk.
+#[test]
+fn a_conversion_in_slices_takes_the_same_tensors_and_errors() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use tokenmix::exec::cpu::Slices;
+    use tokenmix::weights::Weights;
+    use tokenmix::Cancel;
+
+    // Values every f16 and bf16 holds exactly as its own bits, with a NaN in `nan` far into it.
+    let big: Vec<u8> = (0..300_000u32).flat_map(|i| half::f16::from_f32(((i % 977) as f32 - 488.0) / 64.0).to_le_bytes()).collect();
+    let nan: Vec<u8> = (0..150_000u32).flat_map(|i| if i == 123_456 { f32::NAN } else { i as f32 * 0.5 }.to_le_bytes()).collect();
+    let bf: Vec<u8> = (0..10u32).flat_map(|i| half::bf16::from_f32(i as f32 - 3.0).to_le_bytes()).collect();
+    let small: Vec<u8> = [1.5f32, -2.0, 3.25].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let views = vec![
+        ("big", TensorView::new(Dtype::F16, vec![600, 500], &big).expect("view")),
+        ("nan", TensorView::new(Dtype::F32, vec![150_000], &nan).expect("view")),
+        ("bf", TensorView::new(Dtype::BF16, vec![2, 5], &bf).expect("view")),
+        ("small", TensorView::new(Dtype::F32, vec![3], &small).expect("view")),
+    ];
+    let file = safetensors::serialize(views, None).expect("serialize");
+    // (name, the shape asked for): right, wrong, and a tensor with a NaN.
+    let asks: [(&str, &[usize]); 6] =
+        [("big", &[600, 500]), ("big", &[500, 600]), ("nan", &[150_000]), ("bf", &[2, 5]), ("small", &[3]), ("small", &[4])];
+    let takes = |w: &mut Weights| asks.iter().map(|(n, s)| w.take(n, s).map_err(|e| e.to_string())).collect::<Vec<_>>();
+    let want = takes(&mut Weights::parse(&file).expect("parses"));
+    assert!(want.iter().filter(|r| r.is_err()).count() == 3 && want.iter().filter(|r| r.is_ok()).count() == 3, "{want:?}");
+    assert!(want[2].as_ref().is_err_and(|e| e.contains("non-finite value (NaN) at index 123456")), "{:?}", want[2]);
+
+    static PAUSES: AtomicUsize = AtomicUsize::new(0);
+    static CANCEL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
+    static TOKEN: Mutex<Option<Cancel>> = Mutex::new(None);
+    fn pause() -> Pin<Box<dyn Future<Output = ()>>> {
+        if PAUSES.fetch_add(1, Ordering::SeqCst) + 1 == CANCEL_AT.load(Ordering::SeqCst) {
+            if let Some(t) = TOKEN.lock().expect("token").as_ref() {
+                t.cancel();
+            }
+        }
+        Box::pin(common::Yield(false))
+    }
+    let mut sliced = Weights::parse(&file).expect("parses");
+    pollster::block_on(sliced.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause }, &Cancel::new())).expect("converts");
+    let pauses = PAUSES.swap(0, Ordering::SeqCst);
+    let got = takes(&mut sliced);
+    // Compared as bits: f32's NaN is not equal to itself.
+    let bits = |r: &[Result<Vec<f32>, String>]| {
+        r.iter().map(|r| r.as_ref().map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).map_err(String::clone)).collect::<Vec<_>>()
+    };
+    let show = |r: &Result<Vec<u32>, String>| match r {
+        Ok(v) => format!("{} values", v.len()),
+        Err(e) => e.clone(),
+    };
+    let same = |got: &[Result<Vec<f32>, String>]| {
+        for ((ask, g), w) in asks.iter().zip(bits(got)).zip(bits(&want)) {
+            assert!(g == w, "{ask:?} after a conversion in slices: {} where a take gave {}", show(&g), show(&w));
+        }
+    };
+    same(&got);
+    // A pause after every chunk: more than one a tensor, as `big` (300 000 values) has several.
+    assert!(pauses > 4, "{pauses} pauses for 4 tensors");
+
+    // The clock decides: a slice that never runs its time never pauses.
+    fn ticking() -> f64 {
+        static T: AtomicUsize = AtomicUsize::new(0);
+        T.fetch_add(1, Ordering::SeqCst) as f64
+    }
+    let mut long = Weights::parse(&file).expect("parses");
+    pollster::block_on(long.convert_in_slices(&Slices { every_ms: 1e9, clock: ticking, pause }, &Cancel::new())).expect("converts");
+    assert_eq!(PAUSES.swap(0, Ordering::SeqCst), 0, "no pause within a slice's time");
+    same(&takes(&mut long));
+
+    // Cancelled in its second pause: no chunk after it is converted.
+    let stop = Cancel::new();
+    *TOKEN.lock().expect("token") = Some(stop.clone());
+    CANCEL_AT.store(2, Ordering::SeqCst);
+    let mut stopped = Weights::parse(&file).expect("parses");
+    let r = pollster::block_on(stopped.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause }, &stop));
+    assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    assert_eq!(stop.checks_passed(), 2, "two chunks converted, the third's check stopped it");
+    eprintln!("a conversion in slices: {pauses} pauses for 4 tensors, the same tensors and errors, stopped in a pause");
+}

@@ -108,6 +108,22 @@ pub struct Model {
     slices: Option<crate::exec::cpu::Slices>,
 }
 
+/// What the adapter must hold, checked before any conversion or upload: one image's widest
+/// activation in one binding (weights are split into row blocks, activations are not).
+fn fits(device: &Device, arch: &Arch) -> Result<()> {
+    if let Device::Gpu(gpu) = device {
+        let limit = gpu.binding_limit();
+        let widest = arch.widest_activation().saturating_mul(4);
+        if widest > limit {
+            return Err(Error::Config(format!(
+                "{} needs {widest} bytes for one image's widest activation, over the adapter's binding limit of {limit} bytes",
+                arch.family()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Model {
     /// Loads a timm-named safetensors file onto `device` (an `Arc<Gpu>` or a [`Device`]).
     /// `img_size` overrides the input size (it must give the token count the weights were
@@ -123,20 +139,16 @@ impl Model {
     pub fn load_cancellable(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>, cancel: &Cancel) -> Result<Model> {
         let device = device.into();
         cancel.check()?;
-        let Inspected { mut weights, arch, preprocess, labels } = inspect(bytes, img_size)?;
+        let inspected = inspect(bytes, img_size)?;
+        fits(&device, &inspected.arch)?;
+        Model::build(device, inspected, cancel)
+    }
+
+    /// The rest of a load once the file is inspected (its tensors converted when taken, or
+    /// ahead of it by [`crate::weights::Weights::convert_in_slices`]).
+    fn build(device: Device, inspected: Inspected<'_>, cancel: &Cancel) -> Result<Model> {
+        let Inspected { mut weights, arch, preprocess, labels } = inspected;
         weights.set_cancel(cancel);
-        // What the adapter must hold, checked before any upload: one image's widest
-        // activation in one binding (weights are split into row blocks, activations are not).
-        if let Device::Gpu(gpu) = &device {
-            let limit = gpu.binding_limit();
-            let widest = arch.widest_activation().saturating_mul(4);
-            if widest > limit {
-                return Err(Error::Config(format!(
-                    "{} needs {widest} bytes for one image's widest activation, over the adapter's binding limit of {limit} bytes",
-                    arch.family()
-                )));
-            }
-        }
         let net = arch.build(&mut weights)?;
         weights.finish()?;
         cancel.check()?;
@@ -171,12 +183,33 @@ impl Model {
 
     /// [`Self::load_scoped`] that stops early once `cancel` is set (see [`Self::load_cancellable`]).
     pub async fn load_scoped_cancellable(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>, cancel: &Cancel) -> Result<Model> {
-        match device.into() {
+        Model::load_scoped_in_slices(device, bytes, img_size, cancel, None).await
+    }
+
+    /// [`Self::load_scoped_cancellable`] that, with `slices`, converts the file's tensors to
+    /// f32 in slices before the build (see [`crate::weights::Weights::convert_in_slices`]): the thread is given
+    /// back between chunks, and `cancel` is read there. For a thread that must not be held for
+    /// a whole load (the browser's one-thread build); the model is the same, bit for bit.
+    pub async fn load_scoped_in_slices(
+        device: impl Into<Device>,
+        bytes: &[u8],
+        img_size: Option<[usize; 2]>,
+        cancel: &Cancel,
+        slices: Option<&crate::exec::cpu::Slices>,
+    ) -> Result<Model> {
+        let device = device.into();
+        cancel.check()?;
+        let mut inspected = inspect(bytes, img_size)?;
+        fits(&device, &inspected.arch)?;
+        if let Some(slices) = slices {
+            inspected.weights.convert_in_slices(slices, cancel).await?;
+        }
+        match device {
             Device::Gpu(gpu) => {
                 let g = gpu.clone();
-                g.scoped("loading the model", move || Model::load_cancellable(gpu, bytes, img_size, cancel)).await
+                g.scoped("loading the model", move || Model::build(Device::Gpu(gpu), inspected, cancel)).await
             }
-            cpu => Model::load_cancellable(cpu, bytes, img_size, cancel),
+            cpu => Model::build(cpu, inspected, cancel),
         }
     }
 

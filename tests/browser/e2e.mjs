@@ -1254,7 +1254,7 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
   }
 });
 
-test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mid-pass in the worker and on the page\'s own thread, which keeps drawing; calls keep their order; an aborted load changes nothing', { timeout: 8 * TIMEOUT }, async () => {
+test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mid-pass in the worker and on the page\'s own thread, which keeps drawing; calls keep their order; a load converts in slices too: aborted, it stops in its conversion and changes nothing', { timeout: 8 * TIMEOUT }, async () => {
   const OTHER = 'fmnist-0018-bag.png';
   // This suite's server is not cross-origin isolated: the one-thread build, in the worker.
   const { page, pageErrors, status } = await openPage('q', '?backend=cpu');
@@ -1269,13 +1269,13 @@ test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mi
     const checks = async (api) => {
       const counts = async () => (await api.adapterInfo()).cancelled;
       const out = { threads: (await api.adapterInfo()).threads, start: (await api.modelInfo()).name };
-      // A load aborted when its download has ended, while the conversion holds the thread: it
-      // rejects and changes nothing (the embedded model stays). Where the abort comes first it
-      // stops the download instead (settled at once); it tries until a try ran its conversion
-      // (settled more than 40 ms after its abort was asked for). On this thread the abort
-      // itself waits for the thread: the conversion holds it.
+      // A load aborted when its download has ended, in its conversion, which runs in slices:
+      // it stops there (counted in `cancelled.loads`), rejects and changes nothing (the
+      // embedded model stays). Where the abort comes first it stops the download instead; it
+      // tries until a try stopped in its conversion.
       out.loads = [];
       for (const delay of [0, 10, 25, 0, 50, 10]) {
+        const before = (await counts()).loads;
         const ac = new AbortController();
         const t0 = performance.now();
         let tAsked = null, tAbort = null;
@@ -1289,11 +1289,27 @@ test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mi
           },
         }));
         const tEnd = performance.now() - t0;
-        out.loads.push({ delay, name: load.name, after: (await api.modelInfo()).name, tAsked, tAbort, tEnd });
-        if (tEnd - tAsked > 40) break;
+        const stopped = (await counts()).loads - before;
+        out.loads.push({ delay, name: load.name, after: (await api.modelInfo()).name, tAsked, tAbort, tEnd, stopped });
+        if (stopped) break;
       }
-      // The full-size Mixer: a pass long enough to abort in its middle.
-      out.preset = (await api.loadModel(url, { name: 'mixer_s16_224 (random)' })).preset;
+      // The full-size Mixer: a pass long enough to abort in its middle. This thread's timer
+      // from its download's end to its end: how often it ran while the conversion went on.
+      {
+        const s0 = (await api.adapterInfo()).slices;
+        let stop = null, tDownloaded = 0;
+        const desc = await api.loadModel(url, { name: 'mixer_s16_224 (random)', onProgress: (loaded, total) => {
+          if (loaded === total && !stop) {
+            tDownloaded = performance.now();
+            stop = window.watchTimer(1);
+          }
+        } });
+        const ms = performance.now() - tDownloaded;
+        const { ticks, maxGap } = stop();
+        const s1 = (await api.adapterInfo()).slices;
+        out.preset = desc.preset;
+        out.convert = { ms, ticks, maxGap, pauses: s1.pauses - s0.pauses, pausedMs: s1.pausedMs - s0.pausedMs };
+      }
       const plain = await api.classifyDetailed(a, 5);
       out.plain = pick(plain.predictions);
       const warm = [];
@@ -1359,9 +1375,12 @@ test('q. in the one-thread build a CPU pass runs in slices: an abort stops it mi
       assert.equal(l.name, 'AbortError', `${where}: the aborted load rejects: ${JSON.stringify(l)}`);
       assert.equal(l.after, o.start, `${where}: the aborted load changed nothing: ${JSON.stringify(o.loads)}`);
     }
-    const held = o.loads.at(-1);
-    assert.ok(held.tEnd - held.tAsked > 40, `${where}: a try's abort was asked for while the conversion held the thread: ${JSON.stringify(o.loads)}`);
+    assert.equal(o.loads.at(-1).stopped, 1, `${where}: a load stopped in its conversion: ${JSON.stringify(o.loads)}`);
     assert.equal(o.preset, 'mixer_s16_224');
+    // The copy and the conversion gave the thread back (a timer runs in about half the
+    // pauses): held whole before, this thread's timer ran once at most meanwhile.
+    assert.ok(o.convert.pauses >= 3, `${where}: the load paused ${o.convert.pauses} times: ${JSON.stringify(o.convert)}`);
+    assert.ok(o.convert.ticks >= 3, `${where}: this thread's timer ran ${o.convert.ticks} times during a load's last ${o.convert.ms.toFixed(0)} ms`);
     assert.ok(o.timer.same, `${where}: the pass in slices classifies as before`);
     assert.equal(o.timer.slices, true, `${where}: CPU passes run in slices`);
     assert.ok(o.timer.pauses >= 3, `${where}: the pass paused ${o.timer.pauses} times`);

@@ -322,3 +322,19 @@ pub fn mean_tokens_reference(x: &[f32], batch: usize, tokens: usize, d: usize) -
     }
     want
 }
+
+/// Pending once, then ready: what awaiting the event loop's next task looks like (a
+/// [`tokenmix::exec::cpu::Slices`] pause, for tests that poll sliced work with pollster).
+pub struct Yield(pub bool);
+
+impl std::future::Future for Yield {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
