@@ -251,7 +251,8 @@ export interface Classifier {
    * pass stops at its next step (milliseconds), and a call queued behind another before its
    * first. In the one-thread build (a page that is not cross-origin isolated, or `worker:
    * false`) a CPU pass runs in slices of about 10 ms with the thread given back between them,
-   * where the abort is read: the pass stops at its next step too. A GPU pass stops between its
+   * where the abort is read: the pass stops at its next step, or block of a large GEMM, too. A
+   * GPU pass stops between its
    * submissions. A pass that ended anyway leaves its image as the latest classified one (what
    * explain explains). Calls run their passes one at a time, in the order they were made. */
   classify(image: ImageSource, topK?: number, options?: CallOptions): Promise<Prediction[]>;

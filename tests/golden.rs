@@ -306,12 +306,13 @@ fn a_nan_output_never_matches() {
 }
 
 /// A CPU pass in slices (`Model::run_in_slices`, the browser's one-thread build) is the same
-/// pass: on every family, pausing after every step gives the same bits as one run (logits,
-/// the per-token split, classify's input and stage energy), each pause lets other work run,
-/// a token cancelled during a pause stops the pass at the next step, and two passes that
-/// interleave at their pauses (each in a workspace of its own) each give their own result.
+/// pass: on every family, pausing after every step, and then also after every 8-column block
+/// of every GEMM, gives the same bits as one run (logits, the per-token split, classify's
+/// input and stage energy), each pause lets other work run, a token cancelled during a pause
+/// stops the pass where it paused, and two passes that interleave at their pauses (each in a
+/// workspace of its own) each give their own result.
 #[test]
-fn a_cpu_pass_in_slices_gives_the_same_bits_and_stops_between_steps() {
+fn a_cpu_pass_in_slices_gives_the_same_results_and_stops_where_it_paused() {
     use std::future::Future;
     use std::pin::Pin;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -331,84 +332,115 @@ fn a_cpu_pass_in_slices_gives_the_same_bits_and_stops_between_steps() {
         }
         Box::pin(common::Yield(false))
     }
-    // Every step its own slice.
-    let slices = Slices { every_ms: 0.0, clock: || 0.0, pause };
+    // Every step its own slice; then every block of a GEMM's columns too (the least a block
+    // holds is one tile, 8 columns).
+    let by_step = Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX };
+    let by_block = Slices { gemm_macs: 1, ..by_step };
     let mut checked = 0;
     for name in ["mixer_p4_rgb", "gmlp_p4_rgb", "resmlp_p4_bf16", "poolformer_rgb"] {
-        let (io, bytes) = fixture(name);
-        let (ishape, input) = &io[0];
-        let size = Some([ishape[2], ishape[3]]);
-        let plain = Model::load(common::cpu(), &bytes, size).expect("fixture loads");
-        let mut sliced = Model::load(common::cpu(), &bytes, size).expect("fixture loads");
-        sliced.run_in_slices(Some(slices));
-        let one = &input[..plain.input_len()];
-
-        let want = plain.forward_blocking(input).expect("forward");
-        let before = PAUSES.load(Ordering::SeqCst);
-        let fresh = Cancel::new();
-        let got = pollster::block_on(sliced.forward_cancellable(input, &fresh)).expect("a pass in slices");
-        let pauses = PAUSES.load(Ordering::SeqCst) - before;
-        assert_eq!(got.logits, want.logits, "{name}: the logits in slices");
-        assert_eq!(got.probs, want.probs, "{name}: the probabilities in slices");
-        // A pause between every two steps: one fewer than the steps, each checked once.
-        assert!(pauses >= 10, "{name}: {pauses} pauses");
-        assert_eq!(fresh.checks_passed(), pauses + 1, "{name}: a check before every step");
-        let diff = max_abs_diff(&got.logits, &io[1].1);
-        assert!(within(diff, tol::GOLDEN * max_abs(&io[1].1).max(1.0)), "{name}: {diff} from timm");
-
-        let (a, b) = (plain.explain_blocking(one).expect("explain"), pollster::block_on(sliced.explain(one)).expect("explain in slices"));
-        assert_eq!((a.maps, a.bias, a.output.logits), (b.maps, b.bias, b.output.logits), "{name}: the per-token split in slices");
-
-        let (w, h) = (37, 23);
-        let rgba: Vec<u8> = (0..w * h * 4).map(|i| (i * 7 % 251) as u8).collect();
-        let (a, b) = (
-            pollster::block_on(plain.classify_rgba(&rgba, w, h, || 0.0)).expect("classify"),
-            pollster::block_on(sliced.classify_rgba(&rgba, w, h, || 0.0)).expect("classify in slices"),
-        );
-        assert_eq!((a.output.logits, a.input), (b.output.logits, b.input), "{name}: classify in slices");
-        assert_eq!(a.stage_energy, b.stage_energy, "{name}: the stage energy in slices");
-        if name.starts_with("poolformer") {
-            assert!(!b.stage_energy.is_empty(), "{name}: PoolFormer has stages");
-        }
-
-        // Cancelled during its third pause: the pass stops before its fourth step.
-        let stop = Cancel::new();
-        *TOKEN.lock().expect("token") = Some(stop.clone());
-        CANCEL_AT.store(PAUSES.load(Ordering::SeqCst) + 3, Ordering::SeqCst);
-        let got = pollster::block_on(sliced.forward_cancellable(input, &stop));
-        CANCEL_AT.store(usize::MAX, Ordering::SeqCst);
-        assert!(matches!(got, Err(Error::Cancelled)), "{name}: cancelled in a pause gave {:?}", got.map(|_| ()));
-        assert_eq!(stop.checks_passed(), 3, "{name}: three steps ran, the fourth's check stopped it");
-        let again = pollster::block_on(sliced.forward(input)).expect("a pass after the stopped one");
-        assert_eq!(again.logits, want.logits, "{name}: the model runs as before");
-
-        // Two passes interleaved at their pauses, on other inputs: each its own result.
-        let other: Vec<f32> = input.iter().map(|v| -0.5 * v + 0.25).collect();
-        let want_other = plain.forward_blocking(&other).expect("forward");
-        let mut first = std::pin::pin!(sliced.forward(input));
-        let mut second = std::pin::pin!(sliced.forward(&other));
-        let mut cx = Context::from_waker(Waker::noop());
-        let (mut r1, mut r2, mut polls) = (None, None, 0);
-        while r1.is_none() || r2.is_none() {
-            if r1.is_none() {
-                if let Poll::Ready(r) = first.as_mut().poll(&mut cx) {
-                    r1 = Some(r);
+        let mut per_pass = Vec::new();
+        for (how, slices) in [("steps", by_step), ("GEMM blocks", by_block)] {
+            let (io, bytes) = fixture(name);
+            let (ishape, input) = &io[0];
+            let size = Some([ishape[2], ishape[3]]);
+            let plain = Model::load(common::cpu(), &bytes, size).expect("fixture loads");
+            let mut sliced = Model::load(common::cpu(), &bytes, size).expect("fixture loads");
+            sliced.run_in_slices(Some(slices));
+            let one = &input[..plain.input_len()];
+            // Natively the `gemm` crate chooses its blocking by a product's size, so a GEMM run in
+            // blocks of columns may sum in another order: the same within the golden tolerance
+            // there. The wasm kernel's blocking does not depend on the size: bit for bit in the
+            // browser (tests/wasm.rs), where passes run in slices.
+            let exact = how == "steps";
+            let same = |a: &[f32], b: &[f32], what: &str| {
+                if exact {
+                    assert_eq!(a, b, "{name}: {what} in slices of {how}");
+                } else {
+                    let d = max_abs_diff(a, b);
+                    assert!(within(d, tol::GOLDEN * max_abs(a).max(1.0)), "{name}: {what} in slices of {how}: max|Δ| {d}");
                 }
+            };
+
+            let want = plain.forward_blocking(input).expect("forward");
+            let before = PAUSES.load(Ordering::SeqCst);
+            let fresh = Cancel::new();
+            let got = pollster::block_on(sliced.forward_cancellable(input, &fresh)).expect("a pass in slices");
+            let pauses = PAUSES.load(Ordering::SeqCst) - before;
+            same(&want.logits, &got.logits, "the logits");
+            same(&want.probs, &got.probs, "the probabilities");
+            // A pause between every two slices (steps, or GEMM blocks), each followed by a check.
+            assert!(pauses >= 10, "{name}: {pauses} pauses");
+            assert_eq!(fresh.checks_passed(), pauses + 1, "{name}: a check before every slice");
+            per_pass.push(pauses);
+            let diff = max_abs_diff(&got.logits, &io[1].1);
+            assert!(within(diff, tol::GOLDEN * max_abs(&io[1].1).max(1.0)), "{name}: {diff} from timm");
+
+            let (a, b) = (plain.explain_blocking(one).expect("explain"), pollster::block_on(sliced.explain(one)).expect("explain in slices"));
+            same(&a.maps, &b.maps, "the per-token split");
+            same(&a.bias, &b.bias, "the split's bias");
+            same(&a.output.logits, &b.output.logits, "the explained logits");
+
+            let (w, h) = (37, 23);
+            let rgba: Vec<u8> = (0..w * h * 4).map(|i| (i * 7 % 251) as u8).collect();
+            let (a, b) = (
+                pollster::block_on(plain.classify_rgba(&rgba, w, h, || 0.0)).expect("classify"),
+                pollster::block_on(sliced.classify_rgba(&rgba, w, h, || 0.0)).expect("classify in slices"),
+            );
+            assert_eq!(a.input, b.input, "{name}: classify's input in slices");
+            same(&a.output.logits, &b.output.logits, "classify's logits");
+            assert_eq!(a.stage_energy.len(), b.stage_energy.len(), "{name}: the stages in slices");
+            for ((sa, ea), (sb, eb)) in a.stage_energy.iter().zip(&b.stage_energy) {
+                assert_eq!(sa, sb, "{name}: a stage's grid in slices");
+                same(ea, eb, "a stage's energy");
             }
-            if r2.is_none() {
-                if let Poll::Ready(r) = second.as_mut().poll(&mut cx) {
-                    r2 = Some(r);
+            if name.starts_with("poolformer") {
+                assert!(!b.stage_energy.is_empty(), "{name}: PoolFormer has stages");
+            }
+
+            // Cancelled during its third pause: the pass stops before its fourth slice.
+            let stop = Cancel::new();
+            *TOKEN.lock().expect("token") = Some(stop.clone());
+            CANCEL_AT.store(PAUSES.load(Ordering::SeqCst) + 3, Ordering::SeqCst);
+            let got = pollster::block_on(sliced.forward_cancellable(input, &stop));
+            CANCEL_AT.store(usize::MAX, Ordering::SeqCst);
+            assert!(matches!(got, Err(Error::Cancelled)), "{name}: cancelled in a pause gave {:?}", got.map(|_| ()));
+            assert_eq!(stop.checks_passed(), 3, "{name}: three slices ran, the fourth's check stopped it");
+            let again = pollster::block_on(sliced.forward(input)).expect("a pass after the stopped one");
+            same(&want.logits, &again.logits, "the model after a stopped pass");
+
+            // Two passes interleaved at their pauses, on other inputs: each its own result.
+            let other: Vec<f32> = input.iter().map(|v| -0.5 * v + 0.25).collect();
+            let want_other = plain.forward_blocking(&other).expect("forward");
+            let mut first = std::pin::pin!(sliced.forward(input));
+            let mut second = std::pin::pin!(sliced.forward(&other));
+            let mut cx = Context::from_waker(Waker::noop());
+            let (mut r1, mut r2, mut polls) = (None, None, 0);
+            while r1.is_none() || r2.is_none() {
+                if r1.is_none() {
+                    if let Poll::Ready(r) = first.as_mut().poll(&mut cx) {
+                        r1 = Some(r);
+                    }
                 }
+                if r2.is_none() {
+                    if let Poll::Ready(r) = second.as_mut().poll(&mut cx) {
+                        r2 = Some(r);
+                    }
+                }
+                polls += 1;
             }
-            polls += 1;
+            assert!(polls > 10, "{name}: the passes interleaved ({polls} rounds)");
+            same(&want.logits, &r1.and_then(|r| r.ok()).expect("the first of two interleaved passes").logits, "the first of two interleaved passes");
+            same(&want_other.logits, &r2.and_then(|r| r.ok()).expect("the second").logits, "the second of two interleaved passes");
+            eprintln!(
+                "{name}: the same {} in slices of {how} ({pauses} pauses a pass), stopped in a pause, interleaved",
+                if exact { "bits" } else { "logits" }
+            );
+            checked += 1;
         }
-        assert!(polls > 10, "{name}: the passes interleaved ({polls} rounds)");
-        assert_eq!(r1.and_then(|r| r.ok()).map(|o| o.logits), Some(want.logits), "{name}: the first of two interleaved passes");
-        assert_eq!(r2.and_then(|r| r.ok()).map(|o| o.logits), Some(want_other.logits), "{name}: the second");
-        eprintln!("{name}: the same bits in slices ({pauses} pauses a pass), stopped in a pause, interleaved");
-        checked += 1;
+        // Blocks of GEMMs' columns paused within steps: more pauses than by steps alone.
+        assert!(per_pass[1] > per_pass[0], "{name}: {per_pass:?} pauses by steps and by GEMM blocks");
     }
-    assert_eq!(checked, 4, "every family ran in slices");
+    assert_eq!(checked, 8, "every family ran in slices of steps and of GEMM blocks");
 }
 
 /// A load whose conversion runs in slices (the browser's one-thread build): on both executors,
@@ -434,7 +466,7 @@ fn a_load_in_slices_gives_the_same_model_and_stops_in_its_conversion() {
         }
         Box::pin(common::Yield(false))
     }
-    let every_chunk = Slices { every_ms: 0.0, clock: || 0.0, pause };
+    let every_chunk = Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX };
     let load = |dev: &Device, bytes: &[u8], size, cancel: &Cancel| {
         pollster::block_on(Model::load_scoped_in_slices(dev.clone(), bytes, size, cancel, Some(&every_chunk)))
     };

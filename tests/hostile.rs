@@ -30,7 +30,7 @@ fn corpus() -> (PathBuf, Vec<(String, String, String, String)>) {
 
 /// A pause after every chunk of a conversion in slices, which returns at once.
 const EVERY_CHUNK: tokenmix::exec::cpu::Slices =
-    tokenmix::exec::cpu::Slices { every_ms: 0.0, clock: || 0.0, pause: || Box::pin(std::future::ready(())) };
+    tokenmix::exec::cpu::Slices { every_ms: 0.0, clock: || 0.0, pause: || Box::pin(std::future::ready(())), gemm_macs: usize::MAX };
 
 #[test]
 fn every_hostile_file_is_refused_and_the_loaded_model_keeps_working() {

@@ -195,6 +195,53 @@ async fn golden_logits_match_timm_on_the_wasm_cpu_backend() {
     goldens_on(Device::cpu()).await;
 }
 
+/// A CPU pass in slices as the one-thread build runs it, here with a pause after every step and
+/// every 8-column block of every GEMM (`Slices::gemm_macs` 1): the same bits as one run, logits
+/// and per-token split, on every golden fixture. (Natively the `gemm` crate's blocking depends
+/// on a product's size, so tests/golden.rs can check it only within the golden tolerance.)
+#[cfg(not(feature = "threads"))]
+#[wasm_bindgen_test]
+async fn a_cpu_pass_in_slices_of_gemm_blocks_gives_the_same_bits_in_wasm() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    pool().await;
+    static PAUSES: AtomicUsize = AtomicUsize::new(0);
+    let every_block = tokenmix::exec::cpu::Slices {
+        every_ms: 0.0,
+        clock: || 0.0,
+        pause: || {
+            PAUSES.fetch_add(1, Ordering::SeqCst);
+            Box::pin(std::future::ready(()))
+        },
+        gemm_macs: 1,
+    };
+    let mut checked = 0;
+    for (name, weights, io, _) in [
+        fixture!("mixer_p8_grey_nonsquare"),
+        fixture!("mixer_p4_d64"),
+        fixture!("gmlp_grey_nonsquare_f16"),
+        fixture!("gmlp_d64_small_gate"),
+        fixture!("resmlp_p4_bf16"),
+        fixture!("poolformer_grey_nonsquare_f16"),
+    ] {
+        let (shape, input) = tensor(io, "input");
+        let size = Some([shape[2], shape[3]]);
+        let plain = Model::load(Device::cpu(), weights, size).expect("fixture loads");
+        let mut sliced = Model::load(Device::cpu(), weights, size).expect("fixture loads");
+        sliced.run_in_slices(Some(every_block));
+        let before = PAUSES.load(Ordering::SeqCst);
+        let (a, b) = (plain.forward(&input).await.expect("forward"), sliced.forward(&input).await.expect("forward in slices"));
+        let pauses = PAUSES.load(Ordering::SeqCst) - before;
+        assert_eq!(a.logits, b.logits, "{name}: the logits in slices of GEMM blocks");
+        let one = &input[..plain.input_len()];
+        let (a, b) = (plain.explain(one).await.expect("explain"), sliced.explain(one).await.expect("explain in slices"));
+        assert_eq!((a.maps, a.bias), (b.maps, b.bias), "{name}: the per-token split in slices of GEMM blocks");
+        web_sys::console::log_1(&format!("{name} [wasm, cpu]: the same bits in slices of GEMM blocks ({pauses} pauses a pass)").into());
+        assert!(pauses > 20, "{name}: {pauses} pauses");
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
+}
+
 /// The wasm CPU executor's GEMM (`exec/gemm128.rs`, simd128 intrinsics) against an f64
 /// reference, in both layouts the executor uses, at shapes that cut its 4×8 register tiles and
 /// its 64-row, 256-deep and 512-column blocks (the goldens' small models reach few of them).
@@ -353,38 +400,24 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
     assert_eq!(tokenmix::gpu::tune::autotune_override(), autotune, "a failed load changed autotune");
     classifies().await;
 
-    // Two loads at once: the first (a URL: its download ends on a later task) finishes after
-    // the second (the embedded model, no waiting). The last called wins, not the last done.
+    // Two loads at once: the first (a URL) is called first and finishes after the second (the
+    // embedded model). The last called wins, not the last done. The first is polled once (it
+    // takes its turn and starts its download), then only once the second has loaded: the
+    // order is the test's, not a race between a download and a conversion in slices.
     let (_, weights, _, _) = fixture!("mixer_p4_d64");
     let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(weights));
     let url = web_sys::Url::create_object_url_with_blob(&web_sys::Blob::new_with_u8_array_sequence(&parts).expect("a Blob")).expect("a blob URL");
     let mut first = Box::pin(web::load_model(url.clone().into(), JsValue::UNDEFINED));
-    let mut second = Box::pin(web::load_model(JsValue::NULL, JsValue::UNDEFINED));
-    let (mut a, mut b) = (None, None);
     std::future::poll_fn(|cx| {
-        use std::{future::Future, task::Poll};
-        if a.is_none() {
-            if let Poll::Ready(r) = first.as_mut().poll(cx) {
-                a = Some(r);
-            }
-        }
-        if b.is_none() {
-            if let Poll::Ready(r) = second.as_mut().poll(cx) {
-                // The first is still downloading when the second is done.
-                assert!(a.is_none(), "the blob URL's download ended at once");
-                b = Some(r);
-            }
-        }
-        if a.is_some() && b.is_some() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        assert!(std::future::Future::poll(first.as_mut(), cx).is_pending(), "the URL's load waits for its download");
+        std::task::Poll::Ready(())
     })
     .await;
+    let b = web::load_model(JsValue::NULL, JsValue::UNDEFINED).await;
+    let a = first.await;
     let _ = web_sys::Url::revoke_object_url(&url);
-    b.expect("polled to the end").map_err(message).expect("the embedded model loads");
-    let err = message(a.expect("polled to the end").map(drop).expect_err("the older load is superseded"));
+    b.map_err(message).expect("the embedded model loads");
+    let err = message(a.map(drop).expect_err("the older load is superseded"));
     assert!(err.contains("superseded"), "{err}");
     let now = web::model_info().await.map_err(message).expect("modelInfo");
     let name = js_sys::Reflect::get(&now, &"name".into()).expect("name").as_string();

@@ -275,7 +275,8 @@ fn a_conversion_in_slices_takes_the_same_tensors_and_errors() {
         Box::pin(common::Yield(false))
     }
     let mut sliced = Weights::parse(&file).expect("parses");
-    pollster::block_on(sliced.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause }, &Cancel::new())).expect("converts");
+    pollster::block_on(sliced.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX }, &Cancel::new()))
+        .expect("converts");
     let pauses = PAUSES.swap(0, Ordering::SeqCst);
     let got = takes(&mut sliced);
     // Compared as bits: f32's NaN is not equal to itself.
@@ -301,7 +302,8 @@ fn a_conversion_in_slices_takes_the_same_tensors_and_errors() {
         T.fetch_add(1, Ordering::SeqCst) as f64
     }
     let mut long = Weights::parse(&file).expect("parses");
-    pollster::block_on(long.convert_in_slices(&Slices { every_ms: 1e9, clock: ticking, pause }, &Cancel::new())).expect("converts");
+    pollster::block_on(long.convert_in_slices(&Slices { every_ms: 1e9, clock: ticking, pause, gemm_macs: usize::MAX }, &Cancel::new()))
+        .expect("converts");
     assert_eq!(PAUSES.swap(0, Ordering::SeqCst), 0, "no pause within a slice's time");
     same(&takes(&mut long));
 
@@ -310,7 +312,7 @@ fn a_conversion_in_slices_takes_the_same_tensors_and_errors() {
     *TOKEN.lock().expect("token") = Some(stop.clone());
     CANCEL_AT.store(2, Ordering::SeqCst);
     let mut stopped = Weights::parse(&file).expect("parses");
-    let r = pollster::block_on(stopped.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause }, &stop));
+    let r = pollster::block_on(stopped.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX }, &stop));
     assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
     assert_eq!(stop.checks_passed(), 2, "two chunks converted, the third's check stopped it");
     eprintln!("a conversion in slices: {pauses} pauses for 4 tensors, the same tensors and errors, stopped in a pause");

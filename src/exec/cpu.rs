@@ -87,18 +87,37 @@ struct Workspace {
     stages: Vec<f32>,
     /// Where the next snapshot goes in `stages` (a pass in slices resumes mid-way).
     stage_at: usize,
+    /// The blocks of a GEMM step done where a pass in slices paused inside it (see
+    /// [`Slices::gemm_macs`]).
+    gemm_at: usize,
+}
+
+impl Workspace {
+    /// Readies the workspace for a pass from its first step (a stopped pass in slices may have
+    /// left its place in the stage snapshots or in a GEMM).
+    fn begin(&mut self) {
+        self.stage_at = 0;
+        self.gemm_at = 0;
+    }
 }
 
 /// How a pass gives its thread back between steps, on a thread that must not be held for a
 /// whole pass: the browser's one-thread build, where the event loop must run for an abort to
 /// be read at all, and where a page's own thread (`worker: false`) would freeze. After a step,
-/// once `every_ms` have passed by `clock` since the slice began, the pass awaits `pause()` and
-/// goes on from the next step: the same steps on the same workspace, so the same bits.
+/// or a block of a large GEMM's columns, once `every_ms` have passed by `clock` since the
+/// slice began, the pass awaits `pause()` and goes on from there: the same products on the
+/// same workspace, so the same bits.
 #[derive(Clone, Copy)]
 pub struct Slices {
     pub every_ms: f64,
     pub clock: fn() -> f64,
     pub pause: fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+    /// The most multiply-adds a GEMM runs between two looks at the clock: a larger one runs in
+    /// blocks of its output's columns (of whole tiles of the wasm kernel, 8 wide, where a
+    /// block is narrower than the output), each the same sums as in one piece. Without it a
+    /// step is the unit, and one GEMM (`mixer_s16_224`'s channel MLP: 40 ms in one wasm
+    /// thread) held the thread whole.
+    pub gemm_macs: usize,
 }
 
 pub struct CpuExec {
@@ -185,6 +204,7 @@ impl CpuExec {
             cols: vec![0f32; cols],
             stages: vec![0f32; stages],
             stage_at: 0,
+            gemm_at: 0,
         }
     }
 
@@ -279,11 +299,12 @@ impl CpuExec {
             };
             let mut ws = self.take_workspace(batch, explain)?;
             ws.slots[Slot::Input.index()][..chunk.len()].copy_from_slice(chunk);
+            ws.begin();
             let mut from = 0;
             let ran = loop {
                 let began = (slices.clock)();
                 let mut due = || (slices.clock)() - began >= slices.every_ms;
-                match self.steps_from(&mut ws, from, None, Some(cancel), &mut due) {
+                match self.steps_from(&mut ws, from, None, Some(cancel), slices.gemm_macs, &mut due) {
                     Ok(Some(next)) => {
                         from = next;
                         (slices.pause)().await;
@@ -352,7 +373,8 @@ impl CpuExec {
         let mut printed: Option<Profile> = None;
         let mut profile = profile.or(printed.as_mut());
         let run_started = profile.is_some().then(crate::gpu::clock_ms);
-        self.steps_from(ws, 0, profile.as_deref_mut(), cancel, &mut || false)?;
+        ws.begin();
+        self.steps_from(ws, 0, profile.as_deref_mut(), cancel, usize::MAX, &mut || false)?;
         if let (Some(p), Some(t)) = (profile, run_started) {
             p.span_ms = crate::gpu::clock_ms() - t;
         }
@@ -364,18 +386,18 @@ impl CpuExec {
 
     /// Runs the workspace's steps from step `from` on; with `profile` times each; with
     /// `cancel`, checks it before each. Returns `Some(i)` where `pause()`, asked after each
-    /// step but the last, said to stop before step `i` (a pass in slices goes on from there).
+    /// step but the last and after each block of a GEMM of more than `gemm_macs`, said to stop
+    /// before step `i` or in it (`ws.gemm_at`): a pass in slices goes on from there. A pass
+    /// begins with [`Workspace::begin`].
     fn steps_from(
         &self,
         ws: &mut Workspace,
         from: usize,
         mut profile: Option<&mut Profile>,
         cancel: Option<&Cancel>,
+        gemm_macs: usize,
         pause: &mut dyn FnMut() -> bool,
     ) -> Result<Option<usize>> {
-        if from == 0 {
-            ws.stage_at = 0;
-        }
         // The clock is read only while profiling.
         let timing = profile.is_some();
         let clock = || timing.then(crate::gpu::clock_ms);
@@ -388,7 +410,13 @@ impl CpuExec {
             }
             let started = clock();
             match step {
-                Step::Gemm(g) => self.gemm(ws, g)?,
+                Step::Gemm(g) => {
+                    let first = if i == from { std::mem::take(&mut ws.gemm_at) } else { 0 };
+                    if let Some(next) = self.gemm(ws, g, first, gemm_macs, pause)? {
+                        ws.gemm_at = next;
+                        return Ok(Some(i));
+                    }
+                }
                 Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
                     let (gamma, beta) = (&self.net.weight(*gamma).data, &self.net.weight(*beta).data);
                     let mut out = std::mem::take(&mut ws.slots[y.index()]);
@@ -488,14 +516,50 @@ impl CpuExec {
         Ok((out, profile))
     }
 
-    fn gemm(&self, ws: &mut Workspace, g: &Gemm) -> Result<()> {
+    /// GEMM step `g` from its block `first` on. A block is a run of C's columns (for token
+    /// mixing, of one image's) of at most `gemm_macs` multiply-adds, at least one tile wide;
+    /// returns `Some(b)` where `pause()`, asked after each block but the last, said to stop
+    /// before block `b`.
+    fn gemm(&self, ws: &mut Workspace, g: &Gemm, first: usize, gemm_macs: usize, pause: &mut dyn FnMut() -> bool) -> Result<Option<usize>> {
         let (m, n, k) = self.net.gemm_dims(g);
+        let tokens = matches!(g.kind, GemmKind::Tokens { .. });
+        // Token mixing runs one image at a time; the other kinds every image's rows at once.
+        let (images, rows) = if tokens { (ws.batch, m) } else { (1, ws.batch * m) };
+        let per_column = rows.saturating_mul(k).max(1);
+        let width = match gemm_macs / per_column {
+            w if w >= n => n,
+            w => w.max(1).next_multiple_of(BLOCK_COLUMNS).min(n),
+        };
+        let blocks = n.div_ceil(width.max(1)).max(1);
+        if first == 0 {
+            if let GemmKind::Conv { input, geometry, nhwc } = g.kind {
+                // im2col checks that the columns hold rows x k.
+                im2col(&ws.slots[input.index()], ws.batch, &geometry, nhwc, &mut ws.cols)?;
+            }
+        }
+        for at in first..images * blocks {
+            if at > first && pause() {
+                return Ok(Some(at));
+            }
+            let (image, j0) = (at / blocks, (at % blocks) * width);
+            self.gemm_block(ws, g, image, j0..n.min(j0 + width))?;
+        }
+        Ok(None)
+    }
+
+    /// Columns `cols` of GEMM step `g`'s output: of every image's rows at once, or for token
+    /// mixing of image `image`'s.
+    fn gemm_block(&self, ws: &mut Workspace, g: &Gemm, image: usize, cols: std::ops::Range<usize>) -> Result<()> {
+        let (m, n, k) = self.net.gemm_dims(g);
+        let (j0, nb) = (cols.start, cols.len());
         let w = &self.net.weight(g.w).data;
         let batch = ws.batch;
+        let bias_per_row = matches!(g.kind, GemmKind::Tokens { .. });
         let epi = Epilogue {
-            bias: g.bias.map(|b| &self.net.weight(b).data[..]),
-            bias_per_row: matches!(g.kind, GemmKind::Tokens { .. }),
-            scale: g.scale.map(|s| &self.net.weight(s).data[..]),
+            // A bias and a scale per column are this block's columns of them.
+            bias: g.bias.map(|b| &self.net.weight(b).data[..]).map(|b| if bias_per_row { b } else { &b[cols.clone()] }),
+            bias_per_row,
+            scale: g.scale.map(|s| &self.net.weight(s).data[cols.clone()]),
             gelu: g.gelu,
             residual: g.residual,
         };
@@ -508,32 +572,32 @@ impl CpuExec {
                     // Every image's rows at once. A: the activations, or a convolution's im2col columns.
                     let rows = batch * m;
                     let (a, lda): (&[f32], usize) = match g.kind {
-                        GemmKind::Conv { input, geometry, nhwc } => {
-                            // im2col checks that the columns hold rows x k.
-                            im2col(&ws.slots[input.index()], batch, &geometry, nhwc, &mut ws.cols)?;
-                            (&ws.cols[..], k)
-                        }
+                        GemmKind::Conv { .. } => (&ws.cols[..], k),
                         GemmKind::Linear { a, .. } => (rows_at(&ws.slots[a.slot.index()], a.off, rows, k, a.ld, "GEMM A")?, a.ld),
                         GemmKind::Tokens { .. } => unreachable!(),
                     };
-                    let gate =
-                        g.gate.map(|v| Ok::<_, Error>((rows_at(&ws.slots[v.slot.index()], v.off, rows, n, v.ld, "GEMM gate")?, v.ld))).transpose()?;
-                    let cs = rows_at_mut(&mut c, cv.off, rows, n, cv.ld, "GEMM C")?;
-                    epi.apply(cs, cv.ld, rows, n, gate, &mut scratch, |out, ld, acc| sgemm(rows, k, n, a, (lda, 1), w, (1, k), out, ld, acc));
+                    let gate = g
+                        .gate
+                        .map(|v| Ok::<_, Error>((rows_at(&ws.slots[v.slot.index()], v.off + j0, rows, nb, v.ld, "GEMM gate")?, v.ld)))
+                        .transpose()?;
+                    let cs = rows_at_mut(&mut c, cv.off + j0, rows, nb, cv.ld, "GEMM C")?;
+                    // W is [n, k]: column j of B is its row j.
+                    let wb = &w[j0 * k..];
+                    epi.apply(cs, cv.ld, rows, nb, gate, &mut scratch, |out, ld, acc| sgemm(rows, k, nb, a, (lda, 1), wb, (1, k), out, ld, acc));
                 }
                 GemmKind::Tokens { x, .. } => {
-                    // One image at a time: C[b] = W · X[b].
-                    for b in 0..batch {
-                        let xs = rows_at(&ws.slots[x.slot.index()], x.off + b * x.bs, k, n, x.ld, "token-mixing input")?;
-                        let gate = g
-                            .gate
-                            .map(|v| Ok::<_, Error>((rows_at(&ws.slots[v.slot.index()], v.off + b * v.bs, m, n, v.ld, "GEMM gate")?, v.ld)))
-                            .transpose()?;
-                        let cs = rows_at_mut(&mut c, cv.off + b * cv.bs, m, n, cv.ld, "token-mixing output")?;
-                        epi.apply(cs, cv.ld, m, n, gate, &mut scratch, |out, ld, acc| sgemm(m, k, n, w, (k, 1), xs, (x.ld, 1), out, ld, acc));
-                    }
+                    // One image: C[b] = W · X[b].
+                    let b = image;
+                    let xs = rows_at(&ws.slots[x.slot.index()], x.off + b * x.bs + j0, k, nb, x.ld, "token-mixing input")?;
+                    let gate = g
+                        .gate
+                        .map(|v| Ok::<_, Error>((rows_at(&ws.slots[v.slot.index()], v.off + b * v.bs + j0, m, nb, v.ld, "GEMM gate")?, v.ld)))
+                        .transpose()?;
+                    let cs = rows_at_mut(&mut c, cv.off + b * cv.bs + j0, m, nb, cv.ld, "token-mixing output")?;
+                    epi.apply(cs, cv.ld, m, nb, gate, &mut scratch, |out, ld, acc| sgemm(m, k, nb, w, (k, 1), xs, (x.ld, 1), out, ld, acc));
                 }
             }
+            debug_assert!(n >= j0 + nb);
             Ok(())
         })();
         ws.slots[g.c.slot.index()] = c;
@@ -541,6 +605,10 @@ impl CpuExec {
         result
     }
 }
+
+/// A GEMM run in blocks of columns ([`Slices::gemm_macs`]) has blocks a multiple of this wide
+/// (but the last): whole 8-wide tiles of the wasm kernel (`gemm128::NR`).
+const BLOCK_COLUMNS: usize = 8;
 
 /// What follows a GEMM's product (see [`crate::net::Gemm`]).
 struct Epilogue<'a> {
