@@ -313,25 +313,11 @@ fn a_nan_output_never_matches() {
 /// workspace of its own) each give their own result.
 #[test]
 fn a_cpu_pass_in_slices_gives_the_same_results_and_stops_where_it_paused() {
+    use common::pauses::{self, pause};
     use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
     use std::task::{Context, Poll, Waker};
     use tokenmix::exec::cpu::Slices;
     use tokenmix::{Cancel, Error};
-    static PAUSES: AtomicUsize = AtomicUsize::new(0);
-    // The token the "event loop" cancels at pause number CANCEL_AT (as an abort message would).
-    static CANCEL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
-    static TOKEN: Mutex<Option<Cancel>> = Mutex::new(None);
-    fn pause() -> Pin<Box<dyn Future<Output = ()>>> {
-        if PAUSES.fetch_add(1, Ordering::SeqCst) + 1 == CANCEL_AT.load(Ordering::SeqCst) {
-            if let Some(t) = TOKEN.lock().expect("token").as_ref() {
-                t.cancel();
-            }
-        }
-        Box::pin(common::Yield(false))
-    }
     // Every step its own slice; then every block of a GEMM's columns too (the least a block
     // holds is one tile, 8 columns).
     let by_step = Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX };
@@ -362,10 +348,10 @@ fn a_cpu_pass_in_slices_gives_the_same_results_and_stops_where_it_paused() {
             };
 
             let want = plain.forward_blocking(input).expect("forward");
-            let before = PAUSES.load(Ordering::SeqCst);
+            let before = pauses::count();
             let fresh = Cancel::new();
             let got = pollster::block_on(sliced.forward_cancellable(input, &fresh)).expect("a pass in slices");
-            let pauses = PAUSES.load(Ordering::SeqCst) - before;
+            let pauses = pauses::count() - before;
             same(&want.logits, &got.logits, "the logits");
             same(&want.probs, &got.probs, "the probabilities");
             // A pause between every two slices (steps, or GEMM blocks), each followed by a check.
@@ -399,10 +385,9 @@ fn a_cpu_pass_in_slices_gives_the_same_results_and_stops_where_it_paused() {
 
             // Cancelled during its third pause: the pass stops before its fourth slice.
             let stop = Cancel::new();
-            *TOKEN.lock().expect("token") = Some(stop.clone());
-            CANCEL_AT.store(PAUSES.load(Ordering::SeqCst) + 3, Ordering::SeqCst);
+            pauses::cancel_in(3, &stop);
             let got = pollster::block_on(sliced.forward_cancellable(input, &stop));
-            CANCEL_AT.store(usize::MAX, Ordering::SeqCst);
+            pauses::clear();
             assert!(matches!(got, Err(Error::Cancelled)), "{name}: cancelled in a pause gave {:?}", got.map(|_| ()));
             assert_eq!(stop.checks_passed(), 3, "{name}: three slices ran, the fourth's check stopped it");
             let again = pollster::block_on(sliced.forward(input)).expect("a pass after the stopped one");
@@ -448,24 +433,10 @@ fn a_cpu_pass_in_slices_gives_the_same_results_and_stops_where_it_paused() {
 /// pause, it stops there, in its conversion, and a load after it is as before.
 #[test]
 fn a_load_in_slices_gives_the_same_model_and_stops_in_its_conversion() {
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
+    use common::pauses::{self, pause};
     use tokenmix::exec::cpu::Slices;
     use tokenmix::{Cancel, Error};
 
-    static PAUSES: AtomicUsize = AtomicUsize::new(0);
-    static CANCEL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
-    static TOKEN: Mutex<Option<Cancel>> = Mutex::new(None);
-    fn pause() -> Pin<Box<dyn Future<Output = ()>>> {
-        if PAUSES.fetch_add(1, Ordering::SeqCst) + 1 == CANCEL_AT.load(Ordering::SeqCst) {
-            if let Some(t) = TOKEN.lock().expect("token").as_ref() {
-                t.cancel();
-            }
-        }
-        Box::pin(common::Yield(false))
-    }
     let every_chunk = Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX };
     let load = |dev: &Device, bytes: &[u8], size, cancel: &Cancel| {
         pollster::block_on(Model::load_scoped_in_slices(dev.clone(), bytes, size, cancel, Some(&every_chunk)))
@@ -478,10 +449,10 @@ fn a_load_in_slices_gives_the_same_model_and_stops_in_its_conversion() {
             let size = Some([ishape[2], ishape[3]]);
             let tensors = tokenmix::inspect(&bytes, size).expect("fixture inspects").weights.names().count();
             let plain = Model::load(dev.clone(), &bytes, size).expect("fixture loads");
-            let before = PAUSES.load(Ordering::SeqCst);
+            let before = pauses::count();
             let fresh = Cancel::new();
             let sliced = load(&dev, &bytes, size, &fresh).expect("a load in slices");
-            let pauses = PAUSES.load(Ordering::SeqCst) - before;
+            let pauses = pauses::count() - before;
             // At least one pause a tensor: the conversion gave the thread back all along.
             assert!(pauses >= tensors, "{name} on {}: {pauses} pauses for {tensors} tensors", dev.label());
             let (a, b) = (plain.forward_blocking(input).expect("forward"), sliced.forward_blocking(input).expect("forward"));
@@ -493,10 +464,9 @@ fn a_load_in_slices_gives_the_same_model_and_stops_in_its_conversion() {
             // Cancelled in its third pause: the load stops before its fourth chunk, still in
             // the conversion (which has more than three), and says so.
             let stop = Cancel::new();
-            *TOKEN.lock().expect("token") = Some(stop.clone());
-            CANCEL_AT.store(PAUSES.load(Ordering::SeqCst) + 3, Ordering::SeqCst);
+            pauses::cancel_in(3, &stop);
             let got = load(&dev, &bytes, size, &stop);
-            CANCEL_AT.store(usize::MAX, Ordering::SeqCst);
+            pauses::clear();
             assert!(matches!(got, Err(Error::Cancelled)), "{name}: cancelled in a pause gave {:?}", got.map(|_| ()));
             // The load's first check, then one before each of the three chunks that ran.
             assert_eq!(stop.checks_passed(), 4, "{name}: three chunks converted, the fourth's check stopped it");

@@ -79,19 +79,25 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     })
 }
 
-/// The golden fixtures through one executor, each against timm's logits.
-async fn goldens_on(device: Device) {
-    web_sys::console::log_1(&format!("executor: {} ({})", device.describe(), device.kernels()).into());
-    let mut failures = Vec::new();
-    let mut checked = 0;
-    for (name, weights, io, explain) in [
+/// The golden fixtures the wasm tests run: (name, weights, timm's input and logits, timm's
+/// per-token evidence).
+fn goldens() -> [(&'static str, &'static [u8], &'static [u8], &'static [u8]); 6] {
+    [
         fixture!("mixer_p8_grey_nonsquare"),
         fixture!("mixer_p4_d64"),
         fixture!("gmlp_grey_nonsquare_f16"),
         fixture!("gmlp_d64_small_gate"),
         fixture!("resmlp_p4_bf16"),
         fixture!("poolformer_grey_nonsquare_f16"),
-    ] {
+    ]
+}
+
+/// The golden fixtures through one executor, each against timm's logits.
+async fn goldens_on(device: Device) {
+    web_sys::console::log_1(&format!("executor: {} ({})", device.describe(), device.kernels()).into());
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (name, weights, io, explain) in goldens() {
         let (shape, input) = tensor(io, "input");
         let (_, expected) = tensor(io, "logits");
         let model = Model::load(device.clone(), weights, Some([shape[2], shape[3]])).expect("fixture loads");
@@ -215,14 +221,7 @@ async fn a_cpu_pass_in_slices_of_gemm_blocks_gives_the_same_bits_in_wasm() {
         gemm_macs: 1,
     };
     let mut checked = 0;
-    for (name, weights, io, _) in [
-        fixture!("mixer_p8_grey_nonsquare"),
-        fixture!("mixer_p4_d64"),
-        fixture!("gmlp_grey_nonsquare_f16"),
-        fixture!("gmlp_d64_small_gate"),
-        fixture!("resmlp_p4_bf16"),
-        fixture!("poolformer_grey_nonsquare_f16"),
-    ] {
+    for (name, weights, io, _) in goldens() {
         let (shape, input) = tensor(io, "input");
         let size = Some([shape[2], shape[3]]);
         let plain = Model::load(Device::cpu(), weights, size).expect("fixture loads");

@@ -235,10 +235,8 @@ fn sizes_a_small_file_cannot_ask_for() {
 /// cancelled in a pause, the conversion stops at its next chunk.
 #[test]
 fn a_conversion_in_slices_takes_the_same_tensors_and_errors() {
-    use std::future::Future;
-    use std::pin::Pin;
+    use common::pauses::{self, pause};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
     use tokenmix::exec::cpu::Slices;
     use tokenmix::weights::Weights;
     use tokenmix::Cancel;
@@ -263,21 +261,11 @@ fn a_conversion_in_slices_takes_the_same_tensors_and_errors() {
     assert!(want.iter().filter(|r| r.is_err()).count() == 3 && want.iter().filter(|r| r.is_ok()).count() == 3, "{want:?}");
     assert!(want[2].as_ref().is_err_and(|e| e.contains("non-finite value (NaN) at index 123456")), "{:?}", want[2]);
 
-    static PAUSES: AtomicUsize = AtomicUsize::new(0);
-    static CANCEL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
-    static TOKEN: Mutex<Option<Cancel>> = Mutex::new(None);
-    fn pause() -> Pin<Box<dyn Future<Output = ()>>> {
-        if PAUSES.fetch_add(1, Ordering::SeqCst) + 1 == CANCEL_AT.load(Ordering::SeqCst) {
-            if let Some(t) = TOKEN.lock().expect("token").as_ref() {
-                t.cancel();
-            }
-        }
-        Box::pin(common::Yield(false))
-    }
+    let before = pauses::count();
     let mut sliced = Weights::parse(&file).expect("parses");
     pollster::block_on(sliced.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX }, &Cancel::new()))
         .expect("converts");
-    let pauses = PAUSES.swap(0, Ordering::SeqCst);
+    let paused = pauses::count() - before;
     let got = takes(&mut sliced);
     // Compared as bits: f32's NaN is not equal to itself.
     let bits = |r: &[Result<Vec<f32>, String>]| {
@@ -294,26 +282,26 @@ fn a_conversion_in_slices_takes_the_same_tensors_and_errors() {
     };
     same(&got);
     // A pause after every chunk: more than one a tensor, as `big` (300 000 values) has several.
-    assert!(pauses > 4, "{pauses} pauses for 4 tensors");
+    assert!(paused > 4, "{paused} pauses for 4 tensors");
 
     // The clock decides: a slice that never runs its time never pauses.
     fn ticking() -> f64 {
         static T: AtomicUsize = AtomicUsize::new(0);
         T.fetch_add(1, Ordering::SeqCst) as f64
     }
+    let before = pauses::count();
     let mut long = Weights::parse(&file).expect("parses");
     pollster::block_on(long.convert_in_slices(&Slices { every_ms: 1e9, clock: ticking, pause, gemm_macs: usize::MAX }, &Cancel::new()))
         .expect("converts");
-    assert_eq!(PAUSES.swap(0, Ordering::SeqCst), 0, "no pause within a slice's time");
+    assert_eq!(pauses::count() - before, 0, "no pause within a slice's time");
     same(&takes(&mut long));
 
     // Cancelled in its second pause: no chunk after it is converted.
     let stop = Cancel::new();
-    *TOKEN.lock().expect("token") = Some(stop.clone());
-    CANCEL_AT.store(2, Ordering::SeqCst);
+    pauses::cancel_in(2, &stop);
     let mut stopped = Weights::parse(&file).expect("parses");
     let r = pollster::block_on(stopped.convert_in_slices(&Slices { every_ms: 0.0, clock: || 0.0, pause, gemm_macs: usize::MAX }, &stop));
     assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
     assert_eq!(stop.checks_passed(), 2, "two chunks converted, the third's check stopped it");
-    eprintln!("a conversion in slices: {pauses} pauses for 4 tensors, the same tensors and errors, stopped in a pause");
+    eprintln!("a conversion in slices: {paused} pauses for 4 tensors, the same tensors and errors, stopped in a pause");
 }

@@ -338,3 +338,49 @@ impl std::future::Future for Yield {
         std::task::Poll::Pending
     }
 }
+
+/// A [`tokenmix::exec::cpu::Slices`] pause for tests (a `fn`, as `Slices` takes one) that counts
+/// the pauses made on this thread and, at a chosen one, cancels a token, as an abort read
+/// during a pause would. Per thread, so tests that run at once do not see each other's.
+pub mod pauses {
+    use std::cell::{Cell, RefCell};
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use tokenmix::Cancel;
+
+    thread_local! {
+        static COUNT: Cell<usize> = const { Cell::new(0) };
+        static CANCEL: RefCell<Option<(usize, Cancel)>> = const { RefCell::new(None) };
+    }
+
+    pub fn pause() -> Pin<Box<dyn Future<Output = ()>>> {
+        let n = COUNT.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        CANCEL.with(|t| {
+            if let Some((at, token)) = t.borrow().as_ref() {
+                if *at == n {
+                    token.cancel();
+                }
+            }
+        });
+        Box::pin(super::Yield(false))
+    }
+
+    /// The pauses made on this thread so far.
+    pub fn count() -> usize {
+        COUNT.with(Cell::get)
+    }
+
+    /// Cancels `token` in the `nth` pause from now (1: the next one).
+    pub fn cancel_in(nth: usize, token: &Cancel) {
+        CANCEL.with(|t| *t.borrow_mut() = Some((count() + nth, token.clone())));
+    }
+
+    /// No pause cancels anything any more.
+    pub fn clear() {
+        CANCEL.with(|t| *t.borrow_mut() = None);
+    }
+}
