@@ -1218,6 +1218,10 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
     assert.equal(r.page.shown, OTHER, 'the newer image is shown');
     assert.deepEqual(r.page.newer.ok.predictions.map((q) => [q.index, q.probability]), r.page.direct, 'as the API classifies it');
     assert.deepEqual(await shownPredictions(page).then((ps) => ps.map((q) => [q.index, q.probability])), r.page.direct);
+    // The load's status line names the long hub URL: it wraps inside its panel.
+    const line = await page.$eval('#model-status', (e) => ({ text: e.textContent, over: e.scrollWidth - e.clientWidth }));
+    assert.match(line.text, /resolve\/main\/model\.safetensors/);
+    assert.ok(line.over <= 0, `the model status runs ${line.over} px past its panel: ${line.text}`);
     await shot(page, 'e2e-p-superseded');
     assert.deepEqual(pageErrors, []);
     await page.close();
