@@ -197,15 +197,15 @@ fn js_message(e: &JsValue) -> String {
 /// `chunks` (Uint8Arrays) one after the other in wasm memory, or an error where that memory
 /// cannot grow so far (a plain `to_vec` aborts the module instead: wasm32 has at most 4 GiB,
 /// shared with the model), or [`Error::Cancelled`] once `cancel` is set (read between pieces
-/// in the one-thread build).
-async fn copy_in(chunks: &Array, what: &str, cancel: &Cancel) -> crate::error::Result<Vec<u8>> {
+/// in `slices`, where given).
+async fn copy_in(chunks: &Array, what: &str, cancel: &Cancel, slices: Option<&crate::exec::cpu::Slices>) -> crate::error::Result<Vec<u8>> {
     let parts: Vec<Uint8Array> = chunks.iter().map(|c| c.dyn_into::<Uint8Array>().unwrap_or_else(|c| Uint8Array::new(&c))).collect();
     let len = parts.iter().map(|p| p.length() as usize).sum::<usize>();
     let mut out = Vec::new();
     out.try_reserve_exact(len).map_err(|_| Error::Input(format!("{what} is {len} bytes: more than this page's WebAssembly memory can hold")))?;
     // The one-thread build copies in slices, as it converts (0.06 s for a 74 MB model in one
     // piece): a page's own thread keeps drawing, and an abort is read between pieces.
-    let mut began = now();
+    let mut began = slices.map_or(0.0, |s| (s.clock)());
     for part in &parts {
         let n = part.length();
         let mut at = 0;
@@ -215,10 +215,9 @@ async fn copy_in(chunks: &Array, what: &str, cancel: &Cancel) -> crate::error::R
             out.resize(start + (end - at) as usize, 0);
             part.subarray(at, end).copy_to(&mut out[start..]);
             at = end;
-            if !cfg!(feature = "threads") && now() - began >= SLICES.every_ms {
-                timed_pause().await;
+            if let Some(s) = slices {
+                s.pause_if_due(&mut began).await;
                 cancel.check()?;
-                began = now();
             }
         }
     }
@@ -247,6 +246,12 @@ fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
 /// threaded build's worker needs no pauses: the page's thread cancels through shared memory.
 const SLICES: crate::exec::cpu::Slices =
     crate::exec::cpu::Slices { every_ms: 10.0, clock: now, pause: || Box::pin(timed_pause()), gemm_macs: 1 << 25 };
+
+/// [`SLICES`] in the one-thread build, where loads and CPU passes run in them; none in the
+/// threaded build.
+fn slices() -> Option<crate::exec::cpu::Slices> {
+    (!cfg!(feature = "threads")).then_some(SLICES)
+}
 
 thread_local! {
     /// The pauses CPU passes made, and the milliseconds they were away (`adapterInfo().slices`:
@@ -333,7 +338,7 @@ async fn load_tuned(device: &Device, bytes: &[u8], cancel: &Cancel) -> crate::er
     };
     // The one-thread build converts the file in slices too (an abort is read between them,
     // and a page's own thread keeps drawing), then runs the model's CPU passes in slices.
-    let slices = (!cfg!(feature = "threads")).then_some(SLICES);
+    let slices = slices();
     let mut model = Model::load_scoped_in_slices(device.clone(), bytes, None, cancel, slices.as_ref()).await?;
     cancel.check()?;
     model.run_in_slices(slices);
@@ -661,7 +666,7 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     };
     let bytes = match &chunks {
         None => crate::DEFAULT_MODEL.to_vec(),
-        Some(chunks) => match copy_in(chunks, if source.is_string() { &name } else { "the model" }, &cancel).await {
+        Some(chunks) => match copy_in(chunks, if source.is_string() { &name } else { "the model" }, &cancel, slices().as_ref()).await {
             Ok(bytes) => bytes,
             Err(Error::Cancelled) => {
                 count_stop(|s| s.loads += 1);

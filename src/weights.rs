@@ -98,14 +98,11 @@ impl<'a> Weights<'a> {
             for chunk in bytes.chunks(CONVERT_CHUNK * width) {
                 cancel.check()?;
                 let start = data.len();
-                data.extend(to_f32(&name, dtype, chunk)?);
+                push_f32(&mut data, &name, dtype, chunk)?;
                 if non_finite.is_none() {
                     non_finite = data[start..].iter().position(|v| !v.is_finite()).map(|i| start + i);
                 }
-                if (slices.clock)() - began >= slices.every_ms {
-                    (slices.pause)().await;
-                    began = (slices.clock)();
-                }
+                slices.pause_if_due(&mut began).await;
             }
             self.converted.insert(name, Converted { data, non_finite });
         }
@@ -167,12 +164,20 @@ impl<'a> Weights<'a> {
 }
 
 fn to_f32(name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
-    Ok(match dtype {
-        Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-        Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+    let mut out = Vec::new();
+    push_f32(&mut out, name, dtype, bytes)?;
+    Ok(out)
+}
+
+/// Appends `bytes` (of `dtype`) to `out` as f32.
+fn push_f32(out: &mut Vec<f32>, name: &str, dtype: Dtype, bytes: &[u8]) -> Result<()> {
+    match dtype {
+        Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        Dtype::F16 => out.extend(bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())),
+        Dtype::BF16 => out.extend(bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())),
         other => return Err(Error::tensor(name, format!("has dtype {other:?}; tokenmix reads F32, F16 and BF16"))),
-    })
+    }
+    Ok(())
 }
 
 /// The first key that appears twice at the top level of a JSON object, if any.

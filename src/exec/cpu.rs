@@ -120,6 +120,17 @@ pub struct Slices {
     pub gemm_macs: usize,
 }
 
+impl Slices {
+    /// Awaits a pause once the slice that began at `began` (by `clock`) has run `every_ms`,
+    /// and starts the next one: for work that looks at the clock between pieces of its own.
+    pub async fn pause_if_due(&self, began: &mut f64) {
+        if (self.clock)() - *began >= self.every_ms {
+            (self.pause)().await;
+            *began = (self.clock)();
+        }
+    }
+}
+
 pub struct CpuExec {
     net: Net,
     /// Per-image slot sizes without and with the evidence steps.

@@ -138,10 +138,16 @@ impl Model {
     /// the executor is made.
     pub fn load_cancellable(device: impl Into<Device>, bytes: &[u8], img_size: Option<[usize; 2]>, cancel: &Cancel) -> Result<Model> {
         let device = device.into();
+        let inspected = Model::inspect_for(&device, bytes, img_size, cancel)?;
+        Model::build(device, inspected, cancel)
+    }
+
+    /// The start of a load: the file inspected, and checked to fit `device`.
+    fn inspect_for<'a>(device: &Device, bytes: &'a [u8], img_size: Option<[usize; 2]>, cancel: &Cancel) -> Result<Inspected<'a>> {
         cancel.check()?;
         let inspected = inspect(bytes, img_size)?;
-        fits(&device, &inspected.arch)?;
-        Model::build(device, inspected, cancel)
+        fits(device, &inspected.arch)?;
+        Ok(inspected)
     }
 
     /// The rest of a load once the file is inspected (its tensors converted when taken, or
@@ -198,9 +204,7 @@ impl Model {
         slices: Option<&crate::exec::cpu::Slices>,
     ) -> Result<Model> {
         let device = device.into();
-        cancel.check()?;
-        let mut inspected = inspect(bytes, img_size)?;
-        fits(&device, &inspected.arch)?;
+        let mut inspected = Model::inspect_for(&device, bytes, img_size, cancel)?;
         if let Some(slices) = slices {
             inspected.weights.convert_in_slices(slices, cancel).await?;
         }
