@@ -240,9 +240,10 @@ fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
 /// `Model::run_in_slices`): the event loop then reads an abort (`cancelCall` from the worker's
 /// message handler) and a page's own thread draws a frame. A GEMM of more than 32 Mi
 /// multiply-adds (about 6 ms in one wasm thread) runs in blocks of columns, so a long one
-/// (`mixer_s16_224`'s channel MLP: 205 M, 40 ms) can pause inside: measured on that model, a
-/// pass 4-5 % longer (each block packs A again), the page's longest wait 39 → 26 ms (a
-/// timer runs in about half the pauses), where 16 Mi cost 12 % and 64 Mi gave 31 ms. The
+/// (`mixer_s16_224`'s channel MLP: 205 M, 40 ms) can pause inside: measured on that model, the
+/// page's longest wait 39 → 26 ms (a timer runs in about half the pauses), where 64 Mi gave
+/// 31 ms. A pass was 4-5 % longer while each block packed all of A again (16 Mi: 12 %); the
+/// blocks now share one packing (`cpu::SharedA`), and a pass takes what it took by steps. The
 /// threaded build's worker needs no pauses: the page's thread cancels through shared memory.
 const SLICES: crate::exec::cpu::Slices =
     crate::exec::cpu::Slices { every_ms: 10.0, clock: now, pause: || Box::pin(timed_pause()), gemm_macs: 1 << 25 };

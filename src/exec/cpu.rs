@@ -90,6 +90,8 @@ struct Workspace {
     /// The blocks of a GEMM step done where a pass in slices paused inside it (see
     /// [`Slices::gemm_macs`]).
     gemm_at: usize,
+    /// The A operand shared by the calls of one GEMM step.
+    shared_a: SharedA,
 }
 
 impl Workspace {
@@ -216,6 +218,7 @@ impl CpuExec {
             stages: vec![0f32; stages],
             stage_at: 0,
             gemm_at: 0,
+            shared_a: SharedA::default(),
         }
     }
 
@@ -548,19 +551,27 @@ impl CpuExec {
                 im2col(&ws.slots[input.index()], ws.batch, &geometry, nhwc, &mut ws.cols)?;
             }
         }
-        for at in first..images * blocks {
+        let calls = images * blocks;
+        for at in first..calls {
             if at > first && pause() {
                 return Ok(Some(at));
             }
             let (image, j0) = (at / blocks, (at % blocks) * width);
-            self.gemm_block(ws, g, image, j0..n.min(j0 + width))?;
+            // Calls that share A read it as the first packed it (through pauses too: a pass in
+            // slices holds its workspace, and no step runs before this one's last block).
+            let a_use = match (calls, at) {
+                (1, _) => AUse::Own,
+                (_, 0) => AUse::Pack,
+                _ => AUse::Packed,
+            };
+            self.gemm_block(ws, g, image, j0..n.min(j0 + width), a_use)?;
         }
         Ok(None)
     }
 
     /// Columns `cols` of GEMM step `g`'s output: of every image's rows at once, or for token
-    /// mixing of image `image`'s.
-    fn gemm_block(&self, ws: &mut Workspace, g: &Gemm, image: usize, cols: std::ops::Range<usize>) -> Result<()> {
+    /// mixing of image `image`'s; A taken as `a_use` says.
+    fn gemm_block(&self, ws: &mut Workspace, g: &Gemm, image: usize, cols: std::ops::Range<usize>, a_use: AUse) -> Result<()> {
         let (m, n, k) = self.net.gemm_dims(g);
         let (j0, nb) = (cols.start, cols.len());
         let w = &self.net.weight(g.w).data;
@@ -594,7 +605,10 @@ impl CpuExec {
                     let cs = rows_at_mut(&mut c, cv.off + j0, rows, nb, cv.ld, "GEMM C")?;
                     // W is [n, k]: column j of B is its row j.
                     let wb = &w[j0 * k..];
-                    epi.apply(cs, cv.ld, rows, nb, gate, &mut scratch, |out, ld, acc| sgemm(rows, k, nb, a, (lda, 1), wb, (1, k), out, ld, acc));
+                    let shared = &mut ws.shared_a;
+                    epi.apply(cs, cv.ld, rows, nb, gate, &mut scratch, |out, ld, acc| {
+                        shared.sgemm(a_use, rows, k, nb, a, (lda, 1), wb, (1, k), out, ld, acc)
+                    });
                 }
                 GemmKind::Tokens { x, .. } => {
                     // One image: C[b] = W · X[b].
@@ -605,7 +619,10 @@ impl CpuExec {
                         .map(|v| Ok::<_, Error>((rows_at(&ws.slots[v.slot.index()], v.off + b * v.bs + j0, m, nb, v.ld, "GEMM gate")?, v.ld)))
                         .transpose()?;
                     let cs = rows_at_mut(&mut c, cv.off + b * cv.bs + j0, m, nb, cv.ld, "token-mixing output")?;
-                    epi.apply(cs, cv.ld, m, nb, gate, &mut scratch, |out, ld, acc| sgemm(m, k, nb, w, (k, 1), xs, (x.ld, 1), out, ld, acc));
+                    let shared = &mut ws.shared_a;
+                    epi.apply(cs, cv.ld, m, nb, gate, &mut scratch, |out, ld, acc| {
+                        shared.sgemm(a_use, m, k, nb, w, (k, 1), xs, (x.ld, 1), out, ld, acc)
+                    });
                 }
             }
             debug_assert!(n >= j0 + nb);
@@ -614,6 +631,61 @@ impl CpuExec {
         ws.slots[g.c.slot.index()] = c;
         ws.scratch = scratch;
         result
+    }
+}
+
+/// How one of a GEMM step's calls (its blocks of columns, token mixing's images) takes A.
+#[derive(Clone, Copy)]
+enum AUse {
+    /// The step's only call.
+    Own,
+    /// The first of several: packs A for the others.
+    Pack,
+    /// A later one: reads the first's packing.
+    Packed,
+}
+
+/// A GEMM step's A operand packed once for all its calls. In wasm, `gemm128` would otherwise
+/// pack all of A again for each block of C's columns (a full-size Mixer's `fc2` in the
+/// one-thread build: 6 blocks of 2048 x 196 values) and for each image of token mixing (the
+/// same weights); natively the GEMM crates pack their operands themselves, and this holds
+/// nothing.
+#[derive(Default)]
+struct SharedA {
+    #[cfg(target_arch = "wasm32")]
+    packed: super::gemm128::PackedA,
+}
+
+impl SharedA {
+    /// [`sgemm`] for one of a step's calls, A taken as `a_use` says. The same bits either way.
+    #[allow(clippy::too_many_arguments)]
+    fn sgemm(
+        &mut self,
+        a_use: AUse,
+        m: usize,
+        k: usize,
+        n: usize,
+        a: &[f32],
+        sa: (usize, usize),
+        b: &[f32],
+        sb: (usize, usize),
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        #[cfg(target_arch = "wasm32")]
+        {
+            // A packing of other extents is never read (a step's calls share m and k).
+            if matches!(a_use, AUse::Pack) || (matches!(a_use, AUse::Packed) && self.packed.dims() != (m, k)) {
+                self.packed.pack(m, k, a, sa);
+            }
+            if !matches!(a_use, AUse::Own) {
+                return super::gemm128::sgemm_packed(&self.packed, n, b, sb, c, ldc, accumulate);
+            }
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = a_use;
+        sgemm(m, k, n, a, sa, b, sb, c, ldc, accumulate)
     }
 }
 

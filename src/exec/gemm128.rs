@@ -131,29 +131,77 @@ pub fn sgemm(
     let parts = if m * k * n >= super::cpu::split::macs() { rayon::current_num_threads() } else { 1 };
     #[cfg(not(feature = "threads"))]
     let parts = 1;
-    sgemm_parts(parts, m, k, n, a, sa, b, sb, c, ldc, accumulate);
+    sgemm_parts(parts, m, k, n, A::Raw(a, sa), b, sb, c, ldc, accumulate);
+}
+
+/// [`sgemm`] with A packed beforehand ([`PackedA::pack`]): for the calls of one GEMM that share
+/// A (the CPU executor's blocks of C's columns, token mixing's images), which would otherwise
+/// each pack all of it again. The same products in the same order, so the same bits.
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(test, allow(dead_code))]
+pub fn sgemm_packed(a: &PackedA, n: usize, b: &[f32], sb: (usize, usize), c: &mut [f32], ldc: usize, accumulate: bool) {
+    let (m, k) = (a.m, a.k);
+    #[cfg(feature = "threads")]
+    let parts = if m * k * n >= super::cpu::split::macs() { rayon::current_num_threads() } else { 1 };
+    #[cfg(not(feature = "threads"))]
+    let parts = 1;
+    sgemm_parts(parts, m, k, n, A::Packed(a), b, sb, c, ldc, accumulate);
+}
+
+/// A GEMM's A operand: as it lies in memory (with its row and column strides), or packed.
+#[derive(Clone, Copy)]
+enum A<'a> {
+    Raw(&'a [f32], (usize, usize)),
+    Packed(&'a PackedA),
+}
+
+/// All of an A operand [m, k] in the panels [`blocked`] reads, packed once: block by block of
+/// [`KC`] steps of k, and within one by [`MC`] rows, each as `pack_a` gives it. As large as A
+/// itself (its rows rounded up to [`MR`]); kept by the caller between calls.
+#[derive(Default)]
+pub struct PackedA {
+    m: usize,
+    k: usize,
+    panels: Vec<[f32; MR]>,
+}
+
+impl PackedA {
+    /// Packs `a` [m, k] with (row, column) strides `sa`, replacing what this held.
+    pub fn pack(&mut self, m: usize, k: usize, a: &[f32], sa: (usize, usize)) {
+        (self.m, self.k) = (m, k);
+        self.panels.clear();
+        for pc in (0..k).step_by(KC) {
+            for ic in (0..m).step_by(MC) {
+                pack_a(&mut self.panels, a, sa, ic, MC.min(m - ic), pc, KC.min(k - pc));
+            }
+        }
+    }
+
+    /// The rows and depth this holds.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.m, self.k)
+    }
+
+    /// The panels of rows `ic..` (a multiple of [`MC`]) over k from `pc` (a multiple of
+    /// [`KC`]): what `pack_a` gives for that block.
+    fn block(&self, pc: usize, ic: usize) -> &[[f32; MR]] {
+        let kc = KC.min(self.k - pc);
+        // Every block of k before holds KC steps of all of A's panels; within this one, the
+        // row blocks before hold ic / MR panels of kc steps.
+        let at = pc * self.m.div_ceil(MR) + ic / MR * kc;
+        &self.panels[at..at + MC.min(self.m - ic).div_ceil(MR) * kc]
+    }
 }
 
 /// [`sgemm`] with C's columns cut into at most `parts` ranges of whole NR-column panels, run in
 /// parallel where rayon is (natively, for the tests, and in the threaded wasm build). Each
 /// range packs its own B panels (a batch-1 Linear layer's weights are still read from memory
-/// once, whatever the thread count) and all of A (packed again by each range: for the Linear
-/// layers A is the activations, at batch 1 less than half the weights' size). Each element of C
-/// is the same sum in the same order as on one thread, so the results do not depend on `parts`.
+/// once, whatever the thread count) and, given A as it lies, all of A (packed again by each
+/// range: for the Linear layers A is the activations, at batch 1 less than half the weights'
+/// size); given a [`PackedA`], the ranges read that one. Each element of C is the same sum in the
+/// same order as on one thread, so the results do not depend on `parts`.
 #[allow(clippy::too_many_arguments)]
-fn sgemm_parts(
-    parts: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    sa: (usize, usize),
-    b: &[f32],
-    sb: (usize, usize),
-    c: &mut [f32],
-    ldc: usize,
-    accumulate: bool,
-) {
+fn sgemm_parts(parts: usize, m: usize, k: usize, n: usize, a: A, b: &[f32], sb: (usize, usize), c: &mut [f32], ldc: usize, accumulate: bool) {
     if m == 0 || n == 0 {
         return;
     }
@@ -177,14 +225,14 @@ fn sgemm_parts(
             // Each range's C starts at its first column: writes never reach another range's
             // columns (`blocked` writes columns 0..width of its C only).
             let c = c.at_column(j0);
-            blocked(m, k, width.min(n - j0), a, sa, &b[j0 * sb.1..], sb, c, ldc, accumulate);
+            blocked(m, k, width.min(n - j0), a, &b[j0 * sb.1..], sb, c, ldc, accumulate);
         });
         return;
     }
     #[cfg(not(any(not(target_arch = "wasm32"), feature = "threads")))]
     let _ = (parts, panels); // no pool in this build: one thread
     let c = Out { ptr: c.as_mut_ptr(), len: c.len() };
-    blocked(m, k, n, a, sa, b, sb, c, ldc, accumulate);
+    blocked(m, k, n, a, b, sb, c, ldc, accumulate);
 }
 
 /// C as [`blocked`] writes it: a pointer and the length it may reach, so that threads can each
@@ -219,18 +267,7 @@ impl Out {
 
 /// One range of C's columns on the calling thread: the packed-panel loops around [`kernel`].
 #[allow(clippy::too_many_arguments)]
-fn blocked(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    (rsa, csa): (usize, usize),
-    b: &[f32],
-    (rsb, csb): (usize, usize),
-    mut c: Out,
-    ldc: usize,
-    accumulate: bool,
-) {
+fn blocked(m: usize, k: usize, n: usize, a: A, b: &[f32], (rsb, csb): (usize, usize), mut c: Out, ldc: usize, accumulate: bool) {
     PACKED.with_borrow_mut(|(ap, bp)| {
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
@@ -241,11 +278,18 @@ fn blocked(
                 pack_b(bp, b, (rsb, csb), pc, kc, jc, nc);
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
-                    pack_a(ap, a, (rsa, csa), ic, mc, pc, kc);
+                    let a_block = match a {
+                        A::Raw(a, sa) => {
+                            ap.clear();
+                            pack_a(ap, a, sa, ic, mc, pc, kc);
+                            &ap[..]
+                        }
+                        A::Packed(packed) => packed.block(pc, ic),
+                    };
                     for (jr, b_panel) in bp.chunks_exact(kc).enumerate() {
                         let j0 = jc + jr * NR;
                         let nr = NR.min(n - j0);
-                        for (ir, a_panel) in ap.chunks_exact(kc).enumerate() {
+                        for (ir, a_panel) in a_block.chunks_exact(kc).enumerate() {
                             let i0 = ic + ir * MR;
                             let tile = kernel(a_panel, b_panel);
                             for (i, row) in tile.iter().enumerate().take(MR.min(m - i0)) {
@@ -287,11 +331,10 @@ fn kernel(a: &[[f32; MR]], b: &[Row]) -> [Row; MR] {
     tile
 }
 
-/// A's rows `i0..i0 + mc`, columns `p0..p0 + kc` as panels of MR rows, each `kc` steps of MR
-/// values, zero past row `mc`. Reads along whichever of A's dimensions is contiguous.
+/// Appends A's rows `i0..i0 + mc`, columns `p0..p0 + kc` as panels of MR rows, each `kc` steps
+/// of MR values, zero past row `mc`. Reads along whichever of A's dimensions is contiguous.
 #[inline(never)]
 fn pack_a(out: &mut Vec<[f32; MR]>, a: &[f32], (rs, cs): (usize, usize), i0: usize, mc: usize, p0: usize, kc: usize) {
-    out.clear();
     for ir in (0..mc).step_by(MR) {
         let rows = MR.min(mc - ir);
         let at = out.len();
@@ -375,10 +418,15 @@ mod tests {
                         let a: Vec<f32> = (0..2 * m * k).map(|i| value(i + 1)).collect();
                         let b: Vec<f32> = (0..2 * k * n).map(|i| value(i + 7919)).collect();
                         let ldc = n + 3;
-                        for (parts, accumulate) in [(1, false), (1, true), (3, false), (2, true)] {
+                        let mut packed = PackedA::default();
+                        packed.pack(m, k, &a, sa);
+                        for (parts, accumulate, pre) in
+                            [(1, false, false), (1, true, false), (3, false, false), (2, true, false), (1, false, true), (2, true, true)]
+                        {
                             let mut c: Vec<f32> = (0..m * ldc).map(|i| value(i + 104_729)).collect();
                             let before = c.clone();
-                            sgemm_parts(parts, m, k, n, &a, sa, &b, sb, &mut c, ldc, accumulate);
+                            let operand = if pre { A::Packed(&packed) } else { A::Raw(&a, sa) };
+                            sgemm_parts(parts, m, k, n, operand, &b, sb, &mut c, ldc, accumulate);
                             for i in 0..m {
                                 for j in 0..ldc {
                                     let got = c[i * ldc + j];
@@ -391,7 +439,7 @@ mod tests {
                                     let tol = 1e-6 * (k as f64 + 1.0);
                                     assert!(
                                         (got as f64 - want).abs() <= tol,
-                                        "m {m} k {k} n {n} strides {sa:?} {sb:?} parts {parts} accumulate {accumulate}: C[{i},{j}] {got} vs {want}"
+                                        "m {m} k {k} n {n} strides {sa:?} {sb:?} parts {parts} accumulate {accumulate} packed before {pre}: C[{i},{j}] {got} vs {want}"
                                     );
                                 }
                             }
@@ -401,7 +449,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 8 * 5 * 7 * 4 * 4);
+        assert_eq!(cases, 8 * 5 * 7 * 4 * 6);
     }
 
     /// Splitting C's columns over threads changes no bit of the result: each element is the
@@ -413,7 +461,7 @@ mod tests {
         let b: Vec<f32> = (0..k * n).map(|i| value(i + 31)).collect();
         let run = |parts| {
             let mut c = vec![0f32; m * n];
-            sgemm_parts(parts, m, k, n, &a, (k, 1), &b, (1, k), &mut c, n, false);
+            sgemm_parts(parts, m, k, n, A::Raw(&a, (k, 1)), &b, (1, k), &mut c, n, false);
             c
         };
         let one = run(1);
@@ -421,5 +469,40 @@ mod tests {
         for parts in [2, 3, 4, 100] {
             assert!(run(parts).iter().zip(&one).all(|(x, y)| x.to_bits() == y.to_bits()), "{parts} parts differ from one");
         }
+    }
+
+    /// A packed once and read by calls on blocks of C's columns (the CPU executor's GEMM in
+    /// blocks, token mixing's images) gives the bits of one call on A as it lies, whatever the
+    /// blocks' widths, and packing again replaces what was packed.
+    #[test]
+    fn a_packed_once_for_blocks_of_columns_gives_the_bits_of_one_call() {
+        let mut packed = PackedA::default();
+        let mut checked = 0;
+        for (m, k, n) in [(37, 2 * KC + 5, NC + 3 * NR + 5), (MC + 3, KC + 9, 2 * NR + 1), (5, 7, NR + 3)] {
+            for (seed, sa, sb) in [(1, (k, 1), (1, k)), (2, (k, 1), (n, 1)), (3, (1, m), (1, k))] {
+                let a: Vec<f32> = (0..m * k).map(|i| value(i + 17 * seed)).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| value(i + 7919 * seed)).collect();
+                packed.pack(m, k, &a, sa);
+                assert_eq!(packed.dims(), (m, k));
+                for accumulate in [false, true] {
+                    let start: Vec<f32> = (0..m * n).map(|i| value(i + 31)).collect();
+                    let mut one = start.clone();
+                    sgemm_parts(1, m, k, n, A::Raw(&a, sa), &b, sb, &mut one, n, accumulate);
+                    for width in [NR, 3 * NR, 5, n] {
+                        for parts in [1, 2] {
+                            let mut c = start.clone();
+                            for j0 in (0..n).step_by(width) {
+                                let nb = width.min(n - j0);
+                                sgemm_parts(parts, m, k, nb, A::Packed(&packed), &b[j0 * sb.1..], sb, &mut c[j0..], n, accumulate);
+                            }
+                            let same = c.iter().zip(&one).all(|(x, y)| x.to_bits() == y.to_bits());
+                            assert!(same, "m {m} k {k} n {n} strides {sa:?} {sb:?} blocks of {width}, {parts} parts, accumulate {accumulate}");
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 3 * 3 * 2 * 4 * 2);
     }
 }
