@@ -241,8 +241,8 @@ fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
 /// message handler) and a page's own thread draws a frame. A GEMM of more than 32 Mi
 /// multiply-adds (about 6 ms in one wasm thread) runs in blocks of columns, so a long one
 /// (`mixer_s16_224`'s channel MLP: 205 M, 40 ms) can pause inside: measured on that model, the
-/// page's longest wait 39 → 26 ms (a timer runs in about half the pauses), where 64 Mi gave
-/// 31 ms. A pass was 4-5 % longer while each block packed all of A again (16 Mi: 12 %); the
+/// page's longest wait 39 → 26 ms (when a timer ran in only half the pauses; 15-16 ms since
+/// [`timed_pause`]), where 64 Mi gave 31 ms. A pass was 4-5 % longer while each block packed all of A again (16 Mi: 12 %); the
 /// blocks now share one packing (`cpu::SharedA`), and a pass takes what it took by steps. The
 /// threaded build's worker needs no pauses: the page's thread cancels through shared memory.
 const SLICES: crate::exec::cpu::Slices =
@@ -260,8 +260,15 @@ thread_local! {
     static PAUSED: Cell<(u32, f64)> = const { Cell::new((0, 0.0)) };
 }
 
+/// A pause of a pass or load in slices: two rounds of [`next_task`]. Chromium queues a timer
+/// that fell due during a slice only when the slice's task ends, after the message the slice
+/// posted, so with one round a page's timer ran in only about half the pauses (a
+/// `mixer_s16_224` pass on the page's thread: 11 ticks in 22 pauses, its longest wait 26 ms,
+/// about two slices); the second round's message is posted after that timer, which runs
+/// first (23 ticks in 23 pauses, 15 ms). The second round costs under 0.5 ms a pass.
 async fn timed_pause() {
     let t0 = now();
+    next_task().await;
     next_task().await;
     let away = now() - t0;
     PAUSED.with(|p| {
