@@ -242,9 +242,10 @@ fn whole(name: &str, v: f64, min: usize) -> Result<usize, JsError> {
 /// multiply-adds (about 6 ms in one wasm thread) runs in blocks of columns, so a long one
 /// (`mixer_s16_224`'s channel MLP: 205 M, 40 ms) can pause inside: measured on that model, the
 /// page's longest wait 39 → 26 ms (when a timer ran in only half the pauses; 15-16 ms since
-/// [`timed_pause`]), where 64 Mi gave 31 ms. A pass was 4-5 % longer while each block packed all of A again (16 Mi: 12 %); the
-/// blocks now share one packing (`cpu::SharedA`), and a pass takes what it took by steps. The
-/// threaded build's worker needs no pauses: the page's thread cancels through shared memory.
+/// [`timed_pause`]), where 64 Mi gave 31 ms. A pass was 4-5 % longer while each block packed
+/// all of A again (16 Mi: 12 %); the blocks now share one packing (`cpu::SharedA`), and a pass
+/// takes what it took by steps. The threaded build's worker needs no pauses: the page's
+/// thread cancels through shared memory.
 const SLICES: crate::exec::cpu::Slices =
     crate::exec::cpu::Slices { every_ms: 10.0, clock: now, pause: || Box::pin(timed_pause()), gemm_macs: 1 << 25 };
 
@@ -265,7 +266,7 @@ thread_local! {
 /// posted, so with one round a page's timer ran in only about half the pauses (a
 /// `mixer_s16_224` pass on the page's thread: 11 ticks in 22 pauses, its longest wait 26 ms,
 /// about two slices); the second round's message is posted after that timer, which runs
-/// first (23 ticks in 23 pauses, 15 ms). The second round costs under 0.5 ms a pass.
+/// first (23 ticks in 23 pauses, 15 ms). The second round costs at most 0.5 ms a pass.
 async fn timed_pause() {
     let t0 = now();
     next_task().await;

@@ -127,25 +127,29 @@ pub fn sgemm(
     ldc: usize,
     accumulate: bool,
 ) {
-    #[cfg(feature = "threads")]
-    let parts = if m * k * n >= super::cpu::split::macs() { rayon::current_num_threads() } else { 1 };
-    #[cfg(not(feature = "threads"))]
-    let parts = 1;
-    sgemm_parts(parts, m, k, n, A::Raw(a, sa), b, sb, c, ldc, accumulate);
+    sgemm_parts(parts(m * k * n), m, k, n, A::Raw(a, sa), b, sb, c, ldc, accumulate);
 }
 
 /// [`sgemm`] with A packed beforehand ([`PackedA::pack`]): for the calls of one GEMM that share
 /// A (the CPU executor's blocks of C's columns, token mixing's images), which would otherwise
 /// each pack all of it again. The same products in the same order, so the same bits.
-#[allow(clippy::too_many_arguments)]
 #[cfg_attr(test, allow(dead_code))]
 pub fn sgemm_packed(a: &PackedA, n: usize, b: &[f32], sb: (usize, usize), c: &mut [f32], ldc: usize, accumulate: bool) {
     let (m, k) = (a.m, a.k);
+    sgemm_parts(parts(m * k * n), m, k, n, A::Packed(a), b, sb, c, ldc, accumulate);
+}
+
+/// How many column ranges [`sgemm`] and [`sgemm_packed`] cut a GEMM of `macs` multiply-adds
+/// into: in the threaded build the pool's threads from `cpu::split::macs()` on, else one.
+#[cfg_attr(test, allow(dead_code))]
+fn parts(macs: usize) -> usize {
     #[cfg(feature = "threads")]
-    let parts = if m * k * n >= super::cpu::split::macs() { rayon::current_num_threads() } else { 1 };
+    return if macs >= super::cpu::split::macs() { rayon::current_num_threads() } else { 1 };
     #[cfg(not(feature = "threads"))]
-    let parts = 1;
-    sgemm_parts(parts, m, k, n, A::Packed(a), b, sb, c, ldc, accumulate);
+    {
+        let _ = macs;
+        1
+    }
 }
 
 /// A GEMM's A operand: as it lies in memory (with its row and column strides), or packed.
