@@ -352,10 +352,15 @@ async fn load_tuned(device: &Device, bytes: &[u8], cancel: &Cancel) -> crate::er
     cancel.check()?;
     model.run_in_slices(slices);
     if let (Some(g), Some(text)) = (gpu, stored) {
-        if model.autotune(1).await? > 0 {
+        // An abort stops the timing between two runs of a kernel; the classes timed by then
+        // are stored as well (their choices were measured), so the next load times the rest.
+        let before = g.tuning.timed();
+        let tuned = model.autotune(1, cancel).await;
+        if g.tuning.timed() > before {
             // Storage disabled or full: the next load tunes again.
             let _ = tuning_put(&g.tuning.export(&text)).await;
         }
+        tuned?;
     }
     Ok(model)
 }

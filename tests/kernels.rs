@@ -877,6 +877,87 @@ fn autotuner_times_once_per_class_and_caches_per_adapter() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The browser's autotuning (`Model::autotune`, run after a load) stops at its next check
+/// once its token is cancelled: stopped at checks along the way, it returns
+/// `Error::Cancelled`, keeps the choices of the classes timed by then (more the later it
+/// stops) and times nothing after; the next call times only the rest, and the tuned model
+/// gives the untuned one's logits. Natively, where a load's plan build tunes, the load's
+/// token stops it the same way.
+#[test]
+fn autotuning_stops_at_its_next_check_and_keeps_what_it_timed() {
+    use tokenmix::{Cancel, Device, Error, Model};
+    let tuning = |deferred: bool| {
+        let mut gpu = pollster::block_on(Gpu::new()).expect("a wgpu adapter");
+        gpu.force_autotune(None);
+        if deferred {
+            // As in the browser: a plan is built with the default kernel, `autotune` times later.
+            gpu.tuning.defer_to_autotune();
+        }
+        Arc::new(gpu)
+    };
+    let device = || tuning(true);
+    let untuned = Cancel::new();
+    let plain = Model::load_cancellable(
+        Device::Gpu(Arc::new(pollster::block_on(Gpu::new()).expect("a wgpu adapter"))),
+        tokenmix::DEFAULT_MODEL,
+        None,
+        &untuned,
+    )
+    .expect("the default model");
+    let input = random(plain.input_len(), 17);
+    let want = pollster::block_on(plain.forward(&input)).expect("an untuned pass").logits;
+
+    // Run to its end: every class of a batch-1 pass timed, with a check before each timing.
+    let gpu = device();
+    let model = Model::load(Device::Gpu(gpu.clone()), tokenmix::DEFAULT_MODEL, None).expect("the default model");
+    let whole = Cancel::new();
+    let classes = pollster::block_on(model.autotune(1, &whole)).expect("autotuning");
+    let checks = whole.checks_passed();
+    eprintln!("autotuned {classes} classes with {checks} checks on {}: {:?}", gpu.describe(), gpu.tuning.choices());
+    assert!(classes >= 2 && gpu.tuning.timed() == classes, "the default model has several shape classes: {classes}");
+    assert!(checks > 2 * classes, "a check before each kernel's runs: {checks} for {classes} classes");
+    let got = pollster::block_on(model.forward(&input)).expect("a tuned pass").logits;
+    let diff = max_abs_diff(&got, &want);
+    assert!(diff <= tol::GOLDEN * max_abs(&want).max(1.0), "tuned vs untuned logits: diff {diff}");
+
+    let mut timed_before = 0;
+    for n in [0, checks / 2, checks - 1] {
+        let gpu = device();
+        let model = Model::load(Device::Gpu(gpu.clone()), tokenmix::DEFAULT_MODEL, None).expect("the default model");
+        let stop = Cancel::after_checks(n);
+        let got = pollster::block_on(model.autotune(1, &stop));
+        assert!(matches!(got, Err(Error::Cancelled)), "stopped at check {n}: {got:?}");
+        assert_eq!(stop.checks_passed(), n, "stopped at check {n}");
+        let timed = gpu.tuning.timed();
+        assert!(
+            timed < classes && timed >= timed_before,
+            "stopped at check {n}: {timed} of {classes} classes timed ({timed_before} at the previous stop)"
+        );
+        assert_eq!(gpu.tuning.choices().len(), timed, "stopped at check {n}: a choice per timed class, none for the class in progress");
+        timed_before = timed;
+        let rest = pollster::block_on(model.autotune(1, &Cancel::new())).expect("autotuning the rest");
+        assert_eq!((rest, gpu.tuning.timed()), (classes - timed, classes), "stopped at check {n}: the next call times the rest");
+        let got = pollster::block_on(model.forward(&input)).expect("a tuned pass").logits;
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= tol::GOLDEN * max_abs(&want).max(1.0), "stopped at check {n}, then tuned: diff {diff}");
+    }
+    assert!(timed_before > 0, "a late stop kept the classes timed before it");
+
+    // Natively: the load's plan build tunes, after the load's own checks (one per tensor).
+    let gpu = tuning(false);
+    let stop = Cancel::after_checks(untuned.checks_passed() + checks / 2);
+    let got = Model::load_cancellable(Device::Gpu(gpu.clone()), tokenmix::DEFAULT_MODEL, None, &stop).map(|_| ());
+    let timed = gpu.tuning.timed();
+    assert!(matches!(got, Err(Error::Cancelled)), "a load stopped in its tuning: {got:?}");
+    assert!(timed > 0 && timed < classes, "a load stopped in its tuning timed {timed} of {classes} classes");
+    assert_eq!(gpu.tuning.choices().len(), timed, "a choice per timed class");
+    let model = Model::load(Device::Gpu(gpu.clone()), tokenmix::DEFAULT_MODEL, None).expect("a load after the stopped one");
+    assert_eq!(gpu.tuning.timed(), classes, "the next load timed the rest");
+    let got = pollster::block_on(model.forward(&input)).expect("a tuned pass").logits;
+    let diff = max_abs_diff(&got, &want);
+    assert!(diff <= tol::GOLDEN * max_abs(&want).max(1.0), "a load stopped in its tuning, then loaded: diff {diff}");
+}
+
 /// A cached choice of a kernel that computes in f16 (the tensor-core coop kernels, here their
 /// lane-by-lane double, which every lavapipe runs) is checked against the tiled kernel again
 /// in the process that reads it, once per class, as when it was timed: the cache is a file

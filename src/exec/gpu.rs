@@ -108,7 +108,7 @@ impl GpuExec {
             plans: Mutex::default(),
         };
         cancel.check()?;
-        exec.plan(1, false)?;
+        exec.plan(1, false, cancel)?;
         Ok(exec)
     }
 
@@ -180,7 +180,10 @@ impl GpuExec {
         }
     }
 
-    fn plan(&self, batch: usize, explain: bool) -> Result<Arc<Plan>> {
+    /// The plan of a `batch`-image pass (with the evidence steps when `explain`), built and
+    /// cached the first time; `cancel` stops that build's autotuning (see
+    /// [`ops::Gemm::build_cancellable`]), and no plan is cached then.
+    fn plan(&self, batch: usize, explain: bool, cancel: &Cancel) -> Result<Arc<Plan>> {
         let mut plans = self.plans.lock().map_err(|_| Error::Gpu("plan cache poisoned".into()))?;
         if let Some(p) = plans.get(&(batch, explain)) {
             return Ok(p.clone());
@@ -198,7 +201,7 @@ impl GpuExec {
         let mut stage_offset = 0;
         let explaining = if explain { &self.explain_steps[..] } else { &[] };
         for (step, kind) in self.steps.iter().chain(explaining).zip(&self.step_kinds) {
-            self.record(batch, step, &slots, &mirrors, &mut ops)?;
+            self.record(batch, step, &slots, &mirrors, &mut ops, cancel)?;
             if let (Step::Snapshot { x, floats }, Some(st)) = (step, &stages) {
                 self.f32_slots("a stage snapshot", &[*x])?;
                 ops.push(Op::copy_buffer(&slots[x.index()], st, stage_offset, *floats)?);
@@ -308,8 +311,10 @@ impl GpuExec {
     /// has no choice for yet, and drops the plans built before, so the next forward pass uses
     /// the choices: the browser's autotuning (a plan is built synchronously there, and timing
     /// must wait for the GPU); natively the first plan build has tuned already. Returns the
-    /// number of classes timed.
-    pub async fn autotune(&self, batch: usize) -> Result<usize> {
+    /// number of classes timed. Stops with [`Error::Cancelled`] at its next timing once
+    /// `cancel` is set: the classes timed by then keep their choices (in the device's
+    /// [`crate::gpu::tune::Tuning`]), the one in progress has none, and the plans stay.
+    pub async fn autotune(&self, batch: usize, cancel: &Cancel) -> Result<usize> {
         let gpu = &self.gpu;
         if !gpu.tuning.enabled() {
             return Ok(0);
@@ -318,7 +323,7 @@ impl GpuExec {
         let mut timed = 0;
         for step in &self.steps {
             if let Step::Gemm(g) = step {
-                timed += self.gemm(batch, g, &slots, None)?.tune_async(gpu).await? as usize;
+                timed += self.gemm(batch, g, &slots, None)?.tune_async(gpu, cancel).await? as usize;
             }
         }
         if timed > 0 {
@@ -335,6 +340,7 @@ impl GpuExec {
         slots: &[wgpu::Buffer],
         mirrors: &HashMap<(Slot, usize, usize), ActTexture>,
         ops: &mut Vec<Op>,
+        cancel: &Cancel,
     ) -> Result<()> {
         let gpu = &self.gpu;
         let buf = |s: Slot| &slots[s.index()];
@@ -346,7 +352,7 @@ impl GpuExec {
                     // The texture must hold what the previous steps just wrote.
                     ops.push(Op::copy_to_texture(buf(slot), t)?);
                 }
-                ops.push(self.gemm(batch, g, slots, mirror)?.build(gpu)?);
+                ops.push(self.gemm(batch, g, slots, mirror)?.build_cancellable(gpu, cancel)?);
             }
             Step::LayerNorm { rows, d, eps, x, gamma, beta, y } => {
                 self.f32_slots("a LayerNorm's output", &[*y])?;
@@ -410,7 +416,7 @@ impl GpuExec {
         let evidence_floats = self.slot_floats[1][Slot::Evidence.index()];
         for chunk in input.chunks(self.batch_limit(widest) * per) {
             let batch = chunk.len() / per;
-            let plan = self.plan(batch, explain)?;
+            let plan = self.plan(batch, explain, cancel)?;
             cancel.check()?;
             let staging = self.submit(&plan, Some(chunk), None, None)?;
             // Logits, probabilities, then (explaining) the evidence and pooled slots, whole.
@@ -499,7 +505,7 @@ impl GpuExec {
         let t0 = now();
         let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
         let buf = self.gpu.storage_words("image", &pixels)?;
-        let plan = self.plan(1, false)?;
+        let plan = self.plan(1, false, cancel)?;
         let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.slots[Slot::Input.index()])?;
         cancel.check()?;
         let staging = self.submit(&plan, None, Some(&op), None)?;
@@ -527,7 +533,7 @@ impl GpuExec {
         if batch == 0 || batch > self.max_batch() {
             return Err(Error::Input(format!("a resident rerun takes 1 to {} images, not {batch}", self.max_batch())));
         }
-        let plan = self.plan(batch, false)?;
+        let plan = self.plan(batch, false, &Cancel::new())?;
         let staging = self.submit(&plan, None, None, None)?;
         pollster::block_on(self.gpu.read_back(&staging))?;
         Ok(())
@@ -547,7 +553,7 @@ impl GpuExec {
             )));
         }
         let batch = input.len() / self.input.max(1);
-        let plan = self.plan(batch, false)?;
+        let plan = self.plan(batch, false, &Cancel::new())?;
         let count = (2 * plan.ops.len()).clamp(2, wgpu::QUERY_SET_MAX_QUERIES as usize) as u32;
         let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count });
         let bytes = count as u64 * wgpu::QUERY_SIZE as u64;
@@ -592,7 +598,7 @@ impl GpuExec {
     /// Runs the steps once for `batch` images with the given slot contents (the rest zero) and
     /// returns every slot afterwards, in [`Slot::ALL`] order (see `CpuExec::run_slots`).
     pub fn run_slots(&self, batch: usize, inputs: &[(Slot, Vec<f32>)]) -> Result<Vec<Vec<f32>>> {
-        let plan = self.plan(batch, false)?;
+        let plan = self.plan(batch, false, &Cancel::new())?;
         // f16 slots take and give f32 values, rounded to f16 and widened.
         for (&slot, b) in Slot::ALL.iter().zip(&plan.slots) {
             let given = inputs.iter().find(|(s, _)| *s == slot).map_or(&[][..], |(_, d)| &d[..]);

@@ -23,7 +23,8 @@ pub use cpu::Cpu;
 /// methods of [`crate::Model`]) checks it where it can stop cleanly and then returns
 /// [`Error::Cancelled`]. The CPU executor checks before every step of the network (a step is
 /// one GEMM, one norm: milliseconds), the GPU executor before every submission (a submitted
-/// pass runs to its end: on a real GPU milliseconds). Clones share the flag, and
+/// pass runs to its end: on a real GPU milliseconds) and the browser's autotuning before each
+/// kernel's timed run. Clones share the flag, and
 /// [`Self::checks_passed`] says how far a stopped pass got.
 #[derive(Clone, Debug, Default)]
 pub struct Cancel(Arc<Flag>);
@@ -37,6 +38,8 @@ struct Flag {
     /// table (`web.rs`), which the page's thread writes in the worker's shared memory while
     /// the worker's own thread is busy with the pass.
     watch: Option<(&'static AtomicU32, u32)>,
+    /// Cancelled also at the check after this many passed ([`Cancel::after_checks`]).
+    after: Option<usize>,
 }
 
 impl Cancel {
@@ -50,6 +53,13 @@ impl Cancel {
         Cancel(Arc::new(Flag { watch: Some((word, value)), ..Flag::default() }))
     }
 
+    /// A token that cancels itself at its check after `n` passed ones: for tests that stop a
+    /// call at each point where it checks, deterministically (a flag set from another thread
+    /// lands wherever that thread happens to be).
+    pub fn after_checks(n: usize) -> Cancel {
+        Cancel(Arc::new(Flag { after: Some(n), ..Flag::default() }))
+    }
+
     /// Stops every pass given this token (or a clone) at its next check.
     pub fn cancel(&self) {
         self.0.set.store(true, Ordering::Relaxed);
@@ -61,6 +71,9 @@ impl Cancel {
 
     /// `Err(Error::Cancelled)` once cancelled.
     pub fn check(&self) -> Result<()> {
+        if self.0.after.is_some_and(|n| self.0.passed.load(Ordering::Relaxed) >= n) {
+            self.cancel();
+        }
         if self.is_cancelled() {
             Err(Error::Cancelled)
         } else {

@@ -37,6 +37,8 @@ pub struct Tuning {
     rejected: Mutex<Vec<String>>,
     /// Shape classes whose f16 kernel (coop) this process checked against the tiled kernel.
     checked: Mutex<std::collections::BTreeSet<String>>,
+    /// Natively too, no timing at plan build: [`Tuning::defer_to_autotune`].
+    deferred: AtomicBool,
 }
 
 /// The sources whose change invalidates cached choices.
@@ -122,7 +124,13 @@ impl Tuning {
     /// class to [`crate::exec::gpu::GpuExec::autotune`], which can wait for the GPU (the browser,
     /// where a plan is built synchronously).
     pub fn times_at_build(&self) -> bool {
-        cfg!(not(target_arch = "wasm32"))
+        cfg!(not(target_arch = "wasm32")) && !self.deferred.load(Ordering::SeqCst)
+    }
+
+    /// Leaves the timing to [`crate::exec::gpu::GpuExec::autotune`] natively too, as the
+    /// browser does: for tests of that path on a native adapter.
+    pub fn defer_to_autotune(&self) {
+        self.deferred.store(true, Ordering::SeqCst);
     }
 
     /// Adds this device's entry of a cache text (the browser's Cache API copy of the file).

@@ -294,10 +294,12 @@ impl Model {
 
     /// Times the GPU's GEMM kernels for the shape classes of a `batch`-image forward pass that
     /// its device has not tuned yet (see [`GpuExec::autotune`]); 0 on the CPU executor, on a
-    /// device that does not tune, or natively, where building the plan tuned already.
-    pub async fn autotune(&self, batch: usize) -> Result<usize> {
+    /// device that does not tune, or natively, where building the plan tuned already. Stops
+    /// with [`Error::Cancelled`] before its next timing once `cancel` is set; the classes
+    /// timed by then keep their choices.
+    pub async fn autotune(&self, batch: usize, cancel: &Cancel) -> Result<usize> {
         match &self.exec {
-            Executor::Gpu(g) => g.autotune(batch).await,
+            Executor::Gpu(g) => g.autotune(batch, cancel).await,
             Executor::Cpu(_) => Ok(0),
         }
     }

@@ -574,7 +574,14 @@ impl<'a> Gemm<'a> {
     /// The GEMM with the device's kernel for it: the autotuned choice for its shape class where
     /// the device tunes (real GPUs; see `gpu::tune`), else the adapter's default.
     pub fn build(self, gpu: &Gpu) -> Result<Op> {
-        let variant = if gpu.tuning.enabled() { self.tuned(gpu)? } else { gpu.gemm };
+        self.build_cancellable(gpu, &crate::exec::Cancel::new())
+    }
+
+    /// [`Self::build`] whose autotuning (natively, the first build of a shape class times the
+    /// kernels) stops with [`Error::Cancelled`] at its next check once `cancel` is set, the
+    /// class left without a choice: what a forward pass's plan build uses.
+    pub fn build_cancellable(self, gpu: &Gpu, cancel: &crate::exec::Cancel) -> Result<Op> {
+        let variant = if gpu.tuning.enabled() { self.tuned(gpu, cancel)? } else { gpu.gemm };
         self.build_with(gpu, variant)
     }
 
@@ -650,7 +657,7 @@ impl<'a> Gemm<'a> {
     /// The device's cached choice for this GEMM's shape class, or (the first time) the
     /// fastest of the kernels the device can run, timed on this GEMM's own operands. Safe at
     /// plan-building time: the GEMM writes only its output, which the forward pass overwrites.
-    fn tuned(&self, gpu: &Gpu) -> Result<GemmVariant> {
+    fn tuned(&self, gpu: &Gpu, cancel: &crate::exec::Cancel) -> Result<GemmVariant> {
         let class = self.shape_class();
         let mut failed = None;
         if let Some(v) = gpu.tuning.get(&class).filter(|&v| gpu.supports(v).is_ok()) {
@@ -678,51 +685,50 @@ impl<'a> Gemm<'a> {
             // The browser: `GpuExec::autotune` times this class later, when it can wait.
             return Ok(gpu.gemm);
         }
-        let candidates = self.candidates(gpu, &class, failed);
-        let times = time_ops_blocking(gpu, &class, &candidates);
-        let v = fastest(&candidates, &times).unwrap_or(gpu.gemm);
+        let variants = self.candidate_variants(gpu, failed);
+        let v = time_ops_blocking(gpu, &class, &variants, |v| self.candidate(gpu, &class, v), cancel)?.unwrap_or(gpu.gemm);
         gpu.tuning.record(&class, v);
         Ok(v)
     }
 
-    /// The kernels the autotuner times for this GEMM, built: every one the device can run
-    /// (without a weight texture the texture kernel is the subgroup one, so it is left out),
-    /// and the tensor-core kernels only once their results matched the tiled kernel's (CI tests
-    /// them on one driver's cooperative matrices, lavapipe's; each device proves it here, and
-    /// again in each later process that reads the choice from the cache: [`Self::tuned`]).
-    fn candidates(&self, gpu: &Gpu, class: &str, failed: Option<GemmVariant>) -> Vec<(GemmVariant, Op)> {
-        let mut out = Vec::new();
-        for v in gpu.gemm_variants() {
-            // (`failed`: a cached choice that just failed its check is not checked twice.)
-            if (v == GemmVariant::Texture && self.b_tex.is_none()) || Some(v) == failed {
-                continue;
+    /// The kernels the autotuner times for this GEMM: every one the device can run (without a
+    /// weight texture the texture kernel is the subgroup one, so it is left out), less `failed`
+    /// (a cached choice that just failed its check is not checked twice).
+    fn candidate_variants(&self, gpu: &Gpu, failed: Option<GemmVariant>) -> Vec<GemmVariant> {
+        gpu.gemm_variants().into_iter().filter(|&v| !(v == GemmVariant::Texture && self.b_tex.is_none()) && Some(v) != failed).collect()
+    }
+
+    /// This GEMM by kernel `v`, built for the autotuner: None where the driver cannot compile
+    /// or run it (simply not a candidate), and for a tensor-core kernel until its results
+    /// matched the tiled kernel's (CI tests them on one driver's cooperative matrices,
+    /// lavapipe's; each device proves it here, and again in each later process that reads the
+    /// choice from the cache: [`Self::tuned`]).
+    fn candidate(&self, gpu: &Gpu, class: &str, v: GemmVariant) -> Option<Op> {
+        let op = self.build_with(gpu, v).ok()?;
+        if v.computes_in_f16() {
+            if let Err(why) = self.agrees_with_tiled(gpu, |g| g.build_with(gpu, v)) {
+                gpu.tuning.reject(class, v, &why);
+                return None;
             }
-            // A kernel this driver cannot compile or run is simply not a candidate.
-            let Ok(op) = self.build_with(gpu, v) else { continue };
-            if v.computes_in_f16() {
-                if let Err(why) = self.agrees_with_tiled(gpu, |g| g.build_with(gpu, v)) {
-                    gpu.tuning.reject(class, v, &why);
-                    continue;
-                }
-                gpu.tuning.mark_checked(class);
-            }
-            out.push((v, op));
+            gpu.tuning.mark_checked(class);
         }
-        out
+        Some(op)
     }
 
     /// Times the kernels for this GEMM's shape class unless the device already has a choice
     /// for it, waiting for the GPU without blocking (the browser's autotuning, after a plan was
     /// built with the default kernel); true when it timed. Safe as [`Self::build`]'s timing is:
-    /// the GEMM writes only its output, which a forward pass overwrites.
-    pub async fn tune_async(&self, gpu: &Gpu) -> Result<bool> {
+    /// the GEMM writes only its output, which a forward pass overwrites. Stops with
+    /// [`Error::Cancelled`] once `cancel` is set, at its next check (before each kernel is
+    /// built and each timed submission), the class left without a choice.
+    pub async fn tune_async(&self, gpu: &Gpu, cancel: &crate::exec::Cancel) -> Result<bool> {
         let class = self.shape_class();
         if !gpu.tuning.enabled() || gpu.tuning.get(&class).is_some_and(|v| gpu.supports(v).is_ok()) {
             return Ok(false);
         }
-        let candidates = self.candidates(gpu, &class, None);
-        let times = time_ops(gpu, &class, &candidates).await;
-        gpu.tuning.record(&class, fastest(&candidates, &times).unwrap_or(gpu.gemm));
+        let variants = self.candidate_variants(gpu, None);
+        let fastest = time_ops(gpu, &class, &variants, |v| self.candidate(gpu, &class, v), cancel).await?;
+        gpu.tuning.record(&class, fastest.unwrap_or(gpu.gemm));
         Ok(true)
     }
 
@@ -886,16 +892,13 @@ impl<'a> Gemm<'a> {
 /// Lanes (invocations) per workgroup of the register kernel.
 const REGISTER_LANES: u32 = 8;
 
-/// The candidate whose time is least (None when none ran).
-fn fastest(candidates: &[(GemmVariant, Op)], times: &[Option<f64>]) -> Option<GemmVariant> {
-    candidates.iter().zip(times).filter_map(|((v, _), t)| t.map(|t| (t, *v))).min_by(|a, b| a.0.total_cmp(&b.0)).map(|(_, v)| v)
-}
-
-/// Each candidate for one GEMM timed on its real operands, in seconds per run (None where a
-/// run fails), on the wall clock: a warm-up run of each (the pipeline's first use) and one
-/// timed run, then three rounds that each time every candidate in turn, by a batch of enough
-/// back-to-back runs (one submission) to take ~10 ms where one run is short, so that
+/// The fastest of `variants` for one GEMM, timed on its real operands (None when none ran):
+/// each built by `build` (None: not a candidate), a warm-up run (the pipeline's first use) and
+/// one timed run, then three rounds that each time every candidate in turn, by a batch of
+/// enough back-to-back runs (one submission) to take ~10 ms where one run is short, so that
 /// submission overhead does not decide between kernels on small GEMMs; each keeps its best.
+/// Wall-clock seconds per run; a candidate whose run fails is left out.
+///
 /// Round by round rather than one candidate after the other, so that whatever changes while
 /// a class is tuned (a GPU that idles at a low clock, as the H200 at 345 MHz, speeding up) does
 /// not favour a candidate for its place in the order. Timed one after the other, on the H200
@@ -903,34 +906,52 @@ fn fastest(candidates: &[(GemmVariant, Op)], times: &[Option<f64>]) -> Option<Ge
 /// classes, among them 12544x512x2048 (mixer_s16's fc1 at batch 64), where `bench --gemm` gave
 /// `tiled128` 1.66x its speed. `Gpu::idle` waits without blocking in the browser
 /// (`tune_async`) and polls natively.
-async fn time_ops(gpu: &Gpu, class: &str, candidates: &[(GemmVariant, Op)]) -> Vec<Option<f64>> {
-    let mut once = Vec::with_capacity(candidates.len());
-    for (_, op) in candidates {
-        once.push(match time_runs(gpu, op, 1).await {
-            Some(_) => time_runs(gpu, op, 1).await,
+///
+/// Stops with [`Error::Cancelled`] once `cancel` is set, read before each build and each timed
+/// submission. Each candidate is built (its pipeline created) just before its warm-up run,
+/// which waits for its compile: built all at once, a class's first run waited for every
+/// compile of the class, and an abort with it (SwiftShader: 11.1 s).
+async fn time_ops(
+    gpu: &Gpu,
+    class: &str,
+    variants: &[GemmVariant],
+    build: impl Fn(GemmVariant) -> Option<Op>,
+    cancel: &crate::exec::Cancel,
+) -> Result<Option<GemmVariant>> {
+    let mut built = Vec::with_capacity(variants.len());
+    for &v in variants {
+        cancel.check()?;
+        let Some(op) = build(v) else { continue };
+        let once = match time_runs(gpu, &op, 1).await {
+            Some(_) => {
+                cancel.check()?;
+                time_runs(gpu, &op, 1).await
+            }
             None => None,
-        });
+        };
+        built.push((v, op, once));
     }
-    let mut best = once.clone();
+    let mut best: Vec<Option<f64>> = built.iter().map(|&(_, _, once)| once).collect();
     for _ in 0..3 {
-        for (((_, op), first), b) in candidates.iter().zip(&once).zip(best.iter_mut()) {
+        for ((_, op, first), b) in built.iter().zip(best.iter_mut()) {
             let (Some(first), Some(so_far)) = (*first, *b) else { continue };
             if first > 0.05 {
                 continue;
             }
             let reps = ((0.01 / first.max(1e-6)) as usize).clamp(1, 64);
+            cancel.check()?;
             *b = time_runs(gpu, op, reps).await.map(|t| t.min(so_far));
         }
     }
     if crate::env::env().tune_log {
-        let times: Vec<String> = candidates
+        let times: Vec<String> = built
             .iter()
             .zip(&best)
-            .map(|((v, _), t)| format!("{} {}", v.name(), t.map_or("failed".into(), |t| format!("{:.3} ms", t * 1e3))))
+            .map(|((v, ..), t)| format!("{} {}", v.name(), t.map_or("failed".into(), |t| format!("{:.3} ms", t * 1e3))))
             .collect();
         eprintln!("tune: {class}: {}", times.join(", "));
     }
-    best
+    Ok(built.iter().zip(&best).filter_map(|((v, ..), t)| t.map(|t| (t, *v))).min_by(|a, b| a.0.total_cmp(&b.0)).map(|(_, v)| v))
 }
 
 /// `reps` back-to-back runs of `op` in one submission, in seconds per run; None if one fails.
@@ -947,15 +968,27 @@ async fn time_runs(gpu: &Gpu, op: &Op, reps: usize) -> Option<f64> {
 
 /// [`time_ops`] inside a synchronous plan build (native: `Gpu::idle` is a blocking poll).
 #[cfg(not(target_arch = "wasm32"))]
-fn time_ops_blocking(gpu: &Gpu, class: &str, candidates: &[(GemmVariant, Op)]) -> Vec<Option<f64>> {
-    pollster::block_on(time_ops(gpu, class, candidates))
+fn time_ops_blocking(
+    gpu: &Gpu,
+    class: &str,
+    variants: &[GemmVariant],
+    build: impl Fn(GemmVariant) -> Option<Op>,
+    cancel: &crate::exec::Cancel,
+) -> Result<Option<GemmVariant>> {
+    pollster::block_on(time_ops(gpu, class, variants, build, cancel))
 }
 
 /// The browser cannot wait for the GPU inside a synchronous plan build: no timing there
 /// (`Tuning::times_at_build` is false, so this is not reached; `tune_async` times later).
 #[cfg(target_arch = "wasm32")]
-fn time_ops_blocking(_gpu: &Gpu, _class: &str, candidates: &[(GemmVariant, Op)]) -> Vec<Option<f64>> {
-    vec![None; candidates.len()]
+fn time_ops_blocking(
+    _gpu: &Gpu,
+    _class: &str,
+    _variants: &[GemmVariant],
+    _build: impl Fn(GemmVariant) -> Option<Op>,
+    _cancel: &crate::exec::Cancel,
+) -> Result<Option<GemmVariant>> {
+    Ok(None)
 }
 
 /// Rows x columns-per-lane of the register kernel: 8 x 8 (measured on SwiftShader, where this

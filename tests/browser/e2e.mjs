@@ -863,20 +863,51 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
     const info = await api.adapterInfo();
     return { before, ms: Math.round(performance.now() - t), autotune: info.autotune, timed: info.gemmTimed, gemm: info.gemm };
   });
+  // Aborted while it times (its load done by then, once a first class is timed): the load
+  // rejects, counted as a load stopped by its token (not merely refused at the end), and the
+  // model stays; the classes timed before the abort were stored, so after a reload the next
+  // load times only the rest.
+  const stopped = await page.evaluate(async () => {
+    const api = window.tokenmixApp.api;
+    const before = await api.adapterInfo();
+    const ac = new AbortController();
+    let settled = false;
+    const load = api.loadModel(null, { autotune: true, signal: ac.signal }).then(() => 'loaded', (e) => `${e.name}: ${e.message}`).finally(() => { settled = true; });
+    let info = before;
+    while (info.gemmTimed < 1 && !settled) {
+      await new Promise((r) => setTimeout(r, 2));
+      info = await api.adapterInfo();
+    }
+    ac.abort();
+    const aborted = performance.now();
+    const got = await load;
+    const answeredMs = Math.round(performance.now() - aborted);
+    const after = await api.adapterInfo();
+    return { got, answeredMs, timed: after.gemmTimed, loadsStopped: after.cancelled.loads - before.cancelled.loads, autotune: after.autotune, gemm: after.gemm };
+  });
+  console.log(`[i] autotune aborted once a class was timed: ${JSON.stringify(stopped)}`);
+  assert.match(stopped.got, /^AbortError/);
+  assert.equal(stopped.loadsStopped, 1, 'the load stopped in its autotuning');
+  assert.equal(stopped.autotune, false, 'the aborted load left the autotune setting as it was');
+  assert.ok(stopped.timed >= 1, 'a class was timed before the abort');
+  const fresh = async () => {
+    await page.reload();
+    await page.waitForFunction(() => window.tokenmixApp, null, { timeout: 30_000 });
+    assertStarted(await page.evaluate(() => window.tokenmixApp.ready), 'gpu');
+  };
+  await fresh();
   const first = await tune();
-  console.log(`[i] autotune: ${JSON.stringify(first)}`);
+  console.log(`[i] autotune after a reload: ${JSON.stringify(first)}`);
   assert.deepEqual([first.before, first.autotune], [false, true]);
   assert.ok(first.timed > 0, 'shape classes were timed');
   const classes = (first.gemm.match(/→/g) ?? []).length;
-  assert.equal(classes, first.timed, `one choice per timed class: ${first.gemm}`);
+  assert.equal(first.timed + stopped.timed, classes, `the aborted load's ${stopped.timed} came from the Cache API, the rest were timed: ${first.gemm}`);
   const tuned = await page.evaluate((name) => window.tokenmixApp.classifySample(name), SAMPLE);
   assert.equal(tuned.predictions[0].index, cli[0].index);
   assert.ok(Math.abs(tuned.predictions[0].probability - cli[0].probability) <= 1e-3);
-  await page.reload();
-  await page.waitForFunction(() => window.tokenmixApp, null, { timeout: 30_000 });
-  assertStarted(await page.evaluate(() => window.tokenmixApp.ready), 'gpu');
+  await fresh();
   const second = await tune();
-  console.log(`[i] autotune after a reload: ${JSON.stringify(second)}`);
+  console.log(`[i] autotune after another reload: ${JSON.stringify(second)}`);
   assert.equal(second.timed, 0, 'the choices came from the Cache API');
   assert.equal(second.gemm, first.gemm);
   const refused = await page.evaluate(() => window.tokenmixApp.api.loadModel(null, { autotune: 'yes' }).then(() => null, (e) => e.message));
