@@ -966,8 +966,9 @@ async fn time_runs(gpu: &Gpu, op: &Op, reps: usize) -> Option<f64> {
     Some((crate::gpu::clock_ms() - t) / 1e3 / reps as f64)
 }
 
-/// [`time_ops`] inside a synchronous plan build (native: `Gpu::idle` is a blocking poll).
-#[cfg(not(target_arch = "wasm32"))]
+/// [`time_ops`] inside a synchronous plan build (native: `Gpu::idle` is a blocking poll). The
+/// browser cannot wait for the GPU there: no timing (`Tuning::times_at_build` is false, so
+/// this is not reached; `tune_async` times later).
 fn time_ops_blocking(
     gpu: &Gpu,
     class: &str,
@@ -975,20 +976,13 @@ fn time_ops_blocking(
     build: impl Fn(GemmVariant) -> Option<Op>,
     cancel: &crate::exec::Cancel,
 ) -> Result<Option<GemmVariant>> {
-    pollster::block_on(time_ops(gpu, class, variants, build, cancel))
-}
-
-/// The browser cannot wait for the GPU inside a synchronous plan build: no timing there
-/// (`Tuning::times_at_build` is false, so this is not reached; `tune_async` times later).
-#[cfg(target_arch = "wasm32")]
-fn time_ops_blocking(
-    _gpu: &Gpu,
-    _class: &str,
-    _variants: &[GemmVariant],
-    _build: impl Fn(GemmVariant) -> Option<Op>,
-    _cancel: &crate::exec::Cancel,
-) -> Result<Option<GemmVariant>> {
-    Ok(None)
+    #[cfg(not(target_arch = "wasm32"))]
+    return pollster::block_on(time_ops(gpu, class, variants, build, cancel));
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (gpu, class, variants, build, cancel);
+        Ok(None)
+    }
 }
 
 /// Rows x columns-per-lane of the register kernel: 8 x 8 (measured on SwiftShader, where this
