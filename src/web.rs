@@ -352,8 +352,9 @@ async fn load_tuned(device: &Device, bytes: &[u8], cancel: &Cancel) -> crate::er
     cancel.check()?;
     model.run_in_slices(slices);
     if let (Some(g), Some(text)) = (gpu, stored) {
-        // An abort stops the timing between two runs of a kernel; the classes timed by then
-        // are stored as well (their choices were measured), so the next load times the rest.
+        // An abort stops the timing before its next kernel build or timed run; the classes
+        // timed by then are stored as well (their choices were measured), so the next load
+        // times the rest.
         let before = g.tuning.timed();
         let tuned = model.autotune(1, cancel).await;
         if g.tuning.timed() > before {

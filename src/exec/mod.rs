@@ -23,8 +23,8 @@ pub use cpu::Cpu;
 /// methods of [`crate::Model`]) checks it where it can stop cleanly and then returns
 /// [`Error::Cancelled`]. The CPU executor checks before every step of the network (a step is
 /// one GEMM, one norm: milliseconds), the GPU executor before every submission (a submitted
-/// pass runs to its end: on a real GPU milliseconds) and the browser's autotuning before each
-/// kernel's timed run. Clones share the flag, and
+/// pass runs to its end: on a real GPU milliseconds) and the GEMM autotuner before each
+/// kernel it builds and each timed run. Clones share the flag, and
 /// [`Self::checks_passed`] says how far a stopped pass got.
 #[derive(Clone, Debug, Default)]
 pub struct Cancel(Arc<Flag>);
