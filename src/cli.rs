@@ -246,12 +246,12 @@ fn device() -> Result<Selected> {
     pollster::block_on(exec::select(BACKEND.get().copied().unwrap_or_default()))
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(path, e))
+fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
+    tokenmix::file::read_bounded(path, tokenmix::file::MAX_MODEL_BYTES, what)
 }
 
 fn load(dev: Device, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model> {
-    let bytes = read(path)?;
+    let bytes = read(path, "a model file")?;
     Model::load(dev, &bytes, img_size).map_err(|e| match e {
         Error::Io { .. } => e,
         other => Error::Input(format!("{}: {other}", path.display())),
@@ -280,7 +280,7 @@ fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>,
     let px = parse().ok_or_else(|| Error::Input(format!("--size {size}: expected WxH, each 200..8192")))?;
     let sel = device()?;
     let line = format!("{} · {}", sel.device.describe(), sel.reason);
-    let bytes = weights.map(read).transpose()?;
+    let bytes = weights.map(|p| read(p, "a model file")).transpose()?;
     let name = weights.map(|w| w.display().to_string());
     let model = match (&name, &bytes) {
         (Some(n), Some(b)) => Some((n.as_str(), b.as_slice())),
@@ -320,7 +320,7 @@ fn view(_: Option<&Path>, _: Option<&Path>, _: Option<&Path>, _: bool, _: &str, 
 
 /// A preprocessed input batch: float32 .npy [N, C, H, W].
 fn read_npy_input(input: &Path) -> Result<([usize; 4], Vec<f32>)> {
-    let bytes = read(input)?;
+    let bytes = read(input, "an input batch")?;
     let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| Error::Input(format!("{}: not a .npy file: {e}", input.display())))?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let [n, c, h, w] = shape[..] else {
@@ -627,6 +627,16 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let [m, k, n] = dims[..] else {
         return Err(Error::Input(format!("--gemm {shape}: expected MxKxN")));
     };
+    if m == 0 || k == 0 || n == 0 {
+        return Err(Error::Input(format!("--gemm {shape}: each of M, K and N must be at least 1")));
+    }
+    // Each operand is made here, in host memory, before any kernel runs: one larger than a GPU
+    // binding can be (2 GiB on the H200) is refused now, not allocated until the kernel kills
+    // the process (70000x70000x1 did, on a 23 GB machine).
+    const MAX_OPERAND: usize = 1 << 29;
+    if [(m, k), (k, n), (m, n)].iter().any(|&(r, c)| r.checked_mul(c).is_none_or(|e| e > MAX_OPERAND)) {
+        return Err(Error::Input(format!("--gemm {shape}: an operand of over {MAX_OPERAND} floats (2 GiB), more than a GPU binding holds")));
+    }
     let a: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) / 13.0).collect();
     let w: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
     let wtok: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();

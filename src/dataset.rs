@@ -22,7 +22,7 @@ fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
 }
 
 pub fn read_idx(path: &Path) -> Result<Idx> {
-    let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let raw = crate::file::read_bounded(path, MAX_IDX_BYTES, "an IDX file")?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&raw[..])

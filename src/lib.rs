@@ -13,6 +13,8 @@ pub mod desktop;
 pub mod env;
 pub mod error;
 pub mod exec;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod file;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gpu;

@@ -108,6 +108,14 @@ fn errors_are_one_line() {
     write_npy(&wrong_size, &[1, 3, 20, 16], &[0.0; 960]);
     let out = tmp.path().join("o2.npy");
     assert_clean_error(&tokenmix(&["logits", "--weights", w, "--input", wrong_size.to_str().unwrap(), "--out", out.to_str().unwrap()]));
+    // A device is not a model file: /dev/zero used to be read until the process was killed.
+    #[cfg(unix)]
+    assert_clean_error(&tokenmix(&["info", "--weights", "/dev/zero"]));
+    // GEMM shapes with a zero dimension, or an operand no GPU binding holds (this one used to
+    // abort in the allocator).
+    for shape in ["0x8x8", "8x8x0", "99999999x99999x9999", "70000x70000x1"] {
+        assert_clean_error(&tokenmix(&["bench", "--gemm", shape]));
+    }
 }
 
 #[test]

@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 
 /// The hub's default address.
 pub const HUB: &str = "https://huggingface.co";
-/// The largest checkpoint a download accepts (mixer_l16 is 0.9 GB in F32).
-pub const MAX_BYTES: u64 = 4 << 30;
+/// The largest checkpoint a download accepts: the largest model file tokenmix reads.
+pub const MAX_BYTES: u64 = crate::file::MAX_MODEL_BYTES;
 /// How long the server may take to accept the connection, and to send each piece.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 const READ_TIMEOUT: Duration = Duration::from_secs(30);

@@ -264,14 +264,10 @@ struct HubFile {
     cached: bool,
 }
 
-/// A model file's bytes, refusing one larger than any checkpoint of these families before
-/// reading it.
+/// A model file's bytes, refusing one larger than any checkpoint of these families (or a
+/// device, or a pipe that goes on past that) before it is all in memory.
 fn read_model_file(path: &Path) -> Result<Vec<u8>> {
-    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
-    if len > hub::MAX_BYTES {
-        return Err(Error::Input(format!("{}: {len} bytes is more than a checkpoint of these families needs", path.display())));
-    }
-    std::fs::read(path).map_err(|e| Error::io(path, e))
+    crate::file::read_bounded(path, crate::file::MAX_MODEL_BYTES, "a model file")
 }
 
 /// The views' textures, remade only when [`Viewer::generation`] moved on; a field of its own
