@@ -329,8 +329,25 @@ fn read_npy_input(input: &Path) -> Result<([usize; 4], Vec<f32>)> {
     if npy.dtype() != npyz::DType::new_scalar("<f4".parse().map_err(|_| Error::Input("dtype".into()))?) {
         return Err(Error::Input(format!("{}: dtype {}, expected float32 (<f4)", input.display(), npy.dtype().descr())));
     }
+    let fortran = npy.order() == npyz::Order::Fortran;
     let data: Vec<f32> = npy.into_vec().map_err(|e| Error::Input(format!("{}: {e}", input.display())))?;
+    // numpy writes a Fortran-ordered array (`np.asfortranarray`, a transpose's result) with
+    // its first index fastest; read as it is, it would be a different batch, silently.
+    let data = if fortran { c_order(&data, [n, c, h, w]) } else { data };
     Ok(([n, c, h, w], data))
+}
+
+/// A Fortran-ordered (first index fastest) 4-D array's elements in C order (last index fastest).
+fn c_order(data: &[f32], [n, c, h, w]: [usize; 4]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(data.len());
+    for i in 0..n {
+        for j in 0..c {
+            for y in 0..h {
+                out.extend((0..w).map(|x| data[i + n * (j + c * (y + h * x))]));
+            }
+        }
+    }
+    out
 }
 
 fn check_channels(model: &Model, input: &Path, c: usize) -> Result<()> {

@@ -20,6 +20,29 @@ fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
     w.finish().unwrap();
 }
 
+/// `data` (C order, last index fastest) written as numpy writes a Fortran-ordered array: the
+/// header says `fortran_order: True` and the first index runs fastest.
+fn write_npy_fortran(path: &Path, shape: &[u64], data: &[f32]) {
+    use npyz::WriterBuilder;
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let fortran = (0..data.len()).map(|mut f| {
+        // f's multi-index, first index fastest, then its C-order position.
+        let index: Vec<usize> = dims
+            .iter()
+            .map(|&d| {
+                let i = f % d;
+                f /= d;
+                i
+            })
+            .collect();
+        data[index.iter().zip(&dims).fold(0, |c, (&i, &d)| c * d + i)]
+    });
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).order(npyz::Order::Fortran).writer(f).begin_nd().unwrap();
+    w.extend(fortran).unwrap();
+    w.finish().unwrap();
+}
+
 fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap();
     let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
@@ -51,6 +74,13 @@ fn logits_command_matches_timm() {
         let (yshape, got) = read_npy(&y);
         assert_eq!(yshape, eshape.iter().map(|&d| d as u64).collect::<Vec<_>>());
         assert!(max_abs_diff(&got, expected) <= tol::GOLDEN * max_abs(expected).max(1.0));
+        // The same batch in Fortran order (numpy's `np.asfortranarray`): the same logits (it
+        // used to be read as if it were C order, and answered for a different batch).
+        write_npy_fortran(&x, &shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), input);
+        let out = tokenmix(&["logits", "--weights", weights.to_str().unwrap(), "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let (_, fortran) = read_npy(&y);
+        assert!(max_abs_diff(&fortran, expected) <= tol::GOLDEN * max_abs(expected).max(1.0), "Fortran order: {}", max_abs_diff(&fortran, expected));
     }
 }
 
