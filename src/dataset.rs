@@ -47,7 +47,8 @@ pub fn read_idx(path: &Path) -> Result<Idx> {
     let dims: Vec<usize> = bytes[4..header].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
     let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     if count != Some(bytes.len() - header) {
-        return Err(bad(path, format!("dimensions {dims:?} need {count:?} bytes of data, the file has {}", bytes.len() - header)));
+        let need = count.map_or("more than a usize of".to_string(), |c| c.to_string());
+        return Err(bad(path, format!("dimensions {dims:?} need {need} bytes of data, the file has {}", bytes.len() - header)));
     }
     Ok(Idx { dims, data: bytes[header..].to_vec() })
 }
@@ -80,6 +81,13 @@ pub fn fashion_mnist_test(dir: &Path) -> Result<Images> {
     };
     if labels.dims != [count] {
         return Err(bad(&labels_path, format!("dimensions {:?}, expected [{count}] to match the images", labels.dims)));
+    }
+    if count == 0 {
+        return Err(bad(&images_path, "holds no images"));
+    }
+    // A label outside the ten classes is a damaged file, not a wrong prediction to count.
+    if let Some((i, l)) = labels.data.iter().enumerate().find(|&(_, &l)| l >= 10) {
+        return Err(bad(&labels_path, format!("label {l} of image {i} is not one of Fashion-MNIST's 10 classes (0 to 9)")));
     }
     Ok(Images { count, height, width, pixels: images.data, labels: labels.data })
 }

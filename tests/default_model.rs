@@ -122,6 +122,26 @@ fn eval_command_counts_what_pytorch_counts() {
     let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["eval", "--data", dir.to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.starts_with("error: ") && err.contains("t10k-images"), "{err}");
+
+    // So are a label outside the ten classes (it was counted as a wrong answer), and a header
+    // whose image count would need more bytes than a usize holds (it was reported as `Some(…)`).
+    let eval_error = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["eval", "--data", dir.to_str().unwrap()]).output().unwrap();
+        assert!(!out.status.success(), "eval should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    std::fs::remove_file(dir.join("t10k-images-idx3-ubyte.gz")).unwrap();
+    std::fs::write(dir.join("t10k-images-idx3-ubyte"), &images).unwrap();
+    let mut bad_label = label_file.clone();
+    bad_label[8 + n / 2] = 10;
+    std::fs::write(dir.join("t10k-labels-idx1-ubyte"), &bad_label).unwrap();
+    let err = eval_error();
+    assert!(err.contains(&format!("label 10 of image {} is not one of Fashion-MNIST's 10 classes", n / 2)), "{err}");
+    let mut huge = images.clone();
+    huge[4..16].copy_from_slice(&[u32::MAX.to_be_bytes(); 3].concat());
+    std::fs::write(dir.join("t10k-images-idx3-ubyte"), &huge).unwrap();
+    let err = eval_error();
+    assert!(err.contains("need more than a usize of bytes") && !err.contains("Some("), "{err}");
 }
 
 /// How often a 256-byte piece from the middle of `model` occurs in `binary`.
