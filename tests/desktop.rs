@@ -869,6 +869,94 @@ impl XServer {
     }
 }
 
+impl XServer {
+    /// Drops the file `path` on `window` as a file manager does, through the XDND protocol
+    /// (version 5) from a source window of its own: XdndEnter offering `text/uri-list`,
+    /// XdndPosition at the window's centre, the file's URI served when the target asks for the
+    /// selection, XdndDrop once the target accepted and has the URI; returns once the target
+    /// says XdndFinished, with whether it accepted the drop.
+    fn drop_file(&self, window: &str, path: &std::path::Path) -> bool {
+        use x11rb::connection::Connection;
+        use x11rb::protocol::xproto::{
+            AtomEnum, ClientMessageEvent, ConnectionExt as _, CreateWindowAux, EventMask, PropMode, SelectionNotifyEvent, WindowClass,
+            SELECTION_NOTIFY_EVENT,
+        };
+        use x11rb::protocol::Event;
+        use x11rb::wrapper::ConnectionExt as _;
+        let target: u32 = window.parse().expect("a window id");
+        let (conn, screen) = x11rb::connect(Some(&self.display)).expect("an X connection");
+        let root = conn.setup().roots[screen].root;
+        let atom = |name: &str| conn.intern_atom(false, name.as_bytes()).expect("intern").reply().expect("an atom").atom;
+        let [aware, enter, position, status, drop, finished, selection, copy, uri_list] =
+            ["XdndAware", "XdndEnter", "XdndPosition", "XdndStatus", "XdndDrop", "XdndFinished", "XdndSelection", "XdndActionCopy", "text/uri-list"]
+                .map(atom);
+        let version = conn
+            .get_property(false, target, aware, AtomEnum::ATOM, 0, 1)
+            .expect("get_property")
+            .reply()
+            .expect("XdndAware")
+            .value32()
+            .and_then(|mut v| v.next())
+            .expect("the window takes drops (XdndAware)");
+        let source = conn.generate_id().expect("an id");
+        conn.create_window(0, source, root, 0, 0, 1, 1, 0, WindowClass::INPUT_ONLY, 0, &CreateWindowAux::new()).expect("the source window");
+        conn.set_selection_owner(source, selection, x11rb::CURRENT_TIME).expect("owns XdndSelection");
+        let send = |kind: u32, data: [u32; 5]| {
+            conn.send_event(false, target, EventMask::NO_EVENT, ClientMessageEvent::new(32, target, kind, data)).expect("send_event");
+            conn.flush().expect("flush");
+        };
+        let geometry = conn.get_geometry(target).expect("get_geometry").reply().expect("the window's size");
+        let at = conn
+            .translate_coordinates(target, root, (geometry.width / 2) as i16, (geometry.height / 2) as i16)
+            .expect("translate")
+            .reply()
+            .expect("the centre on the screen");
+        // The URI, percent-encoded but for RFC 3986's unreserved characters and the slashes.
+        let encoded: String = path
+            .to_str()
+            .expect("a UTF-8 path")
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        let uri = format!("file://{encoded}\r\n");
+        send(enter, [source, version.min(5) << 24, uri_list, 0, 0]);
+        send(position, [source, 0, ((at.dst_x as u16 as u32) << 16) | at.dst_y as u16 as u32, x11rb::CURRENT_TIME, copy]);
+        let (mut served, mut accepted, mut dropped) = (false, false, false);
+        let start = std::time::Instant::now();
+        loop {
+            assert!(start.elapsed().as_secs() < 30, "the drop did not finish within 30 s (served {served}, accepted {accepted})");
+            let Some(event) = conn.poll_for_event().expect("X events") else {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
+            };
+            match event {
+                Event::SelectionRequest(r) if r.selection == selection => {
+                    conn.change_property8(PropMode::REPLACE, r.requestor, r.property, r.target, uri.as_bytes()).expect("the URI");
+                    let notify = SelectionNotifyEvent {
+                        response_type: SELECTION_NOTIFY_EVENT,
+                        sequence: 0,
+                        time: r.time,
+                        requestor: r.requestor,
+                        selection: r.selection,
+                        target: r.target,
+                        property: r.property,
+                    };
+                    conn.send_event(false, r.requestor, EventMask::NO_EVENT, notify).expect("SelectionNotify");
+                    conn.flush().expect("flush");
+                    served = true;
+                }
+                Event::ClientMessage(m) if m.type_ == status => accepted = m.data.as_data32()[1] & 1 == 1,
+                Event::ClientMessage(m) if m.type_ == finished => return m.data.as_data32()[1] & 1 == 1,
+                _ => {}
+            }
+            if served && accepted && !dropped {
+                send(drop, [source, 0, x11rb::CURRENT_TIME, 0, 0]);
+                dropped = true;
+            }
+        }
+    }
+}
+
 impl Drop for XServer {
     fn drop(&mut self) {
         let _ = self.server.kill();
@@ -881,10 +969,11 @@ impl Drop for XServer {
 /// renderer, and with the CPU executor beside eframe's own. The window opens with its title;
 /// a mouse click on a sample (at the position the headless harness lays the button out at)
 /// classifies it as the CLI does, and the title says so; an image put on the X clipboard
-/// (xclip) and pasted with Ctrl+V goes through winit and arboard and is classified too.
+/// (xclip) and pasted with Ctrl+V goes through winit and arboard and is classified too, and so
+/// is an image file dropped on the window through the XDND protocol ([`XServer::drop_file`]).
 /// Screenshot: tests/artifacts/desktop-window.png (the real window, read with xwd).
 #[test]
-fn the_real_window_classifies_a_clicked_sample_and_a_pasted_image() {
+fn the_real_window_classifies_a_clicked_sample_a_pasted_image_and_a_dropped_file() {
     let x = XServer::start();
     // Where the harness lays out the coat button, and its frame with the bag pasted: what the
     // real window should show at the end (bar the header's executor line, the timings and the
@@ -981,6 +1070,13 @@ fn the_real_window_classifies_a_clicked_sample_and_a_pasted_image() {
             std::fs::create_dir_all(&dir).expect("artifacts folder");
             after.save(dir.join("desktop-window.png")).expect("screenshot saved");
         }
+        // A file dragged from a file manager and dropped on the window (XDND, through winit and
+        // eframe's dropped files) is classified too.
+        let dress = label_of("fmnist-0013-dress.png");
+        assert_ne!(dress, bag, "the dropped image must answer differently from the pasted one, or the check below checks nothing");
+        assert!(x.drop_file(&window, &root().join("www/samples/fmnist-0013-dress.png")), "{backend}: the window accepted the drop");
+        let title = x.title_when(&window, |t| shows(t, &dress));
+        assert!(shows(&title, &dress), "{backend}: after the drop the title is {title:?}, the CLI says {dress:?}");
         let _ = app.kill();
         let _ = app.wait();
     }
