@@ -970,7 +970,8 @@ impl Drop for XServer {
 /// a mouse click on a sample (at the position the headless harness lays the button out at)
 /// classifies it as the CLI does, and the title says so; an image put on the X clipboard
 /// (xclip) and pasted with Ctrl+V goes through winit and arboard and is classified too, and so
-/// is an image file dropped on the window through the XDND protocol ([`XServer::drop_file`]).
+/// is an image file dropped on the window through the XDND protocol ([`XServer::drop_file`]);
+/// a model file dropped so is loaded and classifies the image again.
 /// Screenshot: tests/artifacts/desktop-window.png (the real window, read with xwd).
 #[test]
 fn the_real_window_classifies_a_clicked_sample_a_pasted_image_and_a_dropped_file() {
@@ -1077,6 +1078,21 @@ fn the_real_window_classifies_a_clicked_sample_a_pasted_image_and_a_dropped_file
         assert!(x.drop_file(&window, &root().join("www/samples/fmnist-0013-dress.png")), "{backend}: the window accepted the drop");
         let title = x.title_when(&window, |t| shows(t, &dress));
         assert!(shows(&title, &dress), "{backend}: after the drop the title is {title:?}, the CLI says {dress:?}");
+        // A model file dropped the same way is loaded, and the image shown is classified again
+        // by it: the title gives the CLI's class with that model, and the model's path.
+        let gmlp = root().join("weights/gmlp_fmnist.safetensors");
+        let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+            .args(["classify", "--json", "--weights", gmlp.to_str().unwrap(), root().join("www/samples/fmnist-0013-dress.png").to_str().unwrap()])
+            .output()
+            .expect("tokenmix runs");
+        let cli: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let p = &cli[0]["predictions"][0];
+        let by_gmlp = (p["label"].as_str().unwrap_or_default().to_string(), 100.0 * p["probability"].as_f64().unwrap_or(-1.0));
+        assert_ne!(by_gmlp, dress, "the two models must answer differently, or the check below checks nothing");
+        assert!(x.drop_file(&window, &gmlp), "{backend}: the window accepted the model file");
+        let with_model = |t: &str| shows(t, &by_gmlp) && t.ends_with(&format!(" · {}", gmlp.display()));
+        let title = x.title_when(&window, with_model);
+        assert!(with_model(&title), "{backend}: after the model's drop the title is {title:?}, the CLI says {by_gmlp:?} with it");
         let _ = app.kill();
         let _ = app.wait();
     }
