@@ -378,34 +378,94 @@ fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
     write_npy(out, &[n, result.classes], &result.logits)
 }
 
-fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool) -> Result<()> {
-    let model = load_or_default(device()?.device, weights)?;
-    let pp = &model.info.preprocess;
-    let mut inputs = Vec::with_capacity(images.len() * model.input_len());
-    for path in images {
-        inputs.extend(preprocess::transform(&preprocess::load_image(path)?, pp)?);
-    }
-    let out = model.forward_blocking(&inputs)?;
-    let mut report = Vec::new();
-    for (i, path) in images.iter().enumerate() {
-        let probs = &out.probs[i * out.classes..(i + 1) * out.classes];
-        let preds: Vec<serde_json::Value> = out
-            .top_k(i, top_k)
-            .iter()
-            .map(|&k| serde_json::json!({"index": k, "label": labels::label(&model.info.labels, k), "probability": probs[k]}))
-            .collect();
-        if !json {
-            println!("{}", path.display());
-            for p in &preds {
-                println!("  {:>6.2}%  {:>4}  {}", p["probability"].as_f64().unwrap_or(0.0) * 100.0, p["index"], p["label"].as_str().unwrap_or(""));
+/// An image named on the command line, in a batch of [`in_batches`]: read (its place in the
+/// batch's input), or not (why).
+pub(crate) enum Image<'a> {
+    Read(&'a Path, usize),
+    Unread(&'a Path, Error),
+}
+
+/// The images named on the command line, read and transformed a batch at a time (at most the
+/// model's largest batch, so a folder of thousands is never all in memory at once); `each` gets
+/// a batch's input and its images in order. An image that does not read is reported on stderr
+/// and passed over, and the others are done; [`all_read`] then fails the command saying how
+/// many did not read. A single image's error is the command's.
+pub(crate) fn in_batches<'a>(model: &Model, images: &'a [PathBuf], mut each: impl FnMut(&[f32], &[Image<'a>]) -> Result<()>) -> Result<Unread> {
+    let read = |path: &Path| preprocess::load_image(path).and_then(|img| preprocess::transform(&img, &model.info.preprocess));
+    let mut unread = 0;
+    for chunk in images.chunks(model.max_batch().max(1)) {
+        let mut input = Vec::with_capacity(chunk.len() * model.input_len());
+        let mut batch = Vec::with_capacity(chunk.len());
+        for path in chunk {
+            match read(path) {
+                Ok(x) => {
+                    batch.push(Image::Read(path, input.len() / model.input_len().max(1)));
+                    input.extend(x);
+                }
+                Err(e) if images.len() == 1 => return Err(e),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    unread += 1;
+                    batch.push(Image::Unread(path, e));
+                }
             }
         }
-        report.push(serde_json::json!({"image": path.display().to_string(), "predictions": preds}));
+        each(&input, &batch)?;
     }
+    Ok(Unread(unread, images.len()))
+}
+
+/// How many of how many images did not read.
+pub(crate) struct Unread(usize, usize);
+
+/// The command's end once its output is written: an error where some images did not read.
+pub(crate) fn all_read(Unread(unread, total): Unread) -> Result<()> {
+    match unread {
+        0 => Ok(()),
+        n => Err(Error::Input(format!("{n} of the {total} images did not read (above); the rest were done"))),
+    }
+}
+
+fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool) -> Result<()> {
+    let model = load_or_default(device()?.device, weights)?;
+    let mut report = Vec::new();
+    let unread = in_batches(&model, images, |input, batch| {
+        let out = if input.is_empty() { None } else { Some(model.forward_blocking(input)?) };
+        for image in batch {
+            let (path, i, out) = match (image, &out) {
+                (Image::Read(path, i), Some(out)) => (path, *i, out),
+                (Image::Unread(path, e), _) => {
+                    report.push(serde_json::json!({"image": path.display().to_string(), "error": e.to_string()}));
+                    continue;
+                }
+                (Image::Read(..), None) => continue,
+            };
+            let probs = &out.probs[i * out.classes..(i + 1) * out.classes];
+            let preds: Vec<serde_json::Value> = out
+                .top_k(i, top_k)
+                .iter()
+                .map(|&k| serde_json::json!({"index": k, "label": labels::label(&model.info.labels, k), "probability": probs[k]}))
+                .collect();
+            if !json {
+                println!("{}", path.display());
+                for p in &preds {
+                    println!(
+                        "  {:>6.2}%  {:>4}  {}",
+                        p["probability"].as_f64().unwrap_or(0.0) * 100.0,
+                        p["index"],
+                        p["label"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            report.push(serde_json::json!({"image": path.display().to_string(), "predictions": preds}));
+        }
+        Ok(())
+    })?;
+    // JSON: one array with every image in order, an unread one as {"image", "error"}.
     if json {
         println!("{}", serde_json::Value::Array(report));
     }
-    Ok(())
+    all_read(unread)
 }
 
 fn info(weights: Option<&Path>, json: bool) -> Result<()> {

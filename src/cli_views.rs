@@ -8,6 +8,8 @@ use image::{Rgb, RgbImage};
 use tokenmix::insight::{colour, Kernel, LayerInsight};
 use tokenmix::{labels, preprocess, Error, Model, Result};
 
+use crate::cli::Image;
+
 /// Pixels per side of the image views in the PNGs.
 const VIEW: u32 = 224;
 
@@ -216,60 +218,68 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
 
 /// `explain IMAGE...`: per image the top-k classes with their evidence maps.
 pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: bool, png: Option<&Path>, relative: bool) -> Result<()> {
-    let pp = &model.info.preprocess;
-    let mut inputs = Vec::with_capacity(images.len() * model.input_len());
-    for path in images {
-        inputs.extend(preprocess::transform(&preprocess::load_image(path)?, pp)?);
-    }
-    let ex = model.explain_blocking(&inputs)?;
-    let (gh, gw) = ex.grid;
-    let classes = ex.output.classes;
     let mut report = Vec::new();
     let mut written = Vec::new();
+    let mut approximate = false;
     if let Some(dir) = png {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
-    for (i, path) in images.iter().enumerate() {
-        let top = ex.output.top_k(i, top_k);
-        let mut rows = Vec::new();
-        let base = png.map(|_| eye(model, &inputs[i * model.input_len()..(i + 1) * model.input_len()]));
-        for &c in &top {
-            let map = ex.map(i, c);
-            let logit = ex.output.logits[i * classes + c];
-            let label = labels::label(&model.info.labels, c);
-            if !json {
-                let (best, v) = map.iter().enumerate().fold((0, f32::MIN), |b, (t, &v)| if v > b.1 { (t, v) } else { b });
-                println!(
-                    "{}  {label}: logit {logit:.3} = {:.3} from tokens + bias {:.3}; strongest token ({}, {}) {v:+.3}",
-                    path.display(),
-                    map.iter().sum::<f32>(),
-                    ex.bias[c],
-                    best / gw,
-                    best % gw
-                );
+    let unread = crate::cli::in_batches(model, images, |inputs, batch| {
+        let ex = if inputs.is_empty() { None } else { Some(model.explain_blocking(inputs)?) };
+        for image in batch {
+            let (path, i, ex) = match (image, &ex) {
+                (Image::Read(path, i), Some(ex)) => (path, *i, ex),
+                (Image::Unread(path, e), _) => {
+                    report.push(serde_json::json!({"image": path.display().to_string(), "error": e.to_string()}));
+                    continue;
+                }
+                (Image::Read(..), None) => continue,
+            };
+            approximate |= ex.approximate;
+            let (gh, gw) = ex.grid;
+            let classes = ex.output.classes;
+            let top = ex.output.top_k(i, top_k);
+            let mut rows = Vec::new();
+            let base = png.map(|_| eye(model, &inputs[i * model.input_len()..(i + 1) * model.input_len()]));
+            for &c in &top {
+                let map = ex.map(i, c);
+                let logit = ex.output.logits[i * classes + c];
+                let label = labels::label(&model.info.labels, c);
+                if !json {
+                    let (best, v) = map.iter().enumerate().fold((0, f32::MIN), |b, (t, &v)| if v > b.1 { (t, v) } else { b });
+                    println!(
+                        "{}  {label}: logit {logit:.3} = {:.3} from tokens + bias {:.3}; strongest token ({}, {}) {v:+.3}",
+                        path.display(),
+                        map.iter().sum::<f32>(),
+                        ex.bias[c],
+                        best / gw,
+                        best % gw
+                    );
+                }
+                if let (Some(dir), Some(base)) = (png, &base) {
+                    // --relative: each token against the mean token (the page's toggle).
+                    let mean = map.iter().sum::<f32>() / map.len().max(1) as f32;
+                    let shown: Vec<f32> = map.iter().map(|v| if relative { v - mean } else { *v }).collect();
+                    let map = &shown[..];
+                    let s = colour::scale(map);
+                    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+                    save(&overlay(base, map, ex.grid, |v| colour::diverging(v, s)), dir, &format!("{stem}_evidence_{c}.png"), &mut written)?;
+                }
+                rows.push(serde_json::json!({"index": c, "label": label, "logit": logit, "probability": ex.output.probs[i * classes + c], "bias": ex.bias[c], "map": map}));
             }
-            if let (Some(dir), Some(base)) = (png, &base) {
-                // --relative: each token against the mean token (the page's toggle).
-                let mean = map.iter().sum::<f32>() / map.len().max(1) as f32;
-                let shown: Vec<f32> = map.iter().map(|v| if relative { v - mean } else { *v }).collect();
-                let map = &shown[..];
-                let s = colour::scale(map);
-                let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
-                save(&overlay(base, map, ex.grid, |v| colour::diverging(v, s)), dir, &format!("{stem}_evidence_{c}.png"), &mut written)?;
-            }
-            rows.push(serde_json::json!({"index": c, "label": label, "logit": logit, "probability": ex.output.probs[i * classes + c], "bias": ex.bias[c], "map": map}));
+            report.push(serde_json::json!({"image": path.display().to_string(), "grid": [gh, gw], "approximate": ex.approximate, "classes": rows}));
         }
-        report.push(serde_json::json!({"image": path.display().to_string(), "grid": [gh, gw], "approximate": ex.approximate, "classes": rows}));
-    }
+        Ok(())
+    })?;
     for p in &written {
         eprintln!("wrote {}", p.display());
     }
     if json {
         println!("{}", serde_json::Value::Array(report));
-    } else if ex.approximate {
+    } else if approximate {
         println!("(PoolFormer: the head normalises after pooling; each token's share is taken with this image's pooled statistics, so the split is approximate per token, exact in sum)");
     }
-    Ok(())
+    crate::cli::all_read(unread)
 }
 
 /// Raw mode: X [N, C, H, W] (as for `logits`) -> `out` float32 [N, classes, gh, gw] with

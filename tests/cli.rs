@@ -118,6 +118,73 @@ fn classify_prints_json_for_each_image() {
     assert_eq!(arr[0]["predictions"], arr[1]["predictions"], "same image, same answer");
 }
 
+/// An image that does not read among several is reported (on stderr, and in place in the JSON)
+/// and the others are classified and explained all the same, the command failing at the end;
+/// the images run in batches of at most 64, each answer given to its own image. (An unreadable
+/// image used to fail the whole command with nothing printed, and every image was held in
+/// memory at once.)
+#[test]
+fn classify_and_explain_go_on_past_an_unreadable_image() {
+    let tmp = scratch("cli");
+    let [a, b] = ["a.png", "b.png"].map(|name| tmp.path().join(name));
+    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&a).unwrap();
+    image::RgbImage::from_fn(30, 41, |x, y| image::Rgb([(y * 5) as u8, 200, (x * 13) as u8])).save(&b).unwrap();
+    let bad = tmp.path().join("not.png");
+    std::fs::write(&bad, b"hello").unwrap();
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let w = weights.to_str().unwrap();
+    let json = |out: &Output| -> Vec<serde_json::Value> {
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("a JSON array").as_array().expect("an array").clone()
+    };
+    let alone =
+        |img: &Path| json(&tokenmix(&["classify", "--weights", w, "--json", "--top-k", "3", img.to_str().unwrap()]))[0]["predictions"].clone();
+    let (answer_a, answer_b) = (alone(&a), alone(&b));
+    assert_ne!(answer_a, answer_b, "two images that answer alike would not show answers given to the wrong image");
+    // 70 images, two of them unreadable: two batches (64 + 6).
+    let pick = |i: usize| match i {
+        2 | 65 => bad.as_path(),
+        i if i % 2 == 0 => a.as_path(),
+        _ => b.as_path(),
+    };
+    let paths: Vec<&Path> = (0..70).map(pick).collect();
+    let mut args = vec!["classify", "--weights", w, "--json", "--top-k", "3"];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+    let out = tokenmix(&args);
+    assert!(!out.status.success(), "two images did not read: the command fails");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 3, "one line per unread image, and the summary: {err}");
+    assert!(lines[..2].iter().all(|l| l.starts_with("error: input: ") && l.contains("not.png")), "{err}");
+    assert_eq!(lines[2], "error: input: 2 of the 70 images did not read (above); the rest were done");
+    let arr = json(&out);
+    assert_eq!(arr.len(), 70, "every image in order");
+    for (i, (entry, path)) in arr.iter().zip(&paths).enumerate() {
+        assert_eq!(entry["image"], path.display().to_string(), "entry {i}");
+        if *path == bad {
+            assert!(entry["error"].as_str().is_some_and(|e| e.contains("not.png")), "entry {i}: {entry}");
+            continue;
+        }
+        let want = if *path == a { &answer_a } else { &answer_b };
+        let got = &entry["predictions"];
+        for k in 0..3 {
+            assert_eq!(got[k]["index"], want[k]["index"], "entry {i}, its own image's answer: {got} vs {want}");
+            let (p, q) = (got[k]["probability"].as_f64().unwrap(), want[k]["probability"].as_f64().unwrap());
+            assert!((p - q).abs() <= 1e-5, "entry {i}: {p} vs {q} alone");
+        }
+    }
+    // Text, and explain: the same.
+    let out = tokenmix(&["classify", "--weights", w, a.to_str().unwrap(), bad.to_str().unwrap(), b.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && text.contains("a.png") && text.contains("b.png") && !text.contains("not.png"), "{text}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end().lines().count(), 2);
+    let out = tokenmix(&["explain", "--weights", w, "--json", "--top-k", "2", a.to_str().unwrap(), bad.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let arr = json(&out);
+    assert_eq!(arr.len(), 3);
+    assert!(arr[0]["classes"].as_array().is_some_and(|c| c.len() == 2) && arr[2]["classes"].as_array().is_some_and(|c| c.len() == 2), "{arr:?}");
+    assert!(arr[1]["error"].as_str().is_some_and(|e| e.contains("not.png")), "{}", arr[1]);
+}
+
 #[test]
 fn errors_are_one_line() {
     let tmp = scratch("cli");
