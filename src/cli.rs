@@ -295,7 +295,8 @@ fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>,
         // (Classification runs on the viewer's work thread: its error comes when it ends.)
         viewer.finish(std::time::Duration::from_secs(600));
         if let Some(e) = viewer.error.take() {
-            return Err(Error::Input(e));
+            // The window's message is an error's text already ("input: …"): not prefixed twice.
+            return Err(Error::Input(e.strip_prefix("input: ").unwrap_or(&e).to_string()));
         }
     }
     match screenshot {

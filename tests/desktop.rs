@@ -453,6 +453,16 @@ fn view_screenshot_renders_offscreen_and_prints_the_predictions() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.starts_with("error: ") && !err.contains("panicked"), "{err}");
+    // An image that does not decode: its reason, said once ("input: input: …" before).
+    let scratch = common::scratch("view");
+    let empty = scratch.path().join("empty.png");
+    std::fs::write(&empty, b"").expect("a scratch file");
+    let bad = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+        .args(["view", "--image", empty.to_str().unwrap(), "--screenshot", "/tmp/x.png"])
+        .output()
+        .expect("tokenmix runs");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.starts_with("error: input: ") && err.matches("input: ").count() == 1, "{err}");
 }
 
 /// The embedded Mixer with every token MLP widened to `units` hidden units (F16, seeded
