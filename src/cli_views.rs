@@ -221,6 +221,9 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
     let mut report = Vec::new();
     let mut written = Vec::new();
     let mut approximate = false;
+    // Each image's PNGs are named after its file; a name met before in this run (a/x.png and
+    // b/x.png) gets "-2", "-3", … rather than overwriting the first image's.
+    let mut stems = std::collections::HashSet::<String>::new();
     if let Some(dir) = png {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
@@ -241,6 +244,9 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
             let top = ex.output.top_k(i, top_k);
             let mut rows = Vec::new();
             let base = png.map(|_| eye(model, &inputs[i * model.input_len()..(i + 1) * model.input_len()]));
+            let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+            let stem = (1..).map(|n| if n == 1 { name.to_string() } else { format!("{name}-{n}") }).find(|s| !stems.contains(s)).unwrap_or_default();
+            stems.insert(stem.clone());
             for &c in &top {
                 let map = ex.map(i, c);
                 let logit = ex.output.logits[i * classes + c];
@@ -262,7 +268,6 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
                     let shown: Vec<f32> = map.iter().map(|v| if relative { v - mean } else { *v }).collect();
                     let map = &shown[..];
                     let s = colour::scale(map);
-                    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
                     save(&overlay(base, map, ex.grid, |v| colour::diverging(v, s)), dir, &format!("{stem}_evidence_{c}.png"), &mut written)?;
                 }
                 rows.push(serde_json::json!({"index": c, "label": label, "logit": logit, "probability": ex.output.probs[i * classes + c], "bias": ex.bias[c], "map": map}));

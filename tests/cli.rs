@@ -489,6 +489,24 @@ fn explain_json_and_insight_json_and_png() {
     }
     assert_clean_error(&tokenmix(&["insight", "--layer", "99"]));
     assert_clean_error(&tokenmix(&["explain", "/nonexistent.png"]));
+    // explain --png: two images with one file name (a/x.png, b/x.png) keep a PNG each (the
+    // second used to overwrite the first's).
+    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/samples");
+    let [a, b] = ["a", "b"].map(|d| tmp.path().join(d).join("x.png"));
+    for (to, from) in [(&a, "fmnist-0000-boot.png"), (&b, "fmnist-0002-trouser.png")] {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(samples.join(from), to).unwrap();
+    }
+    let dir = tmp.path().join("explain-png");
+    // Every one of the 10 classes for each: the same class's map for both images.
+    let out = tokenmix(&["explain", "--top-k", "10", "--png", dir.to_str().unwrap(), a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let names: std::collections::BTreeSet<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let want: std::collections::BTreeSet<String> = (0..10).flat_map(|c| [format!("x_evidence_{c}.png"), format!("x-2_evidence_{c}.png")]).collect();
+    assert_eq!(names, want, "a PNG per image and class");
+    let [first, second] = ["x_evidence_9.png", "x-2_evidence_9.png"].map(|f| std::fs::read(dir.join(f)).unwrap());
+    assert_ne!(first, second, "two images, two pictures");
 }
 
 /// `--precision` (and `TOKENMIX_PRECISION`): f16 GEMM weights and hidden activations on the
