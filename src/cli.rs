@@ -379,39 +379,48 @@ fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
     write_npy(out, &[n, result.classes], &result.logits)
 }
 
-/// An image named on the command line, in a batch of [`in_batches`]: read (its place in the
-/// batch's input), or not (why).
-pub(crate) enum Image<'a> {
-    Read(&'a Path, usize),
-    Unread(&'a Path, Error),
-}
-
 /// The images named on the command line, read and transformed a batch at a time (at most the
-/// model's largest batch, so a folder of thousands is never all in memory at once); `each` gets
-/// a batch's input and its images in order. An image that does not read is reported on stderr
-/// and passed over, and the others are done; [`all_read`] then fails the command saying how
-/// many did not read. A single image's error is the command's.
-pub(crate) fn in_batches<'a>(model: &Model, images: &'a [PathBuf], mut each: impl FnMut(&[f32], &[Image<'a>]) -> Result<()>) -> Result<Unread> {
+/// model's largest batch, so a folder of thousands is never all in memory at once): `run` runs
+/// a batch's input, then `each` gets its result, the input, and each image's place in it and
+/// path, in order, with the JSON report to add to. An image that does not read is reported on
+/// stderr and as `{"image", "error"}` in its place in the report, and the others are done;
+/// [`all_read`] then fails the command saying how many did not read. A single image's error is
+/// the command's.
+pub(crate) fn in_batches<T>(
+    model: &Model,
+    images: &[PathBuf],
+    report: &mut Vec<serde_json::Value>,
+    run: impl Fn(&[f32]) -> Result<T>,
+    mut each: impl FnMut(&T, &[f32], usize, &Path, &mut Vec<serde_json::Value>) -> Result<()>,
+) -> Result<Unread> {
     let read = |path: &Path| preprocess::load_image(path).and_then(|img| preprocess::transform(&img, &model.info.preprocess));
     let mut unread = 0;
     for chunk in images.chunks(model.max_batch().max(1)) {
         let mut input = Vec::with_capacity(chunk.len() * model.input_len());
+        // Each image's place in `input`, or why it did not read.
         let mut batch = Vec::with_capacity(chunk.len());
         for path in chunk {
             match read(path) {
                 Ok(x) => {
-                    batch.push(Image::Read(path, input.len() / model.input_len().max(1)));
+                    batch.push(Ok(input.len() / model.input_len().max(1)));
                     input.extend(x);
                 }
                 Err(e) if images.len() == 1 => return Err(e),
                 Err(e) => {
                     eprintln!("error: {e}");
                     unread += 1;
-                    batch.push(Image::Unread(path, e));
+                    batch.push(Err(e));
                 }
             }
         }
-        each(&input, &batch)?;
+        let out = if input.is_empty() { None } else { Some(run(&input)?) };
+        for (path, place) in chunk.iter().zip(batch) {
+            match (place, &out) {
+                (Ok(i), Some(out)) => each(out, &input, i, path, report)?,
+                (Err(e), _) => report.push(serde_json::json!({"image": path.display().to_string(), "error": e.to_string()})),
+                (Ok(_), None) => {}
+            }
+        }
     }
     Ok(Unread(unread, images.len()))
 }
@@ -430,17 +439,12 @@ pub(crate) fn all_read(Unread(unread, total): Unread) -> Result<()> {
 fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool) -> Result<()> {
     let model = load_or_default(device()?.device, weights)?;
     let mut report = Vec::new();
-    let unread = in_batches(&model, images, |input, batch| {
-        let out = if input.is_empty() { None } else { Some(model.forward_blocking(input)?) };
-        for image in batch {
-            let (path, i, out) = match (image, &out) {
-                (Image::Read(path, i), Some(out)) => (path, *i, out),
-                (Image::Unread(path, e), _) => {
-                    report.push(serde_json::json!({"image": path.display().to_string(), "error": e.to_string()}));
-                    continue;
-                }
-                (Image::Read(..), None) => continue,
-            };
+    let unread = in_batches(
+        &model,
+        images,
+        &mut report,
+        |input| model.forward_blocking(input),
+        |out, _, i, path, report| {
             let probs = &out.probs[i * out.classes..(i + 1) * out.classes];
             let preds: Vec<serde_json::Value> = out
                 .top_k(i, top_k)
@@ -459,9 +463,9 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
                 }
             }
             report.push(serde_json::json!({"image": path.display().to_string(), "predictions": preds}));
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     // JSON: one array with every image in order, an unread one as {"image", "error"}.
     if json {
         println!("{}", serde_json::Value::Array(report));

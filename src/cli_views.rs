@@ -8,8 +8,6 @@ use image::{Rgb, RgbImage};
 use tokenmix::insight::{colour, Kernel, LayerInsight};
 use tokenmix::{labels, preprocess, Error, Model, Result};
 
-use crate::cli::Image;
-
 /// Pixels per side of the image views in the PNGs.
 const VIEW: u32 = 224;
 
@@ -227,17 +225,12 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
     if let Some(dir) = png {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
-    let unread = crate::cli::in_batches(model, images, |inputs, batch| {
-        let ex = if inputs.is_empty() { None } else { Some(model.explain_blocking(inputs)?) };
-        for image in batch {
-            let (path, i, ex) = match (image, &ex) {
-                (Image::Read(path, i), Some(ex)) => (path, *i, ex),
-                (Image::Unread(path, e), _) => {
-                    report.push(serde_json::json!({"image": path.display().to_string(), "error": e.to_string()}));
-                    continue;
-                }
-                (Image::Read(..), None) => continue,
-            };
+    let unread = crate::cli::in_batches(
+        model,
+        images,
+        &mut report,
+        |inputs| model.explain_blocking(inputs),
+        |ex, inputs, i, path, report| {
             approximate |= ex.approximate;
             let (gh, gw) = ex.grid;
             let classes = ex.output.classes;
@@ -273,9 +266,9 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
                 rows.push(serde_json::json!({"index": c, "label": label, "logit": logit, "probability": ex.output.probs[i * classes + c], "bias": ex.bias[c], "map": map}));
             }
             report.push(serde_json::json!({"image": path.display().to_string(), "grid": [gh, gw], "approximate": ex.approximate, "classes": rows}));
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     for p in &written {
         eprintln!("wrote {}", p.display());
     }
