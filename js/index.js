@@ -193,7 +193,9 @@ function workerCalls(threads) {
     const p = pending.get(data.id);
     if (!p) return;
     if (data.progress) {
-      p.onProgress?.(...data.progress);
+      // A progress message the worker posted before it read the abort can arrive after it:
+      // an aborted call reports no more progress (e2e o, 'no progress after the abort').
+      if (!p.signal?.aborted) p.onProgress?.(...data.progress);
       return;
     }
     pending.delete(data.id);
@@ -224,7 +226,7 @@ function workerCalls(threads) {
       signal?.removeEventListener('abort', abort);
       settle(v);
     };
-    pending.set(id, { resolve: done(resolve), reject: done(reject), onProgress });
+    pending.set(id, { resolve: done(resolve), reject: done(reject), onProgress, signal });
     w.postMessage({ id, method, args, cancellable }, transfer);
   });
   call.worker = true;
