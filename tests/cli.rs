@@ -13,17 +13,21 @@ fn tokenmix(args: &[&str]) -> Output {
 }
 
 fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
+    write_npy_in(path, shape, npyz::Order::C, data.iter().copied());
+}
+
+/// `values` in the file's order, under a header that says `order`.
+fn write_npy_in(path: &Path, shape: &[u64], order: npyz::Order, values: impl IntoIterator<Item = f32>) {
     use npyz::WriterBuilder;
     let f = std::fs::File::create(path).unwrap();
-    let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(f).begin_nd().unwrap();
-    w.extend(data.iter().copied()).unwrap();
+    let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).order(order).writer(f).begin_nd().unwrap();
+    w.extend(values).unwrap();
     w.finish().unwrap();
 }
 
 /// `data` (C order, last index fastest) written as numpy writes a Fortran-ordered array: the
 /// header says `fortran_order: True` and the first index runs fastest.
 fn write_npy_fortran(path: &Path, shape: &[u64], data: &[f32]) {
-    use npyz::WriterBuilder;
     let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     let fortran = (0..data.len()).map(|mut f| {
         // f's multi-index, first index fastest, then its C-order position.
@@ -37,10 +41,7 @@ fn write_npy_fortran(path: &Path, shape: &[u64], data: &[f32]) {
             .collect();
         data[index.iter().zip(&dims).fold(0, |c, (&i, &d)| c * d + i)]
     });
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).order(npyz::Order::Fortran).writer(f).begin_nd().unwrap();
-    w.extend(fortran).unwrap();
-    w.finish().unwrap();
+    write_npy_in(path, shape, npyz::Order::Fortran, fortran);
 }
 
 fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {

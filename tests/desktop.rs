@@ -65,7 +65,17 @@ fn shot(h: &mut Harness<'static, Viewer>, name: &str) -> image::RgbaImage {
 }
 
 fn cli_classify(image: &str) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["classify", "--json", "--top-k", "5", image]).output().expect("tokenmix runs");
+    cli_classify_with(&[], image)
+}
+
+/// `tokenmix classify --json` of `image`, with `args` (`--weights W`) before it.
+fn cli_classify_with(args: &[&str], image: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+        .args(["classify", "--json", "--top-k", "5"])
+        .args(args)
+        .arg(image)
+        .output()
+        .expect("tokenmix runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
@@ -1091,11 +1101,7 @@ fn the_real_window_classifies_a_clicked_sample_a_pasted_image_and_a_dropped_file
         // A model file dropped the same way is loaded, and the image shown is classified again
         // by it: the title gives the CLI's class with that model, and the model's path.
         let gmlp = root().join("weights/gmlp_fmnist.safetensors");
-        let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
-            .args(["classify", "--json", "--weights", gmlp.to_str().unwrap(), root().join("www/samples/fmnist-0013-dress.png").to_str().unwrap()])
-            .output()
-            .expect("tokenmix runs");
-        let cli: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let cli = cli_classify_with(&["--weights", gmlp.to_str().unwrap()], root().join("www/samples/fmnist-0013-dress.png").to_str().unwrap());
         let p = &cli[0]["predictions"][0];
         let by_gmlp = (p["label"].as_str().unwrap_or_default().to_string(), 100.0 * p["probability"].as_f64().unwrap_or(-1.0));
         assert_ne!(by_gmlp, dress, "the two models must answer differently, or the check below checks nothing");
