@@ -166,7 +166,28 @@ enum Command {
     },
 }
 
+/// Mesa's Vulkan device-select layer (loaded with every Mesa driver, lavapipe included) asks
+/// the Wayland compositor which GPU is the default one whenever the Vulkan instance enables
+/// `VK_KHR_wayland_surface`, which wgpu always does. Where `XDG_RUNTIME_DIR` is unset (a
+/// shell over ssh, a container, a service) libwayland cannot look, and prints "error:
+/// XDG_RUNTIME_DIR is invalid or not set in the environment." for each instance: four lines
+/// that read like tokenmix's own errors before a run that then succeeds. No Wayland session
+/// can be reached there, so the layer has nothing to learn; it is turned off
+/// (`NODEVICE_SELECT=1`) for this process, unless the user set either of its variables. wgpu
+/// chooses the adapter itself (`WGPU_POWER_PREF`, `WGPU_ADAPTER_NAME`), not by the layer's
+/// order.
+fn quiet_mesa_device_select() {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    let runtime_dir_ok = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| Path::new(&d).is_absolute());
+    let wayland_named = std::env::var_os("WAYLAND_DISPLAY").is_some_and(|d| Path::new(&d).is_absolute()) || set("WAYLAND_SOCKET");
+    if cfg!(target_os = "linux") && !runtime_dir_ok && !wayland_named && !set("NODEVICE_SELECT") && !set("MESA_VK_DEVICE_SELECT") {
+        // The first thing `main` does: no other thread exists yet to read the environment.
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
+}
+
 pub fn main() -> ExitCode {
+    quiet_mesa_device_select();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

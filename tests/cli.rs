@@ -119,6 +119,27 @@ fn classify_prints_json_for_each_image() {
     assert_eq!(arr[0]["predictions"], arr[1]["predictions"], "same image, same answer");
 }
 
+/// A run from a shell with no `XDG_RUNTIME_DIR` (ssh, a container, a service) prints only what
+/// tokenmix prints. Mesa's device-select layer used to add "error: XDG_RUNTIME_DIR is invalid
+/// or not set in the environment." four times on stderr to a run that succeeded, once per
+/// Vulkan instance (`cli::quiet_mesa_device_select`).
+#[test]
+fn a_run_without_a_runtime_dir_writes_nothing_to_stderr() {
+    let tmp = scratch("cli");
+    let img = tmp.path().join("grey.png");
+    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
+    for args in [&["--backend", "gpu", "classify", img.to_str().unwrap()][..], &["info"], &["--backend", "cpu", "classify", img.to_str().unwrap()]] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
+        for k in ["XDG_RUNTIME_DIR", "WAYLAND_DISPLAY", "WAYLAND_SOCKET", "NODEVICE_SELECT", "MESA_VK_DEVICE_SELECT"] {
+            cmd.env_remove(k);
+        }
+        let out = cmd.args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!out.stdout.is_empty(), "{args:?} printed nothing");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}: stderr");
+    }
+}
+
 /// An image that does not read among several is reported (on stderr, and in place in the JSON)
 /// and the others are classified and explained all the same, the command failing at the end;
 /// the images run in batches of at most 64, each answer given to its own image. (An unreadable
