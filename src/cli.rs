@@ -166,6 +166,28 @@ enum Command {
     },
 }
 
+/// `println!` for the CLI's output. A reader that stops reading (`tokenmix classify *.png |
+/// head -3`) ends the run quietly with status 0, as ripgrep does, instead of `println!`'s
+/// panic, "failed printing to stdout: Broken pipe"; any other failure to write is an error
+/// line and status 1.
+macro_rules! outln {
+    () => { $crate::cli::write_out(format_args!("")) };
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!($($arg)*)) };
+}
+pub(crate) use outln;
+
+pub(crate) fn write_out(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing the output: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Mesa's Vulkan device-select layer (loaded with every Mesa driver, lavapipe included) asks
 /// the Wayland compositor which GPU is the default one whenever the Vulkan instance enables
 /// `VK_KHR_wayland_surface`, which wgpu always does. Where `XDG_RUNTIME_DIR` is unset (a
@@ -325,7 +347,7 @@ fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>,
             let img = render(&mut viewer, px)?;
             img.save(out).map_err(|e| Error::Input(format!("{}: {e}", out.display())))?;
             if json {
-                println!("{}", viewer.predictions_json());
+                outln!("{}", viewer.predictions_json());
             }
             Ok(())
         }
@@ -473,14 +495,9 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
                 .map(|&k| serde_json::json!({"index": k, "label": labels::label(&model.info.labels, k), "probability": probs[k]}))
                 .collect();
             if !json {
-                println!("{}", path.display());
+                outln!("{}", path.display());
                 for p in &preds {
-                    println!(
-                        "  {:>6.2}%  {:>4}  {}",
-                        p["probability"].as_f64().unwrap_or(0.0) * 100.0,
-                        p["index"],
-                        p["label"].as_str().unwrap_or("")
-                    );
+                    outln!("  {:>6.2}%  {:>4}  {}", p["probability"].as_f64().unwrap_or(0.0) * 100.0, p["index"], p["label"].as_str().unwrap_or(""));
                 }
             }
             report.push(serde_json::json!({"image": path.display().to_string(), "predictions": preds}));
@@ -489,7 +506,7 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
     )?;
     // JSON: one array with every image in order, an unread one as {"image", "error"}.
     if json {
-        println!("{}", serde_json::Value::Array(report));
+        outln!("{}", serde_json::Value::Array(report));
     }
     all_read(unread)
 }
@@ -514,14 +531,14 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         let (autotune, choices) = sel.device.gemm_tuning();
         v["gemm_autotune"] = autotune.into();
         v["gemm_tuning"] = serde_json::json!(choices);
-        println!("{v}");
+        outln!("{v}");
         return Ok(());
     }
-    println!("model:       {}", model_name(weights));
-    println!("family:      {}", i.family);
-    println!("preset:      {}", i.preset.unwrap_or("(none: no timm preset has these shapes)"));
+    outln!("model:       {}", model_name(weights));
+    outln!("family:      {}", i.family);
+    outln!("preset:      {}", i.preset.unwrap_or("(none: no timm preset has these shapes)"));
     match &i.arch {
-        tokenmix::models::Arch::MlpMixer(c) => println!(
+        tokenmix::models::Arch::MlpMixer(c) => outln!(
             "config:      image {}x{}, patch {}, in_chans {}, dim {}, depth {}, {}channels_hidden {}, classes {}",
             c.img_size[0],
             c.img_size[1],
@@ -533,33 +550,39 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
             c.channels_hidden,
             c.num_classes
         ),
-        tokenmix::models::Arch::MetaFormer(c) => println!(
+        tokenmix::models::Arch::MetaFormer(c) => outln!(
             "config:      image {}x{}, in_chans {}, depths {:?}, dims {:?}, mlp_hidden {:?}, classes {}",
-            c.img_size[0], c.img_size[1], c.in_chans, c.depths, c.dims, c.mlp_hidden, c.num_classes
+            c.img_size[0],
+            c.img_size[1],
+            c.in_chans,
+            c.depths,
+            c.dims,
+            c.mlp_hidden,
+            c.num_classes
         ),
     }
-    println!("parameters:  {} ({:.2} M)", i.params, i.params as f64 / 1e6);
-    println!("GMACs:       {:.3} per image", i.macs as f64 / 1e9);
+    outln!("parameters:  {} ({:.2} M)", i.params, i.params as f64 / 1e6);
+    outln!("GMACs:       {:.3} per image", i.macs as f64 / 1e9);
     let p = &i.preprocess;
-    println!("preprocess:  {}x{}x{}, crop_pct {}, mean {:?}, std {:?}", p.channels, p.size[0], p.size[1], p.crop_pct, p.mean, p.std);
-    println!("labels:      {}", if i.labels.is_empty() { "none in file".to_string() } else { format!("{}", i.labels.len()) });
-    println!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
-    println!("runs on:     {adapter}");
-    println!("kernels:     {}", sel.device.kernels());
+    outln!("preprocess:  {}x{}x{}, crop_pct {}, mean {:?}, std {:?}", p.channels, p.size[0], p.size[1], p.crop_pct, p.mean, p.std);
+    outln!("labels:      {}", if i.labels.is_empty() { "none in file".to_string() } else { format!("{}", i.labels.len()) });
+    outln!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
+    outln!("runs on:     {adapter}");
+    outln!("kernels:     {}", sel.device.kernels());
     if let Some(rows) = sel.device.rows().and_then(RowKernel::parse) {
         let how = match rows {
             RowKernel::Invocation => "one invocation per row (LayerNorm, softmax)",
             RowKernel::Workgroup => "one workgroup per row (LayerNorm, softmax); GroupNorm in chunks",
             RowKernel::Subgroup => "one workgroup per row, reduced by subgroups first (LayerNorm, softmax); GroupNorm in chunks",
         };
-        println!("norm rows:   {how}");
+        outln!("norm rows:   {how}");
     }
     let halves = model.f16_activations();
     let stored =
         if halves.is_empty() { String::new() } else { format!(": GEMM weights and the {} activations in f16, all sums in f32", halves.join(", ")) };
     match sel.device.precision() {
-        (p, None) => println!("precision:   {p}{stored}"),
-        (p, Some(note)) => println!("precision:   {p}{stored} ({note})"),
+        (p, None) => outln!("precision:   {p}{stored}"),
+        (p, Some(note)) => outln!("precision:   {p}{stored} ({note})"),
     }
     Ok(())
 }
@@ -610,9 +633,9 @@ fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result
     let secs = start.elapsed().as_secs_f64();
     let (total, top1) = (set.count, correct as f64 / set.count.max(1) as f64);
     if json {
-        println!("{}", serde_json::json!({"top1": top1, "correct": correct, "total": total, "images_per_s": total as f64 / secs}));
+        outln!("{}", serde_json::json!({"top1": top1, "correct": correct, "total": total, "images_per_s": total as f64 / secs}));
     } else {
-        println!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top1 * 100.0, total as f64 / secs);
+        outln!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top1 * 100.0, total as f64 / secs);
     }
     Ok(())
 }
@@ -643,10 +666,10 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
     let macs = model.info.macs as f64;
     let mut rows = Vec::new();
     if !json {
-        println!("backend: {} ({})", dev.backend(), sel.reason);
-        println!("runs on: {}   gemm: {}   precision: {}", dev.describe(), dev.kernels(), dev.precision().0);
-        println!("model:   {} ({})", model.info.preset.unwrap_or(model.info.family), model_name(weights));
-        println!("time to first result (load + pipelines + first forward, batch 1): {:.1} ms", first.as_secs_f64() * 1e3);
+        outln!("backend: {} ({})", dev.backend(), sel.reason);
+        outln!("runs on: {}   gemm: {}   precision: {}", dev.describe(), dev.kernels(), dev.precision().0);
+        outln!("model:   {} ({})", model.info.preset.unwrap_or(model.info.family), model_name(weights));
+        outln!("time to first result (load + pipelines + first forward, batch 1): {:.1} ms", first.as_secs_f64() * 1e3);
     }
     for &batch in batches {
         check_batch(batch)?;
@@ -685,7 +708,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
             row["device_ms"] = serde_json::json!(d * 1e3);
         }
         if !json {
-            println!(
+            outln!(
                 "batch {batch:>3}: median {:>9.2} ms   {:>8.2} images/s   {:>7.2} GFLOP/s{}",
                 med * 1e3,
                 batch as f64 / med,
@@ -698,17 +721,17 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
             if json {
                 row["profile"] = serde_json::to_value(&p).map_err(|e| Error::Input(format!("profile: {e}")))?;
             } else {
-                println!("{}", p.lines().join("\n"));
+                outln!("{}", p.lines().join("\n"));
             }
         }
         rows.push(row);
     }
     if !json && dev.gemm_tuning().0 {
-        println!("gemm (autotuned per shape class): {}", dev.kernels());
+        outln!("gemm (autotuned per shape class): {}", dev.kernels());
     }
     if json {
         let ((autotune, tuning), (precision, precision_note)) = (dev.gemm_tuning(), dev.precision());
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
@@ -770,7 +793,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
         }
         let med = median(times).as_secs_f64();
         if !json {
-            println!(
+            outln!(
                 "{:>13} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s   [{}]",
                 "cpu",
                 med * 1e3,
@@ -798,7 +821,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let report = |adapter: String, gemm: String, (precision, note): (&str, Option<String>), rows: &[serde_json::Value]| {
         let v = serde_json::json!({"adapter": adapter, "gemm": gemm, "precision": precision, "precision_note": note,
             "m": m, "k": k, "n": n, "runs": rows});
-        println!("{v}");
+        outln!("{v}");
     };
     let Some(gpu) = gpu else {
         if json {
@@ -820,7 +843,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
     let xtex = ActTexture::new(&gpu, "x", k, n);
     let cbuf = gpu.storage("c", m * n)?;
     if !json {
-        println!("adapter: {}   default gemm: {}   weights: {}", gpu.describe(), gpu.gemm.name(), gpu.precision.name());
+        outln!("adapter: {}   default gemm: {}   weights: {}", gpu.describe(), gpu.gemm.name(), gpu.precision.name());
     }
     for variant in gpu.gemm_variants() {
         for ((layout, b_trans), want) in [("A·W^T (linear)", true), ("W·X (token mixing)", false)].into_iter().zip(&cpu_results) {
@@ -864,7 +887,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
             let got = pollster::block_on(gpu.read_buffer(&cbuf, m * n))?;
             let err = rel_diff(want, &got);
             if !json {
-                println!(
+                outln!(
                     "{:>13} {layout:<20} {m}x{k}x{n}: median {:>8.2} ms  {:>7.2} GFLOP/s   rel. error {err:.1e}",
                     variant.name(),
                     med * 1e3,

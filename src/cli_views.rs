@@ -8,6 +8,8 @@ use image::{Rgb, RgbImage};
 use tokenmix::insight::{colour, Kernel, LayerInsight};
 use tokenmix::{labels, preprocess, Error, Model, Result};
 
+use crate::cli::outln;
+
 /// Pixels per side of the image views in the PNGs.
 const VIEW: u32 = 224;
 
@@ -187,12 +189,12 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
             "views": views,
             "stage_energy": energy,
         });
-        println!("{v}");
+        outln!("{v}");
     } else if png.is_none() {
-        println!("model: {name} ({}), {} token-mixing layers", model.info.family, model.mixing_layers());
+        outln!("model: {name} ({}), {} token-mixing layers", model.info.family, model.mixing_layers());
         for li in &views {
             match (&li.figures, &li.init) {
-                (Some(f), Some(i)) => println!(
+                (Some(f), Some(i)) => outln!(
                     "layer {:>2} {:<7} locality {:.2} patches (init {:.2}), shift invariance {:.3} (init {:.3}), low frequency {:.3} (init {:.3}){}",
                     li.layer,
                     li.kind,
@@ -204,11 +206,11 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
                     i.low_frequency,
                     if li.kind == "mixer" { format!(", {} opposite-sign pairs", li.pairs) } else { String::new() }
                 ),
-                _ => println!("layer {:>2} {}: {}", li.layer, li.kind, li.note),
+                _ => outln!("layer {:>2} {}: {}", li.layer, li.kind, li.note),
             }
         }
         if views.iter().any(|v| v.figures.is_some()) {
-            println!("(figures on {})", views.first().map_or("", |v| v.figures_on));
+            outln!("(figures on {})", views.first().map_or("", |v| v.figures_on));
         }
     }
     Ok(())
@@ -246,7 +248,7 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
                 let label = labels::label(&model.info.labels, c);
                 if !json {
                     let (best, v) = map.iter().enumerate().fold((0, f32::MIN), |b, (t, &v)| if v > b.1 { (t, v) } else { b });
-                    println!(
+                    outln!(
                         "{}  {label}: logit {logit:.3} = {:.3} from tokens + bias {:.3}; strongest token ({}, {}) {v:+.3}",
                         path.display(),
                         map.iter().sum::<f32>(),
@@ -273,9 +275,9 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
         eprintln!("wrote {}", p.display());
     }
     if json {
-        println!("{}", serde_json::Value::Array(report));
+        outln!("{}", serde_json::Value::Array(report));
     } else if approximate {
-        println!("(PoolFormer: the head normalises after pooling; each token's share is taken with this image's pooled statistics, so the split is approximate per token, exact in sum)");
+        outln!("(PoolFormer: the head normalises after pooling; each token's share is taken with this image's pooled statistics, so the split is approximate per token, exact in sum)");
     }
     crate::cli::all_read(unread)
 }

@@ -140,6 +140,38 @@ fn a_run_without_a_runtime_dir_writes_nothing_to_stderr() {
     }
 }
 
+/// A reader that stops reading (`tokenmix classify *.png | head -3`) ends the run quietly, with
+/// status 0, on every command: `println!` used to panic there ("failed printing to stdout:
+/// Broken pipe" and a backtrace, status 101). The output goes into a pipe whose reading end is
+/// closed before the run starts, so every write fails.
+#[test]
+fn a_closed_pipe_on_stdout_ends_the_run_quietly() {
+    let tmp = scratch("cli");
+    let img = tmp.path().join("grey.png");
+    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
+    let i = img.to_str().unwrap();
+    let runs: [&[&str]; 6] = [
+        &["classify", i, i],
+        &["classify", "--json", i],
+        &["explain", i],
+        &["insight"],
+        &["info", "--json"],
+        &["--backend", "cpu", "bench", "--batch", "1", "--iters", "1"],
+    ];
+    for args in runs {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(args).stdout(writer).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && stderr.is_empty(), "{args:?}: {:?}, stderr: {stderr}", out.status);
+    }
+    // And the same runs write their output where it is read (the runs above did run).
+    for args in runs {
+        let out = tokenmix(args);
+        assert!(out.status.success() && !out.stdout.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// An image that does not read among several is reported (on stderr, and in place in the JSON)
 /// and the others are classified and explained all the same, the command failing at the end;
 /// the images run in batches of at most 64, each answer given to its own image. (An unreadable
