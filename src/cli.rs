@@ -46,7 +46,8 @@ enum Command {
         weights: Option<PathBuf>,
         #[arg(required = true)]
         images: Vec<PathBuf>,
-        #[arg(long, default_value_t = 5)]
+        /// How many classes, the likeliest first (at least 1)
+        #[arg(long, default_value_t = 5, value_parser = at_least_one)]
         top_k: usize,
         /// Print a JSON array, one object per image
         #[arg(long)]
@@ -99,7 +100,8 @@ enum Command {
         weights: Option<PathBuf>,
         #[arg(required_unless_present = "input")]
         images: Vec<PathBuf>,
-        #[arg(long, default_value_t = 5)]
+        /// How many classes, the likeliest first (at least 1)
+        #[arg(long, default_value_t = 5, value_parser = at_least_one)]
         top_k: usize,
         /// Print a JSON array, one object per image
         #[arg(long)]
@@ -152,7 +154,8 @@ enum Command {
         /// Comma-separated batch sizes
         #[arg(long, default_value = "1,8", value_delimiter = ',')]
         batch: Vec<usize>,
-        #[arg(long, default_value_t = 10)]
+        /// Timed runs per batch size (at least 1)
+        #[arg(long, default_value_t = 10, value_parser = at_least_one)]
         iters: usize,
         /// GEMM micro-benchmark shape MxKxN ([M,K]·[K,N]), run with every kernel variant
         #[arg(long)]
@@ -164,6 +167,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A count flag's value: 0 is refused rather than quietly taken as 1.
+fn at_least_one(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// `println!` for the CLI's output. A reader that stops reading (`tokenmix classify *.png |

@@ -267,6 +267,15 @@ fn errors_are_one_line() {
     for shape in ["0x8x8", "8x8x0", "99999999x99999x9999", "70000x70000x1"] {
         assert_clean_error(&tokenmix(&["bench", "--gemm", shape]));
     }
+    // A count of 0 is refused by the argument parser (it used to be taken as 1 without a word).
+    for (args, flag) in
+        [(&["classify", "--top-k", "0", w][..], "--top-k"), (&["explain", "--top-k", "0", w], "--top-k"), (&["bench", "--iters", "0"], "--iters")]
+    {
+        let out = tokenmix(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with(&format!("error: invalid value '0' for '{flag}")) && err.contains("must be at least 1"), "{args:?}: {err}");
+    }
 }
 
 #[test]
