@@ -475,6 +475,29 @@ fn view_screenshot_renders_offscreen_and_prints_the_predictions() {
     assert!(!bad.status.success() && err.starts_with("error: input: ") && err.matches("input: ").count() == 1, "{err}");
 }
 
+/// `view` with no display says what the window needs, in one line: with neither X11 nor Wayland,
+/// that there is no display; on a Wayland session without XWayland, that the window is an X11
+/// one and XWayland gives it a display. It used to pass on winit's advice for whoever builds it
+/// ("enable the `winit/wayland` feature").
+#[cfg(all(unix, not(target_vendor = "apple")))]
+#[test]
+fn a_window_with_no_display_says_what_it_needs() {
+    for (wayland, want) in [(None, "no display (DISPLAY is not set)"), (Some("wayland-tokenmix-test"), "XWayland")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
+        for k in ["DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"] {
+            cmd.env_remove(k);
+        }
+        if let Some(w) = wayland {
+            cmd.env("WAYLAND_DISPLAY", w);
+        }
+        let out = cmd.arg("view").output().expect("tokenmix runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{wayland:?}: should fail");
+        assert!(err.starts_with("error: ") && err.trim_end().lines().count() == 1 && !err.contains("panicked"), "{wayland:?}: {err}");
+        assert!(err.contains(want) && err.contains("--screenshot") && !err.contains("winit/wayland"), "{wayland:?}: {err}");
+    }
+}
+
 /// The embedded Mixer with every token MLP widened to `units` hidden units (F16, seeded
 /// values): as many units as a hub `mixer_s16_224` has (256), on the shipped 7x7 grid.
 fn wide_token_mlps(units: usize) -> Vec<u8> {

@@ -1354,7 +1354,25 @@ pub fn run_window(viewer: Viewer) -> Result<()> {
         }
     }
     let app = App { viewer, title: String::new() };
-    eframe::run_native("tokenmix", options, Box::new(move |_cc| Ok(Box::new(app)))).map_err(|e| {
-        Error::Input(format!("could not open a window: {e} (no display? `tokenmix view --image IMG --screenshot OUT.png` renders without one)"))
-    })
+    eframe::run_native("tokenmix", options, Box::new(move |_cc| Ok(Box::new(app)))).map_err(|e| Error::Input(window_error(&e.to_string())))
+}
+
+/// What a failure to open the window says. winit's own words on Linux end in advice for whoever
+/// builds it ("enable the `winit/wayland` feature"); the user is told instead what the window
+/// needs: an X11 display, which a Wayland desktop gives through XWayland.
+fn window_error(winit: &str) -> String {
+    let offscreen = "`tokenmix view --image IMG --screenshot OUT.png` renders the window without a display";
+    let unset = |k: &str| std::env::var_os(k).is_none_or(|v| v.is_empty());
+    if cfg!(all(unix, not(target_vendor = "apple"))) && unset("DISPLAY") {
+        if unset("WAYLAND_DISPLAY") && unset("WAYLAND_SOCKET") {
+            format!("could not open a window: no display (DISPLAY is not set); {offscreen}")
+        } else {
+            format!(
+                "could not open a window: it is an X11 window and DISPLAY is not set. On a Wayland desktop, XWayland gives X11 \
+                 windows their display (GNOME and KDE start it themselves; under sway, `xwayland enable`); {offscreen}"
+            )
+        }
+    } else {
+        format!("could not open a window: {winit} ({offscreen})")
+    }
 }
