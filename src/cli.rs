@@ -30,7 +30,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Raw logits for preprocessed inputs: X.npy float32 [N,C,H,W] -> Y.npy float32 [N,classes]
+    /// Raw logits for preprocessed inputs: X.npy float32/float64 [N,C,H,W] -> Y.npy float32 [N,classes]
     Logits {
         #[arg(long)]
         weights: PathBuf,
@@ -112,7 +112,7 @@ enum Command {
         /// PNGs show each token relative to the mean token (the exact split stays in --json)
         #[arg(long, requires = "png")]
         relative: bool,
-        /// Raw mode: preprocessed X.npy float32 [N,C,H,W] ...
+        /// Raw mode: preprocessed X.npy float32/float64 [N,C,H,W] ...
         #[arg(long, requires = "out", conflicts_with = "images")]
         input: Option<PathBuf>,
         /// ... to Y.npy float32 [N,classes,gh,gw], Y.sum((2,3)) + bias == logits
@@ -374,7 +374,7 @@ fn view(_: Option<&Path>, _: Option<&Path>, _: Option<&Path>, _: bool, _: &str, 
     ))
 }
 
-/// A preprocessed input batch: float32 .npy [N, C, H, W].
+/// A preprocessed input batch: a float32 or float64 .npy [N, C, H, W], either byte order.
 fn read_npy_input(input: &Path) -> Result<([usize; 4], Vec<f32>)> {
     let bytes = read(input, "an input batch")?;
     let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| Error::Input(format!("{}: not a .npy file: {e}", input.display())))?;
@@ -382,11 +382,16 @@ fn read_npy_input(input: &Path) -> Result<([usize; 4], Vec<f32>)> {
     let [n, c, h, w] = shape[..] else {
         return Err(Error::Input(format!("{}: shape {shape:?}, expected [N, C, H, W]", input.display())));
     };
-    if npy.dtype() != npyz::DType::new_scalar("<f4".parse().map_err(|_| Error::Input("dtype".into()))?) {
-        return Err(Error::Input(format!("{}: dtype {}, expected float32 (<f4)", input.display(), npy.dtype().descr())));
-    }
     let fortran = npy.order() == npyz::Order::Fortran;
-    let data: Vec<f32> = npy.into_vec().map_err(|e| Error::Input(format!("{}: {e}", input.display())))?;
+    let descr = npy.dtype().descr();
+    let bad = |e: std::io::Error| Error::Input(format!("{}: {e}", input.display()));
+    // numpy's own default is float64 (`np.random.rand`, `np.array([0.5])`), and a file may
+    // come from a big-endian machine: either float width, either byte order, is read as f32.
+    let data: Vec<f32> = match descr.as_str() {
+        "'<f4'" | "'>f4'" => npy.into_vec::<f32>().map_err(bad)?,
+        "'<f8'" | "'>f8'" => npy.into_vec::<f64>().map_err(bad)?.into_iter().map(|v| v as f32).collect(),
+        _ => return Err(Error::Input(format!("{}: dtype {descr}, expected float32 or float64", input.display()))),
+    };
     // numpy writes a Fortran-ordered array (`np.asfortranarray`, a transpose's result) with
     // its first index fastest; read as it is, it would be a different batch, silently.
     let data = if fortran { c_order(&data, [n, c, h, w]) } else { data };

@@ -25,6 +25,16 @@ fn write_npy_in(path: &Path, shape: &[u64], order: npyz::Order, values: impl Int
     w.finish().unwrap();
 }
 
+/// `values` as a .npy of numpy type `descr` (`<f8`, `>f4`, …), C order.
+fn write_npy_typed<T: npyz::Serialize>(path: &Path, shape: &[u64], descr: &str, values: impl IntoIterator<Item = T>) {
+    use npyz::WriterBuilder;
+    let f = std::fs::File::create(path).unwrap();
+    let dtype = npyz::DType::new_scalar(descr.parse().unwrap());
+    let mut w = npyz::WriteOptions::new().dtype(dtype).shape(shape).writer(f).begin_nd().unwrap();
+    w.extend(values).unwrap();
+    w.finish().unwrap();
+}
+
 /// `data` (C order, last index fastest) written as numpy writes a Fortran-ordered array: the
 /// header says `fortran_order: True` and the first index runs fastest.
 fn write_npy_fortran(path: &Path, shape: &[u64], data: &[f32]) {
@@ -82,6 +92,25 @@ fn logits_command_matches_timm() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let (_, fortran) = read_npy(&y);
         assert!(max_abs_diff(&fortran, expected) <= tol::GOLDEN * max_abs(expected).max(1.0), "Fortran order: {}", max_abs_diff(&fortran, expected));
+        // numpy's default float64, and either float in big-endian order: the same logits (they
+        // used to be refused, "expected float32 (<f4)"). An integer array is still refused.
+        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        for descr in ["<f8", ">f8", ">f4", "<i4"] {
+            match descr {
+                "<f8" | ">f8" => write_npy_typed(&x, &dims, descr, input.iter().map(|&v| f64::from(v))),
+                ">f4" => write_npy_typed(&x, &dims, descr, input.iter().copied()),
+                _ => write_npy_typed(&x, &dims, descr, input.iter().map(|&v| v as i32)),
+            }
+            let out = tokenmix(&["logits", "--weights", weights.to_str().unwrap(), "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
+            if descr == "<i4" {
+                assert_clean_error(&out);
+                assert!(String::from_utf8_lossy(&out.stderr).contains("expected float32 or float64"));
+                continue;
+            }
+            assert!(out.status.success(), "{descr}: {}", String::from_utf8_lossy(&out.stderr));
+            let (_, got) = read_npy(&y);
+            assert!(max_abs_diff(&got, expected) <= tol::GOLDEN * max_abs(expected).max(1.0), "{descr}: {}", max_abs_diff(&got, expected));
+        }
     }
 }
 
