@@ -157,7 +157,7 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
         _ => Vec::new(),
     };
     if let Some(dir) = png {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        png_folder(dir)?;
         let mut written = Vec::new();
         if input.is_some() {
             save(&base, dir, "input.png", &mut written)?;
@@ -216,6 +216,16 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
     Ok(())
 }
 
+/// `--png DIR`'s folder, made if it is missing. A file already there under that name is
+/// refused by name ("File exists (os error 17)" was all it said, e.g. for `explain --png
+/// x.png y.png`, where the first image was taken for the folder).
+fn png_folder(dir: &Path) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::Input(format!("--png {}: a file, not a folder (--png names the folder to write the PNGs into)", dir.display())));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))
+}
+
 /// `explain IMAGE...`: per image the top-k classes with their evidence maps.
 pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: bool, png: Option<&Path>, relative: bool) -> Result<()> {
     let mut report = Vec::new();
@@ -225,7 +235,7 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
     // b/x.png) gets "-2", "-3", … rather than overwriting the first image's.
     let mut stems = std::collections::HashSet::<String>::new();
     if let Some(dir) = png {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        png_folder(dir)?;
     }
     let unread = crate::cli::in_batches(
         model,

@@ -296,6 +296,15 @@ fn errors_are_one_line() {
     for shape in ["0x8x8", "8x8x0", "99999999x99999x9999", "70000x70000x1"] {
         assert_clean_error(&tokenmix(&["bench", "--gemm", shape]));
     }
+    // `--png` naming a file, not a folder (as in `explain --png x.png y.png`): said by name, not
+    // "File exists (os error 17)".
+    let img = tmp.path().join("grey.png");
+    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
+    let i = img.to_str().unwrap();
+    for out in [tokenmix(&["explain", "--png", i, i]), tokenmix(&["insight", "--png", i])] {
+        assert_clean_error(&out);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("a file, not a folder"), "{}", String::from_utf8_lossy(&out.stderr));
+    }
     // A count of 0 is refused by the argument parser (it used to be taken as 1 without a word).
     for (args, flag) in
         [(&["classify", "--top-k", "0", w][..], "--top-k"), (&["explain", "--top-k", "0", w], "--top-k"), (&["bench", "--iters", "0"], "--iters")]
