@@ -174,21 +174,24 @@ pub use native::*;
 mod native {
     use super::*;
 
-    /// Largest image side tokenmix will decode; bigger files are refused before allocation.
-    pub const MAX_SIDE: u32 = 16384;
-
+    /// Decodes a PNG/JPEG file to RGB. An image larger than classification takes
+    /// ([`check_image_size`]: the limits the page, the desktop app and `Model::classify_rgba`
+    /// apply) is refused from its header, before a pixel is decoded.
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
-        let reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?.with_guessed_format().map_err(|e| Error::io(path, e))?;
-        let mut limits = image::Limits::default();
-        limits.max_image_width = Some(MAX_SIDE);
-        limits.max_image_height = Some(MAX_SIDE);
-        let mut reader = reader;
+        use image::ImageDecoder;
+        let mut reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?.with_guessed_format().map_err(|e| Error::io(path, e))?;
+        // The sides are checked below, with tokenmix's own words; the allocation bound holds the
+        // largest image taken, decoded at 16 bits a channel with alpha, and its RGB copy.
+        let mut limits = image::Limits::no_limits();
+        limits.max_alloc = Some(MAX_IMAGE_PIXELS as u64 * 11);
         reader.limits(limits);
-        let img = reader.decode().map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
-        if img.width() == 0 || img.height() == 0 {
-            return Err(Error::Input(format!("{}: image has zero size", path.display())));
+        let bad = |e: image::ImageError| Error::Input(format!("{}: {e}", path.display()));
+        let decoder = reader.into_decoder().map_err(bad)?;
+        let (w, h) = decoder.dimensions();
+        if let Err(Error::Input(why)) = check_image_size(w as usize, h as usize) {
+            return Err(Error::Input(format!("{}: {why}", path.display())));
         }
-        Ok(img.to_rgb8())
+        Ok(image::DynamicImage::from_decoder(decoder).map_err(bad)?.to_rgb8())
     }
 
     /// timm eval transform of an RGB image to a CHW float tensor of the model's input size:

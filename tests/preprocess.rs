@@ -67,6 +67,41 @@ fn bad_images_are_errors_and_the_model_keeps_working() {
     }
 }
 
+/// A PNG's signature and header chunk, then an empty data chunk (the decoder reads up to it)
+/// and its end: the size is all it says, no pixels.
+fn png_header_only(w: u32, h: u32) -> Vec<u8> {
+    let chunk = |kind: &[u8], data: &[u8]| {
+        let mut crc = flate2::Crc::new();
+        crc.update(kind);
+        crc.update(data);
+        [&(data.len() as u32).to_be_bytes()[..], kind, data, &crc.sum().to_be_bytes()].concat()
+    };
+    let ihdr = [&w.to_be_bytes()[..], &h.to_be_bytes(), &[8, 2, 0, 0, 0]].concat();
+    let empty_zlib = [0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01];
+    [&b"\x89PNG\r\n\x1a\n"[..], &chunk(b"IHDR", &ihdr), &chunk(b"IDAT", &empty_zlib), &chunk(b"IEND", &[])].concat()
+}
+
+/// Image files take the limits that pixels given to `classify_rgba` take (`check_image_size`),
+/// checked from the file's header before a pixel is decoded, in those words: the CLI used to
+/// refuse a side over 16384 (a 30000x1 strip, which the page takes) and said only "Image size
+/// exceeds limit", for that and for a decompression bomb alike.
+#[test]
+fn image_files_take_the_size_limits_of_pixels() {
+    let dir = common::scratch("preprocess");
+    for (w, h) in [(30000, 30000), (100_000, 1), (1, 40000)] {
+        let p = dir.path().join(format!("{w}x{h}.png"));
+        std::fs::write(&p, png_header_only(w, h)).unwrap();
+        let err = preprocess::load_image(&p).expect_err("over the limits").to_string();
+        assert!(err.contains(&format!("image is {w}x{h}; tokenmix takes at most")), "{w}x{h}: {err}");
+        assert!(preprocess::check_image_size(w as usize, h as usize).is_err());
+    }
+    // A strip within the limits decodes, as the same pixels do through classify_rgba.
+    let strip = dir.path().join("strip.png");
+    image::RgbImage::from_fn(30000, 1, |x, _| image::Rgb([(x % 256) as u8, 7, 9])).save(&strip).unwrap();
+    assert_eq!(preprocess::load_image(&strip).expect("a 30000x1 strip").dimensions(), (30000, 1));
+    assert!(preprocess::check_image_size(30000, 1).is_ok());
+}
+
 fn bad_images_on(dev: Device) {
     let model = Model::load(dev, tokenmix::DEFAULT_MODEL, None).unwrap();
     let run = |rgba: &[u8], w: usize, h: usize| pollster::block_on(model.classify_rgba(rgba, w, h, now));

@@ -471,13 +471,9 @@ impl Viewer {
     }
 
     /// Opens an image file (PNG/JPEG) and classifies it. An image larger than classification
-    /// takes ([`preprocess::check_image_size`]) is refused from its header, before decoding.
+    /// takes ([`preprocess::check_image_size`]) is refused from its header, before decoding
+    /// ([`preprocess::load_image`]).
     pub fn open_image(&mut self, path: &Path) {
-        let header = image::ImageReader::open(path).and_then(|r| r.with_guessed_format()).ok().and_then(|r| r.into_dimensions().ok());
-        if let Some(Err(e)) = header.map(|(w, h)| preprocess::check_image_size(w as usize, h as usize)) {
-            self.error = Some(format!("{}: {e}", path.display()));
-            return;
-        }
         match preprocess::load_image(path) {
             Ok(img) => self.classify(path.display().to_string(), img),
             Err(e) => self.error = Some(format!("{e}")),
