@@ -10,6 +10,43 @@ use crate::error::{Error, Result};
 use crate::exec::cpu::Slices;
 use crate::exec::Cancel;
 
+/// What a file that is not safetensors is, where its first bytes say so: the files a user
+/// most often gives in place of a model. Their first eight bytes, read as a safetensors header
+/// length, used to give only "header too large". A safetensors file whose header did not read
+/// (its ninth byte is the header's `{`) is never named as something else.
+fn other_format(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.get(8) == Some(&b'{') {
+        return None;
+    }
+    let starts = |magic: &[u8]| bytes.starts_with(magic);
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).to_ascii_lowercase();
+    Some(if starts(b"PK\x03\x04") {
+        "a zip archive, PyTorch's torch.save format (pytorch_model.bin, .pth, .pt); take the model.safetensors that \
+         timm publishes beside it, or save the state dict with safetensors.torch.save_file"
+    } else if bytes.len() > 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1]) {
+        "a Python pickle, PyTorch's older torch.save format; take the model.safetensors that timm publishes beside \
+         it, or save the state dict with safetensors.torch.save_file"
+    } else if head.trim_start().starts_with('<') && head.contains("html") {
+        "a web page (HTML); a Hugging Face link with /blob/ in it gives the file's page, /resolve/ the file itself"
+    } else if starts(b"\x89PNG\r\n\x1a\n") {
+        "a PNG image"
+    } else if starts(b"\xff\xd8\xff") {
+        "a JPEG image"
+    } else if starts(b"GIF8") {
+        "a GIF image"
+    } else if starts(b"\x93NUMPY") {
+        "a NumPy .npy array"
+    } else if starts(b"GGUF") {
+        "a GGUF file (llama.cpp's format)"
+    } else if starts(b"\x89HDF\r\n\x1a\n") {
+        "an HDF5 file (Keras .h5)"
+    } else if starts(b"\x1f\x8b") {
+        "gzip-compressed data; decompress it first"
+    } else {
+        return None;
+    })
+}
+
 /// A parsed safetensors file. Tensors are converted to f32 when taken, so a model file is
 /// never held twice in memory as f32 (or all at once ahead of the build, in slices:
 /// [`Self::convert_in_slices`]).
@@ -37,7 +74,10 @@ const CONVERT_CHUNK: usize = 1 << 16;
 
 impl<'a> Weights<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
-        let (header_len, meta) = SafeTensors::read_metadata(bytes).map_err(|e| Error::Format(e.to_string()))?;
+        let (header_len, meta) = SafeTensors::read_metadata(bytes).map_err(|e| match other_format(bytes) {
+            Some(kind) => Error::Format(format!("not a safetensors file: it is {kind}")),
+            None => Error::Format(e.to_string()),
+        })?;
         // serde keeps the last of two equal keys: a header naming a tensor twice is refused
         // here rather than silently resolved.
         if let Some(header) = bytes.get(8..8 + header_len) {

@@ -8,13 +8,18 @@ loads each natively and tests/browser/e2e.mjs through the page's wasm `loadModel
 refused with that error — never a panic, a hang or an allocation the file does not justify — and
 the model loaded before must still classify the same afterwards.
 
-Needs numpy only (no torch): the valid base is written here byte by byte, as safetensors lays
+Needs numpy only (no torch; the torch.save stand-ins are a zip and a pickle of numpy arrays, as torch.save lays them out): the valid base is written here byte by byte, as safetensors lays
 it out (8-byte little-endian header length, JSON header, tensor data). Run from anywhere:
   python3 tools/make_hostile.py
 """
+import gzip
+import io
 import json
 import pathlib
+import pickle
 import struct
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -38,6 +43,15 @@ def base_tensors() -> dict:
         "head.weight": (CLASSES, DIM), "head.bias": (CLASSES,),
     }
     return {k: (0.3 * rng.standard_normal(s)).astype(np.float32) for k, s in shapes.items()}
+
+
+def png_image(w: int, h: int) -> bytes:
+    """A grey w x h PNG, chunk by chunk."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + b"\x80" * w for _ in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def base_metadata() -> dict:
@@ -181,6 +195,23 @@ def main() -> None:
     pf = {k: (0.3 * rng.standard_normal(s)).astype(np.float32) for k, s in pf.items()}
     add("needs_100_gb", "PoolFormer with metadata img_size 60000x60000 (hundreds of GB of activations)", "image size",
         build(tensors=pf, metadata={"config": json.dumps({"img_size": [60000, 60000]})}))
+
+    # Files of other formats given in place of a model: each is named for what it is (its first
+    # eight bytes, read as a safetensors header length, used to give only "header too large").
+    state = {k: v for k, v in base_tensors().items()}
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as z:  # torch.save's layout: a zip holding data.pkl
+        z.writestr("archive/data.pkl", pickle.dumps(state, protocol=2))
+        z.writestr("archive/version", "3\n")
+    add("torch_zip", "a torch.save zip archive (pytorch_model.bin, .pth)", "zip archive, PyTorch's torch.save format", zipped.getvalue())
+    add("torch_pickle", "PyTorch's legacy torch.save pickle", "Python pickle", pickle.dumps(state, protocol=2))
+    add("html_page", "the web page a hub /blob/ link gives", "web page (HTML)",
+        b"<!DOCTYPE html>\n<html class=\"\">\n<head><title>model.safetensors</title></head><body>" + b"x" * 600 + b"</body></html>\n")
+    add("png_image", "a PNG image", "PNG image", png_image(4, 3))
+    npy = io.BytesIO()
+    np.save(npy, np.zeros((1, 3, 16, 16), np.float32))
+    add("npy_array", "a NumPy .npy array", "NumPy .npy array", npy.getvalue())
+    add("gzipped", "the base model gzip-compressed", "gzip-compressed", gzip.compress(good, mtime=0))
 
     OUT.mkdir(parents=True, exist_ok=True)
     for old in OUT.glob("*.safetensors"):
