@@ -14,37 +14,30 @@ use crate::exec::Cancel;
 /// most often gives in place of a model. Their first eight bytes, read as a safetensors header
 /// length, used to give only "header too large". A safetensors file whose header did not read
 /// (its ninth byte is the header's `{`) is never named as something else.
-fn other_format(bytes: &[u8]) -> Option<&'static str> {
+fn other_format(bytes: &[u8]) -> Option<String> {
+    const TORCH: &str = "take the model.safetensors that timm publishes beside it, or save the state dict with safetensors.torch.save_file";
+    const MAGIC: [(&[u8], &str); 7] = [
+        (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+        (b"\xff\xd8\xff", "a JPEG image"),
+        (b"GIF8", "a GIF image"),
+        (b"\x93NUMPY", "a NumPy .npy array"),
+        (b"GGUF", "a GGUF file (llama.cpp's format)"),
+        (b"\x89HDF\r\n\x1a\n", "an HDF5 file (Keras .h5)"),
+        (b"\x1f\x8b", "gzip-compressed data; decompress it first"),
+    ];
     if bytes.get(8) == Some(&b'{') {
         return None;
     }
-    let starts = |magic: &[u8]| bytes.starts_with(magic);
     let head = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).to_ascii_lowercase();
-    Some(if starts(b"PK\x03\x04") {
-        "a zip archive, PyTorch's torch.save format (pytorch_model.bin, .pth, .pt); take the model.safetensors that \
-         timm publishes beside it, or save the state dict with safetensors.torch.save_file"
+    if bytes.starts_with(b"PK\x03\x04") {
+        Some(format!("a zip archive, PyTorch's torch.save format (pytorch_model.bin, .pth, .pt); {TORCH}"))
     } else if bytes.len() > 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1]) {
-        "a Python pickle, PyTorch's older torch.save format; take the model.safetensors that timm publishes beside \
-         it, or save the state dict with safetensors.torch.save_file"
+        Some(format!("a Python pickle, PyTorch's older torch.save format; {TORCH}"))
     } else if head.trim_start().starts_with('<') && head.contains("html") {
-        "a web page (HTML); a Hugging Face link with /blob/ in it gives the file's page, /resolve/ the file itself"
-    } else if starts(b"\x89PNG\r\n\x1a\n") {
-        "a PNG image"
-    } else if starts(b"\xff\xd8\xff") {
-        "a JPEG image"
-    } else if starts(b"GIF8") {
-        "a GIF image"
-    } else if starts(b"\x93NUMPY") {
-        "a NumPy .npy array"
-    } else if starts(b"GGUF") {
-        "a GGUF file (llama.cpp's format)"
-    } else if starts(b"\x89HDF\r\n\x1a\n") {
-        "an HDF5 file (Keras .h5)"
-    } else if starts(b"\x1f\x8b") {
-        "gzip-compressed data; decompress it first"
+        Some("a web page (HTML); a Hugging Face link with /blob/ in it gives the file's page, /resolve/ the file itself".into())
     } else {
-        return None;
-    })
+        MAGIC.iter().find(|(magic, _)| bytes.starts_with(magic)).map(|(_, kind)| kind.to_string())
+    }
 }
 
 /// A parsed safetensors file. Tensors are converted to f32 when taken, so a model file is
