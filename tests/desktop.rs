@@ -187,6 +187,27 @@ fn a_corrupt_model_file_shows_an_error_and_the_previous_model_keeps_working() {
     assert_eq!(c.predictions[0].label, "Trouser");
 }
 
+/// A PyTorch checkpoint given in place of a model (typed, or dropped: both go through
+/// `open_path`) is loaded as one, and so said to be one, with where its safetensors is; it was
+/// taken for an image ("The file extension `.pth` was not recognized as an image format").
+#[test]
+fn a_pytorch_checkpoint_is_named_as_one_and_the_previous_model_stays() {
+    let dir = common::scratch("desktop");
+    let zip = std::fs::read(root().join("tests/hostile/41_torch_zip.safetensors")).unwrap();
+    for name in ["pytorch_model.bin", "model.PTH"] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &zip).unwrap();
+        let mut h = harness(viewer());
+        h.run();
+        h.state_mut().open_path(path);
+        settle(&mut h);
+        let err = h.state().error.clone().expect("an error is shown");
+        assert!(err.contains(&format!("Could not load {}", dir.path().join(name).display())), "{name}: {err}");
+        assert!(err.contains("zip archive, PyTorch's torch.save format") && err.contains("model.safetensors"), "{name}: {err}");
+        assert_eq!(h.state().model.info.family, "MLP-Mixer", "the previous model stays");
+    }
+}
+
 /// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces, for any
 /// repository `timm/poolformer_*`.
 fn serve(body: Vec<u8>) -> String {

@@ -460,10 +460,15 @@ impl Viewer {
         }
     }
 
-    /// Opens a path the user gave (the path field, a dropped file): a `.safetensors` model
-    /// loads in the background, anything else is classified as an image.
+    /// Opens a path the user gave (the path field, a dropped file): a model file loads in the
+    /// background, anything else is classified as an image. Model files are `.safetensors`, and
+    /// the other model formats a user may drop (PyTorch's `.bin`/`.pth`/`.pt`/`.ckpt`, GGUF,
+    /// Keras `.h5`), whose load says what they are and where the safetensors is; as images they
+    /// got "The file extension `.pth` was not recognized as an image format".
     pub fn open_path(&mut self, path: std::path::PathBuf) {
-        if path.extension().is_some_and(|e| e == "safetensors") {
+        const MODEL_FILES: [&str; 7] = ["safetensors", "bin", "pth", "pt", "ckpt", "gguf", "h5"];
+        let ext = path.extension().map(|e| e.to_string_lossy().to_lowercase());
+        if ext.is_some_and(|e| MODEL_FILES.contains(&e.as_str())) {
             self.start_load(&path.display().to_string(), ModelSource::File(path));
         } else {
             self.open_image(&path);
