@@ -334,8 +334,13 @@ export function wireInputs() {
   });
 }
 
+// Model files: safetensors, and the other formats a user may drop in its place (PyTorch's
+// .bin/.pth/.pt/.ckpt, GGUF, Keras .h5), whose load says what they are and where the
+// safetensors is (as images they failed to decode, or were "not an image").
+const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
+
 export function handleFile(f) {
-  if (/\.safetensors$/i.test(f.name)) {
+  if (MODEL_FILE.test(f.name)) {
     loadModelFile(f).catch(() => {});
   } else if (f.type && !f.type.startsWith('image/')) {
     showError(`${f.name} is not an image (${f.type}); drop a PNG/JPEG/WebP, or a .safetensors model.`);

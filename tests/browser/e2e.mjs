@@ -422,6 +422,17 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   await page.waitForSelector('#predictions[data-source="fmnist-0001-pullover.png"] li');
   assert.ok((await shownPredictions(page)).length > 0);
 
+  // A PyTorch checkpoint dropped (or picked) in place of a model is loaded as one, and so named:
+  // it used to be "not an image (application/octet-stream)".
+  await page.setInputFiles('#image-file', {
+    name: 'pytorch_model.bin', mimeType: 'application/octet-stream', buffer: fs.readFileSync(path.join(ROOT, 'tests/hostile/41_torch_zip.safetensors')),
+  });
+  await page.waitForFunction(() => /pytorch_model\.bin/.test(document.querySelector('#error-text').textContent));
+  const torch = (await page.textContent('#error-text')).trim();
+  console.log(`[d] PyTorch checkpoint: ${torch}`);
+  assert.match(torch, /zip archive, PyTorch's torch\.save format/);
+  assert.equal(await page.evaluate(() => window.tokenmixApp.state.model.family), before, 'the previous model stays');
+
   // A failed download is reported the same way.
   const failure = await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/does-not-exist.safetensors').then(() => null, (e) => e.message));
   console.log(`[d] failed download: ${failure}`);
