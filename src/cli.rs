@@ -697,7 +697,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
         let mut times = Vec::with_capacity(iters);
-        for _ in 0..iters.max(1) {
+        for _ in 0..iters {
             let t = Instant::now();
             model.forward_blocking(&input)?;
             times.push(t.elapsed());
@@ -710,7 +710,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
         // The first rerun warms up, and says whether there is a GPU to rerun on.
         let mut resident = Vec::with_capacity(iters);
         if batch <= model.max_batch() && model.rerun_resident(batch)? {
-            for _ in 0..iters.max(1) {
+            for _ in 0..iters {
                 let t = Instant::now();
                 model.rerun_resident(batch)?;
                 resident.push(t.elapsed());
@@ -805,7 +805,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
         // a GPU's sizes (4096³ is 137 GFLOP) `--iters 20` would spend a minute on it alone.
         let started = Instant::now();
         let mut times = Vec::new();
-        while times.len() < iters.max(1) && (times.len() < 3 || started.elapsed() < Duration::from_secs(2)) {
+        while times.len() < iters && (times.len() < 3 || started.elapsed() < Duration::from_secs(2)) {
             times.push(run()?);
         }
         let med = median(times).as_secs_f64();
@@ -894,7 +894,7 @@ fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
             }
             let mut times = Vec::new();
-            for _ in 0..iters.max(1) {
+            for _ in 0..iters {
                 times.push(run()?);
                 bar.inc(1);
             }

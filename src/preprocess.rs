@@ -188,9 +188,10 @@ mod native {
         let bad = |e: image::ImageError| Error::Input(format!("{}: {e}", path.display()));
         let decoder = reader.into_decoder().map_err(bad)?;
         let (w, h) = decoder.dimensions();
-        if let Err(Error::Input(why)) = check_image_size(w as usize, h as usize) {
-            return Err(Error::Input(format!("{}: {why}", path.display())));
-        }
+        check_image_size(w as usize, h as usize).map_err(|e| match e {
+            Error::Input(why) => Error::Input(format!("{}: {why}", path.display())),
+            e => e,
+        })?;
         Ok(image::DynamicImage::from_decoder(decoder).map_err(bad)?.to_rgb8())
     }
 
