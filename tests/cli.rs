@@ -13,26 +13,23 @@ fn tokenmix(args: &[&str]) -> Output {
 }
 
 fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
-    write_npy_in(path, shape, npyz::Order::C, data.iter().copied());
+    write_npy_as(path, shape, "<f4", npyz::Order::C, data.iter().copied());
 }
 
-/// `values` in the file's order, under a header that says `order`.
-fn write_npy_in(path: &Path, shape: &[u64], order: npyz::Order, values: impl IntoIterator<Item = f32>) {
-    use npyz::WriterBuilder;
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).order(order).writer(f).begin_nd().unwrap();
-    w.extend(values).unwrap();
-    w.finish().unwrap();
-}
-
-/// `values` as a .npy of numpy type `descr` (`<f8`, `>f4`, …), C order.
-fn write_npy_typed<T: npyz::Serialize>(path: &Path, shape: &[u64], descr: &str, values: impl IntoIterator<Item = T>) {
+/// `values` in the file's order as a .npy of numpy type `descr` (`<f4`, `<f8`, `>f4`, …),
+/// under a header that says `order`.
+fn write_npy_as<T: npyz::Serialize>(path: &Path, shape: &[u64], descr: &str, order: npyz::Order, values: impl IntoIterator<Item = T>) {
     use npyz::WriterBuilder;
     let f = std::fs::File::create(path).unwrap();
     let dtype = npyz::DType::new_scalar(descr.parse().unwrap());
-    let mut w = npyz::WriteOptions::new().dtype(dtype).shape(shape).writer(f).begin_nd().unwrap();
+    let mut w = npyz::WriteOptions::new().dtype(dtype).shape(shape).order(order).writer(f).begin_nd().unwrap();
     w.extend(values).unwrap();
     w.finish().unwrap();
+}
+
+/// The 37x23 colour gradient the CLI tests classify, saved as a PNG at `path`.
+fn save_gradient(path: &Path) {
+    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(path).unwrap();
 }
 
 /// `data` (C order, last index fastest) written as numpy writes a Fortran-ordered array: the
@@ -51,7 +48,7 @@ fn write_npy_fortran(path: &Path, shape: &[u64], data: &[f32]) {
             .collect();
         data[index.iter().zip(&dims).fold(0, |c, (&i, &d)| c * d + i)]
     });
-    write_npy_in(path, shape, npyz::Order::Fortran, fortran);
+    write_npy_as(path, shape, "<f4", npyz::Order::Fortran, fortran);
 }
 
 fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
@@ -97,9 +94,9 @@ fn logits_command_matches_timm() {
         let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
         for descr in ["<f8", ">f8", ">f4", "<i4"] {
             match descr {
-                "<f8" | ">f8" => write_npy_typed(&x, &dims, descr, input.iter().map(|&v| f64::from(v))),
-                ">f4" => write_npy_typed(&x, &dims, descr, input.iter().copied()),
-                _ => write_npy_typed(&x, &dims, descr, input.iter().map(|&v| v as i32)),
+                "<f8" | ">f8" => write_npy_as(&x, &dims, descr, npyz::Order::C, input.iter().map(|&v| f64::from(v))),
+                ">f4" => write_npy_as(&x, &dims, descr, npyz::Order::C, input.iter().copied()),
+                _ => write_npy_as(&x, &dims, descr, npyz::Order::C, input.iter().map(|&v| v as i32)),
             }
             let out = tokenmix(&["logits", "--weights", weights.to_str().unwrap(), "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()]);
             if descr == "<i4" {
@@ -134,7 +131,7 @@ fn info_names_family_and_counts() {
 fn classify_prints_json_for_each_image() {
     let tmp = scratch("cli");
     let img = tmp.path().join("grey.png");
-    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
+    save_gradient(&img);
     let weights = fixtures().join("mixer_p4_rgb.safetensors");
     let out = tokenmix(&["classify", "--weights", weights.to_str().unwrap(), "--json", "--top-k", "3", img.to_str().unwrap(), img.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -156,7 +153,7 @@ fn classify_prints_json_for_each_image() {
 fn a_run_without_a_runtime_dir_writes_nothing_to_stderr() {
     let tmp = scratch("cli");
     let img = tmp.path().join("grey.png");
-    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
+    save_gradient(&img);
     for args in [&["--backend", "gpu", "classify", img.to_str().unwrap()][..], &["info"], &["--backend", "cpu", "classify", img.to_str().unwrap()]] {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
         for k in ["XDG_RUNTIME_DIR", "WAYLAND_DISPLAY", "WAYLAND_SOCKET", "NODEVICE_SELECT", "MESA_VK_DEVICE_SELECT"] {
@@ -177,7 +174,7 @@ fn a_run_without_a_runtime_dir_writes_nothing_to_stderr() {
 fn a_closed_pipe_on_stdout_ends_the_run_quietly() {
     let tmp = scratch("cli");
     let img = tmp.path().join("grey.png");
-    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
+    save_gradient(&img);
     let i = img.to_str().unwrap();
     let runs: [&[&str]; 6] = [
         &["classify", i, i],
@@ -210,7 +207,7 @@ fn a_closed_pipe_on_stdout_ends_the_run_quietly() {
 fn classify_and_explain_go_on_past_an_unreadable_image() {
     let tmp = scratch("cli");
     let [a, b] = ["a.png", "b.png"].map(|name| tmp.path().join(name));
-    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&a).unwrap();
+    save_gradient(&a);
     image::RgbImage::from_fn(30, 41, |x, y| image::Rgb([(y * 5) as u8, 200, (x * 13) as u8])).save(&b).unwrap();
     let bad = tmp.path().join("not.png");
     std::fs::write(&bad, b"hello").unwrap();
@@ -299,7 +296,7 @@ fn errors_are_one_line() {
     // `--png` naming a file, not a folder (as in `explain --png x.png y.png`): said by name, not
     // "File exists (os error 17)".
     let img = tmp.path().join("grey.png");
-    image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, 128])).save(&img).unwrap();
+    save_gradient(&img);
     let i = img.to_str().unwrap();
     for out in [tokenmix(&["explain", "--png", i, i]), tokenmix(&["insight", "--png", i])] {
         assert_clean_error(&out);
