@@ -198,11 +198,12 @@ def main() -> None:
 
     # Files of other formats given in place of a model: each is named for what it is (its first
     # eight bytes, read as a safetensors header length, used to give only "header too large").
-    state = {k: v for k, v in base_tensors().items()}
+    state = base_tensors()
     zipped = io.BytesIO()
     with zipfile.ZipFile(zipped, "w") as z:  # torch.save's layout: a zip holding data.pkl
-        z.writestr("archive/data.pkl", pickle.dumps(state, protocol=2))
-        z.writestr("archive/version", "3\n")
+        # Entries dated 1980-01-01 (zip's epoch), not now: the file is the same at every run.
+        z.writestr(zipfile.ZipInfo("archive/data.pkl"), pickle.dumps(state, protocol=2))
+        z.writestr(zipfile.ZipInfo("archive/version"), "3\n")
     add("torch_zip", "a torch.save zip archive (pytorch_model.bin, .pth)", "zip archive, PyTorch's torch.save format", zipped.getvalue())
     add("torch_pickle", "PyTorch's legacy torch.save pickle", "Python pickle", pickle.dumps(state, protocol=2))
     add("html_page", "the web page a hub /blob/ link gives", "web page (HTML)",
