@@ -32,18 +32,21 @@ struct Cli {
 enum Command {
     /// Raw logits for preprocessed inputs: X.npy float32/float64 [N,C,H,W] -> Y.npy float32 [N,classes]
     Logits {
+        /// Model file; the embedded default model when omitted
         #[arg(long)]
-        weights: PathBuf,
+        weights: Option<PathBuf>,
         #[arg(long)]
         input: PathBuf,
         #[arg(long)]
         out: PathBuf,
     },
-    /// Classify PNG/JPEG images with timm's eval preprocessing
+    /// Classify images with timm's eval preprocessing
     Classify {
         /// Model file; the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
+        /// Image files (PNG, JPEG, WebP, GIF, BMP), or folders: a folder stands for the image
+        /// files in it and in its subfolders, in name order
         #[arg(required = true)]
         images: Vec<PathBuf>,
         /// How many classes, the likeliest first (at least 1)
@@ -98,6 +101,7 @@ enum Command {
         /// Model file; the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
+        /// Image files, or folders (as in classify)
         #[arg(required_unless_present = "input")]
         images: Vec<PathBuf>,
         /// How many classes, the likeliest first (at least 1)
@@ -259,8 +263,8 @@ pub fn main() -> ExitCode {
 
 fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Logits { weights, input, out } => logits(&weights, &input, &out),
-        Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &images, top_k, json),
+        Command::Logits { weights, input, out } => logits(weights.as_deref(), &input, &out),
+        Command::Classify { weights, images, top_k, json } => classify(weights.as_deref(), &image_files(&images)?, top_k, json),
         Command::Info { weights, json } => info(weights.as_deref(), json),
         Command::View { weights, image, image_opt, screenshot, json, size, hub } => {
             view(weights.as_deref(), image.or(image_opt).as_deref(), screenshot.as_deref(), json, &size, hub)
@@ -272,14 +276,12 @@ fn run(cmd: Command) -> Result<()> {
         Command::Explain { weights, images, top_k, json, png, relative, input, out, bias } => match (input, out) {
             (Some(input), Some(out)) => {
                 let (shape, data) = read_npy_input(&input)?;
-                let model = match &weights {
-                    Some(w) => load(device()?.device, w, Some([shape[2], shape[3]]))?,
-                    None => Model::load(device()?.device, tokenmix::DEFAULT_MODEL, Some([shape[2], shape[3]]))?,
-                };
+                let model = load_sized(device()?.device, weights.as_deref(), [shape[2], shape[3]])?;
                 check_channels(&model, &input, shape[1])?;
                 crate::cli_views::explain_raw(&model, &data, &out, bias.as_deref())
             }
             _ => {
+                let images = image_files(&images)?;
                 let model = load_or_default(device()?.device, weights.as_deref())?;
                 crate::cli_views::explain_images(&model, &images, top_k, json, png.as_deref(), relative)
             }
@@ -319,6 +321,68 @@ fn load_or_default(dev: Device, path: Option<&Path>) -> Result<Model> {
         Some(p) => load(dev, p, None),
         None => Model::load(dev, tokenmix::DEFAULT_MODEL, None),
     }
+}
+
+/// The given model file, or the embedded default model, for inputs of `size` (`logits` and
+/// `explain --input`: the arrays' own height and width).
+fn load_sized(dev: Device, path: Option<&Path>, size: [usize; 2]) -> Result<Model> {
+    match path {
+        Some(p) => load(dev, p, Some(size)),
+        None => Model::load(dev, tokenmix::DEFAULT_MODEL, Some(size)),
+    }
+}
+
+/// The command line's images, each folder replaced by the image files in it and its
+/// subfolders (by extension, [`preprocess::IMAGE_EXTENSIONS`]), depth first in name order;
+/// hidden entries and links to folders are left out, so a link back up cannot loop. A file
+/// named on the command line is taken whatever its name, since the decoder goes by content; in
+/// a folder only the extension says what an image is, and a note on stderr counts the other
+/// files left out. A folder with no image is an error.
+fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>, skipped: &mut Vec<PathBuf>) -> Result<()> {
+        let mut entries = std::fs::read_dir(dir).and_then(|d| d.collect::<std::io::Result<Vec<_>>>()).map_err(|e| Error::io(dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
+            let image =
+                path.extension().and_then(|x| x.to_str()).is_some_and(|x| preprocess::IMAGE_EXTENSIONS.iter().any(|i| x.eq_ignore_ascii_case(i)));
+            if kind.is_dir() {
+                walk(&path, found, skipped)?;
+            } else if kind.is_symlink() && path.is_dir() {
+                // A link to a folder is not followed (it may lead back up).
+            } else if image {
+                found.push(path);
+            } else {
+                skipped.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    for arg in args {
+        if !arg.is_dir() {
+            files.push(arg.clone());
+            continue;
+        }
+        let (mut found, mut skipped) = (Vec::new(), Vec::new());
+        walk(arg, &mut found, &mut skipped)?;
+        if found.is_empty() {
+            return Err(Error::Input(format!("{}: a folder with no image in it ({}, by extension)", arg.display(), preprocess::IMAGE_FORMATS)));
+        }
+        if let Some(first) = skipped.first() {
+            let (count, more) = match skipped.len() {
+                1 => ("1 file".to_string(), String::new()),
+                n => (format!("{n} files"), format!(" and {} more", n - 1)),
+            };
+            eprintln!("note: {}: left out {count} not named as an image ({}): {}{more}", arg.display(), preprocess::IMAGE_FORMATS, first.display());
+        }
+        files.append(&mut found);
+    }
+    Ok(files)
 }
 
 fn model_name(path: Option<&Path>) -> String {
@@ -431,9 +495,9 @@ pub(crate) fn write_npy(out: &Path, shape: &[usize], data: &[f32]) -> Result<()>
     Ok(())
 }
 
-fn logits(weights: &Path, input: &Path, out: &Path) -> Result<()> {
+fn logits(weights: Option<&Path>, input: &Path, out: &Path) -> Result<()> {
     let ([n, c, h, w], data) = read_npy_input(input)?;
-    let model = load(device()?.device, weights, Some([h, w]))?;
+    let model = load_sized(device()?.device, weights, [h, w])?;
     check_channels(&model, input, c)?;
     let result = model.forward_blocking(&data)?;
     write_npy(out, &[n, result.classes], &result.logits)

@@ -174,9 +174,37 @@ pub use native::*;
 mod native {
     use super::*;
 
-    /// Decodes a PNG/JPEG file to RGB. An image larger than classification takes
-    /// ([`check_image_size`]: the limits the page, the desktop app and `Model::classify_rgba`
-    /// apply) is refused from its header, before a pixel is decoded.
+    /// The image formats [`load_image`] decodes, in words, and their files' extensions (what a
+    /// folder given to `classify` contributes). A GIF gives its first frame; alpha is dropped,
+    /// as PIL's `convert("RGB")` drops it.
+    pub const IMAGE_FORMATS: &str = "PNG, JPEG, WebP, GIF or BMP";
+    pub const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
+
+    /// `path` could not be decoded: said in tokenmix's words where the format is the fault (a
+    /// TIFF, a text file) rather than the image crate's ("The file extension `."txt"` was not
+    /// recognized as an image format"); any other decoding error as the crate says it.
+    fn decode_error(path: &std::path::Path, e: image::ImageError) -> Error {
+        use image::error::{ImageFormatHint, UnsupportedErrorKind};
+        let why = match &e {
+            image::ImageError::Unsupported(u) => match u.kind() {
+                UnsupportedErrorKind::Format(ImageFormatHint::Exact(format)) => {
+                    let name = format.extensions_str().first().map_or_else(|| format!("{format:?}"), |x| x.to_uppercase());
+                    format!("a {name} image; tokenmix reads {IMAGE_FORMATS}")
+                }
+                UnsupportedErrorKind::Format(_) => {
+                    format!("not an image tokenmix reads ({IMAGE_FORMATS}): neither its first bytes nor its name say which")
+                }
+                _ => e.to_string(),
+            },
+            _ => e.to_string(),
+        };
+        Error::Input(format!("{}: {why}", path.display()))
+    }
+
+    /// Decodes an image file (`IMAGE_FORMATS`, told by content, else by extension) to RGB. An
+    /// image larger than classification takes ([`check_image_size`]: the limits the page, the
+    /// desktop app and `Model::classify_rgba` apply) is refused from its header, before a pixel
+    /// is decoded.
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
         use image::ImageDecoder;
         let mut reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?.with_guessed_format().map_err(|e| Error::io(path, e))?;
@@ -185,7 +213,7 @@ mod native {
         let mut limits = image::Limits::no_limits();
         limits.max_alloc = Some(MAX_IMAGE_PIXELS as u64 * 11);
         reader.limits(limits);
-        let bad = |e: image::ImageError| Error::Input(format!("{}: {e}", path.display()));
+        let bad = |e| decode_error(path, e);
         let decoder = reader.into_decoder().map_err(bad)?;
         let (w, h) = decoder.dimensions();
         check_image_size(w as usize, h as usize).map_err(|e| match e {

@@ -109,6 +109,22 @@ fn logits_command_matches_timm() {
             assert!(max_abs_diff(&got, expected) <= tol::GOLDEN * max_abs(expected).max(1.0), "{descr}: {}", max_abs_diff(&got, expected));
         }
     }
+    // Without --weights, the embedded default model, as every other command does (it used to be
+    // "the following required arguments were not provided: --weights"): the same logits as the
+    // file it embeds, and ten of them per image.
+    let x = tmp.path().join("fmnist.x.npy");
+    write_npy(&x, &[2, 1, 28, 28], &(0..2 * 28 * 28).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect::<Vec<_>>());
+    let [embedded, file] = ["embedded.npy", "file.npy"].map(|n| tmp.path().join(n));
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("weights/mixer_fmnist.safetensors");
+    for (args, y) in [(vec![], &embedded), (vec!["--weights", shipped.to_str().unwrap()], &file)] {
+        let mut all = vec!["logits", "--input", x.to_str().unwrap(), "--out", y.to_str().unwrap()];
+        all.extend(args);
+        let out = tokenmix(&all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let (shape, got) = read_npy(&embedded);
+    assert_eq!(shape, [2, 10]);
+    assert_eq!(got, read_npy(&file).1, "the embedded model is weights/mixer_fmnist.safetensors");
 }
 
 #[test]
@@ -263,6 +279,68 @@ fn classify_and_explain_go_on_past_an_unreadable_image() {
     assert_eq!(arr.len(), 3);
     assert!(arr[0]["classes"].as_array().is_some_and(|c| c.len() == 2) && arr[2]["classes"].as_array().is_some_and(|c| c.len() == 2), "{arr:?}");
     assert!(arr[1]["error"].as_str().is_some_and(|e| e.contains("not.png")), "{}", arr[1]);
+}
+
+/// A folder on the command line stands for the PNG and JPEG files in it and its subfolders, in
+/// name order, each answered as it is alone; other files are counted in one note, hidden ones
+/// and a link back up left out, and a folder with no image is an error of its own.
+#[test]
+fn a_folder_stands_for_its_images() {
+    let tmp = scratch("cli");
+    let photos = tmp.path().join("photos");
+    std::fs::create_dir_all(photos.join("sub")).unwrap();
+    std::fs::create_dir_all(photos.join("empty")).unwrap();
+    save_gradient(&photos.join("b.png"));
+    image::RgbImage::from_fn(30, 41, |x, y| image::Rgb([(y * 5) as u8, 200, (x * 13) as u8]))
+        .save_with_format(photos.join("a.JPG"), image::ImageFormat::Jpeg)
+        .unwrap();
+    image::RgbImage::from_fn(19, 33, |x, y| image::Rgb([90, (x * 9) as u8, (y * 3) as u8]))
+        .save_with_format(photos.join("sub/c.jpeg"), image::ImageFormat::Jpeg)
+        .unwrap();
+    image::RgbImage::from_fn(26, 30, |x, y| image::Rgb([(x * 9) as u8, 40, (y * 8) as u8]))
+        .save_with_format(photos.join("d.webp"), image::ImageFormat::WebP)
+        .unwrap();
+    std::fs::write(photos.join("notes.txt"), b"not an image").unwrap();
+    save_gradient(&photos.join(".hidden.png"));
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("..", photos.join("sub/up")).unwrap();
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let w = weights.to_str().unwrap();
+    let run = |cmd: &str, paths: &[&Path]| {
+        let mut args = vec![cmd, "--weights", w, "--json", "--top-k", "3"];
+        args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+        tokenmix(&args)
+    };
+    let json = |out: &Output| -> Vec<serde_json::Value> {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("a JSON array").as_array().expect("an array").clone()
+    };
+    let want: Vec<PathBuf> = ["a.JPG", "b.png", "d.webp", "sub/c.jpeg"].iter().map(|n| photos.join(n)).collect();
+    let alone: Vec<serde_json::Value> = want.iter().map(|p| json(&run("classify", &[p]))[0]["predictions"].clone()).collect();
+    assert!((1..4).all(|i| !alone[..i].contains(&alone[i])), "images that answer apart, so an answer given to the wrong one shows");
+    let loose = tmp.path().join("loose.png");
+    save_gradient(&loose);
+    let out = run("classify", &[&photos, &loose]);
+    let arr = json(&out);
+    let images: Vec<&str> = arr.iter().map(|e| e["image"].as_str().unwrap_or("")).collect();
+    let expected: Vec<String> = want.iter().chain([&loose]).map(|p| p.display().to_string()).collect();
+    assert_eq!(images, expected, "the folder's images in name order (sub/ included, .hidden.png and the link up left out), then the file");
+    for (i, answer) in alone.iter().enumerate() {
+        assert_eq!(&arr[i]["predictions"], answer, "{}: its answer alone", images[i]);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.starts_with("note: ") && err.contains("left out 1 file") && err.contains("notes.txt"), "{err}");
+    // explain takes folders too.
+    let arr = json(&run("explain", &[&photos]));
+    assert_eq!(arr.len(), 4, "{arr:?}");
+    assert!(arr.iter().all(|e| e["classes"].as_array().is_some_and(|c| c.len() == 3)), "{arr:?}");
+    // A folder with no image in it.
+    for cmd in ["classify", "explain"] {
+        let out = run(cmd, &[&photos.join("empty")]);
+        assert_clean_error(&out);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("a folder with no image in it"), "{}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]

@@ -102,6 +102,47 @@ fn image_files_take_the_size_limits_of_pixels() {
     assert!(preprocess::check_image_size(30000, 1).is_ok());
 }
 
+/// Every format `load_image` reads gives back the pixels it was given (each saved losslessly:
+/// WebP's lossless mode, a GIF of fewer than 256 colours), whatever the file's name says, as
+/// the page does for what the browser decodes; and a format it does not read is said in
+/// tokenmix's words (it used to be "The image format Tiff is not supported", or "The file
+/// extension `."txt"` was not recognized as an image format").
+#[test]
+fn every_image_format_read_gives_its_pixels() {
+    use image::ImageFormat;
+    let dir = common::scratch("preprocess");
+    // 12 colours in a 37x23 pattern: few enough for a GIF's palette.
+    let img =
+        image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([((x / 10) * 60) as u8, ((y / 8) * 100) as u8, if (x + y) % 2 == 0 { 30 } else { 220 }]));
+    let formats = [ImageFormat::Png, ImageFormat::WebP, ImageFormat::Gif, ImageFormat::Bmp];
+    for format in formats {
+        let ext = format.extensions_str()[0];
+        assert!(preprocess::IMAGE_EXTENSIONS.contains(&ext), "{ext} is listed for folders");
+        for name in [format!("pattern.{ext}"), format!("misnamed-{ext}.png"), format!("noname-{ext}")] {
+            let p = dir.path().join(&name);
+            img.save_with_format(&p, format).unwrap();
+            let got = preprocess::load_image(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(got == img, "{name}: other pixels than were saved");
+        }
+    }
+    // JPEG is lossy: the same size, near the same pixels.
+    let p = dir.path().join("pattern.jpg");
+    img.save_with_format(&p, ImageFormat::Jpeg).unwrap();
+    let got = preprocess::load_image(&p).expect("a JPEG");
+    assert_eq!(got.dimensions(), img.dimensions());
+    let far = got.as_raw().iter().zip(img.as_raw()).filter(|(a, b)| a.abs_diff(**b) > 64).count();
+    assert!(far < got.as_raw().len() / 20, "JPEG: {far} channel values far off");
+    // Formats it does not read: a TIFF (its signature, told by content), and a text file.
+    let tiff = dir.path().join("scan.tif");
+    std::fs::write(&tiff, b"II*\0\x08\0\0\0\0\0\0\0").unwrap();
+    let err = preprocess::load_image(&tiff).expect_err("TIFF is not read").to_string();
+    assert!(err.contains("scan.tif: a TIFF image; tokenmix reads PNG, JPEG, WebP, GIF or BMP"), "{err}");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, b"hello").unwrap();
+    let err = preprocess::load_image(&text).expect_err("text is not an image").to_string();
+    assert!(err.contains("notes.txt: not an image tokenmix reads (PNG, JPEG, WebP, GIF or BMP)"), "{err}");
+}
+
 fn bad_images_on(dev: Device) {
     let model = Model::load(dev, tokenmix::DEFAULT_MODEL, None).unwrap();
     let run = |rgba: &[u8], w: usize, h: usize| pollster::block_on(model.classify_rgba(rgba, w, h, now));

@@ -475,7 +475,7 @@ impl Viewer {
         }
     }
 
-    /// Opens an image file (PNG/JPEG) and classifies it. An image larger than classification
+    /// Opens an image file (`preprocess::IMAGE_FORMATS`) and classifies it. An image larger than classification
     /// takes ([`preprocess::check_image_size`]) is refused from its header, before decoding
     /// ([`preprocess::load_image`]).
     pub fn open_image(&mut self, path: &Path) {
