@@ -32,7 +32,7 @@ export function buildSamples() {
 }
 
 /** Draws an image source onto the original canvas at its own size (at most MAX_IMAGE_SIDE). */
-export function drawOriginal(source, width, height) {
+export function drawOriginal(source, width, height, name = '') {
   const k = Math.min(1, MAX_IMAGE_SIDE / Math.max(width, height));
   const w = Math.max(1, Math.round(width * k)), h = Math.max(1, Math.round(height * k));
   const c = $('original');
@@ -44,12 +44,18 @@ export function drawOriginal(source, width, height) {
   ctx.clearRect(0, 0, w, h);
   ctx.drawImage(source, 0, 0, w, h);
   c.classList.toggle('pixelated', Math.max(w, h) < VIEW_BOX);
-  $('original-caption').textContent = `Original · ${width}×${height}${k < 1 ? ` (scaled to ${w}×${h})` : ''}`;
+  $('original-caption').textContent = `Original · ${name ? `${name} · ` : ''}${width}×${height}${k < 1 ? ` (scaled to ${w}×${h})` : ''}`;
   fitViews();
   return ctx.getImageData(0, 0, w, h);
 }
 
-export async function classifyBlob(blob, name) {
+/** Marks the sample shown as pressed, or none for an image from elsewhere. */
+function markSample(sample) {
+  for (const b of document.querySelectorAll('.sample')) b.setAttribute('aria-pressed', String(b.dataset.sample === sample));
+}
+
+export async function classifyBlob(blob, name, sample = null) {
+  markSample(sample);
   clearError();
   let bitmap;
   try {
@@ -60,14 +66,14 @@ export async function classifyBlob(blob, name) {
     showError(msg);
     throw new Error(msg);
   }
-  const data = drawOriginal(bitmap, bitmap.width, bitmap.height);
+  const data = drawOriginal(bitmap, bitmap.width, bitmap.height, name);
   bitmap.close();
   return classifyImageData(data, name);
 }
 
 export async function classifySample(name) {
   if (!SAMPLES.includes(name)) throw new Error(`unknown sample ${name}`);
-  for (const b of document.querySelectorAll('.sample')) b.setAttribute('aria-pressed', String(b.dataset.sample === name));
+  markSample(name);
   let blob;
   try {
     const r = await fetch(sampleUrl(name));
@@ -78,7 +84,7 @@ export async function classifySample(name) {
     showError(msg);
     throw new Error(msg);
   }
-  return classifyBlob(blob, name);
+  return classifyBlob(blob, name, name);
 }
 
 export let classifySeq = 0;
@@ -248,8 +254,7 @@ export function wireInputs() {
   dz.addEventListener('drop', (e) => {
     e.preventDefault();
     dz.classList.remove('over');
-    const f = e.dataTransfer?.files?.[0];
-    if (f) handleFile(f);
+    handleFiles([...(e.dataTransfer?.files ?? [])]).catch(() => {});
   });
   document.addEventListener('paste', (e) => {
     const f = [...(e.clipboardData?.files ?? [])].find((x) => x.type.startsWith('image/'));
@@ -266,7 +271,10 @@ export function wireInputs() {
     video.hidden = !on;
   };
   // The video's frame of this moment, drawn as the original and classified.
-  const captureFrame = (source) => classifyImageData(drawOriginal(video, video.videoWidth, video.videoHeight), source);
+  const captureFrame = (source) => {
+    markSample(null);
+    return classifyImageData(drawOriginal(video, video.videoWidth, video.videoHeight, source), source);
+  };
   // Classify live: each time the previous live classification has settled, the video's frame
   // of that moment is classified. Only then: a live frame never aborts a running pass (a newer
   // image does, which would starve a live stream on a slow model), and frames that come
@@ -338,6 +346,32 @@ export function wireInputs() {
 // .bin/.pth/.pt/.ckpt, GGUF, Keras .h5), whose load says what they are and where the
 // safetensors is (as images they failed to decode, or were "not an image").
 const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
+
+/**
+ * Files dropped together. One is handled as `handleFile` handles it. Of several, the first
+ * image is classified and the first model file loaded, in that order, so the image is shown at
+ * once and then answered by the new model (a load classifies the current image again); should
+ * the load fail, the image keeps the previous model's answer. The page shows one image at a
+ * time: the image's name then says how many were dropped (the CLI classifies a folder). With no
+ * image or model among them, the first file gets `handleFile`'s error.
+ */
+export async function handleFiles(files) {
+  if (files.length <= 1) {
+    if (files[0]) handleFile(files[0]);
+    return;
+  }
+  const model = files.find((f) => MODEL_FILE.test(f.name));
+  const images = files.filter((f) => !MODEL_FILE.test(f.name) && (!f.type || f.type.startsWith('image/')));
+  if (!model && !images.length) {
+    handleFile(files[0]);
+    return;
+  }
+  if (images.length) {
+    const name = images.length > 1 ? `${images[0].name} (first of ${images.length} images dropped)` : images[0].name;
+    await classifyBlob(images[0], name).catch(() => {});
+  }
+  if (model) await loadModelFile(model).catch(() => {});
+}
 
 export function handleFile(f) {
   if (MODEL_FILE.test(f.name)) {

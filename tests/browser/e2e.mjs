@@ -433,12 +433,45 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.match(torch, /zip archive, PyTorch's torch\.save format/);
   assert.equal(await page.evaluate(() => window.tokenmixApp.state.model.family), before, 'the previous model stays');
 
+  // Several files dropped at once, the model first: the first image is classified and the model
+  // loaded, so the image is answered by it, as the same image classified under that model alone
+  // (only the first file dropped used to count: the model loaded, the images were ignored).
+  const [pullover, trouser] = ['fmnist-0001-pullover.png', 'fmnist-0002-trouser.png'];
+  await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/gmlp_fmnist.safetensors'));
+  await page.evaluate((s) => window.tokenmixApp.classifySample(s), pullover);
+  await page.waitForSelector(`#predictions[data-source="${pullover}"] li`);
+  const byGmlp = await shownPredictions(page);
+  await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/mixer_fmnist.safetensors'));
+  await page.evaluate((s) => window.tokenmixApp.classifySample(s), pullover);
+  await page.waitForSelector(`#predictions[data-source="${pullover}"] li`);
+  assert.notDeepEqual(await shownPredictions(page), byGmlp, 'the two models answer apart, so the answer shows which one ran');
+  await page.evaluate((s) => window.tokenmixApp.classifySample(s), trouser);
+  const dropped = [['gmlp_fmnist.safetensors', 'weights/gmlp_fmnist.safetensors', ''], [pullover, `www/samples/${pullover}`, 'image/png'], [trouser, `www/samples/${trouser}`, 'image/png']]
+    .map(([name, file, type]) => ({ name, type, b64: fs.readFileSync(path.join(ROOT, file)).toString('base64') }));
+  await page.evaluate((files) => {
+    const dt = new DataTransfer();
+    for (const f of files) dt.items.add(new File([Uint8Array.from(atob(f.b64), (c) => c.charCodeAt(0))], f.name, { type: f.type }));
+    document.querySelector('#dropzone').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, dropped);
+  const source = `${pullover} (first of 2 images dropped)`;
+  await page.waitForFunction(({ source, want }) => {
+    const lis = [...document.querySelectorAll('#predictions li')];
+    return document.querySelector('#predictions').dataset.source === source && window.tokenmixApp.state.model.family === 'gMLP'
+      && JSON.stringify(lis.map((li) => [Number(li.dataset.index), Number(li.dataset.probability)])) === JSON.stringify(want.map((p) => [p.index, p.probability]));
+  }, { source, want: byGmlp });
+  // The image says which it is and how many came, and no sample is marked as the one shown.
+  const caption = await page.textContent('#original-caption');
+  assert.equal(caption, `Original · ${source} · 28×28`);
+  assert.deepEqual(await page.$$eval('.sample[aria-pressed="true"]', (bs) => bs.map((b) => b.dataset.sample)), []);
+  console.log(`[d] three files dropped: ${await page.$eval('#predictions', (o) => o.dataset.source)} answered by ${await page.evaluate(() => window.tokenmixApp.state.model.family)}`);
+  await shot(page, 'e2e-d-dropped-together');
+
   // A failed download is reported the same way.
   const failure = await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/does-not-exist.safetensors').then(() => null, (e) => e.message));
   console.log(`[d] failed download: ${failure}`);
   assert.ok(failure, 'loading a missing URL fails');
   assert.ok(await page.isVisible('#error'));
-  assert.equal(await page.evaluate(() => window.tokenmixApp.state.model.family), before);
+  assert.equal(await page.evaluate(() => window.tokenmixApp.state.model.family), 'gMLP', 'the model dropped stays');
   const again = await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0002-trouser.png'));
   assert.ok(again.predictions.length > 0);
   assert.deepEqual(pageErrors, []);
