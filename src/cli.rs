@@ -64,17 +64,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Top-1 accuracy on the Fashion-MNIST test set (IDX files, gzip or raw), computed on the GPU
+    /// Top-1 accuracy on the Fashion-MNIST test set (IDX files, gzip or raw), or on a folder of
+    /// class folders of images (each named as a label of the model, or by its class index)
     Eval {
         /// Model file; the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
-        /// Folder holding t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]
+        /// Folder holding t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]; or one
+        /// folder per class (DATA/Trouser/*.png, DATA/1/*.jpg, …: torchvision's ImageFolder)
         #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
         data: PathBuf,
         #[arg(long, default_value_t = 64)]
         batch: usize,
-        /// Print one JSON line: {"top1", "correct", "total", "images_per_s"}
+        /// Print one JSON line: {"top1", "correct", "total", "images_per_s"}, and for class
+        /// folders "classes": [{"index", "label", "correct", "total", "top1"}]
         #[arg(long)]
         json: bool,
     },
@@ -332,6 +335,31 @@ fn load_sized(dev: Device, path: Option<&Path>, size: [usize; 2]) -> Result<Mode
     }
 }
 
+/// The image files in `dir` and its subfolders into `found`, the other files into `skipped`: see
+/// [`image_files`].
+fn walk_images(dir: &Path, found: &mut Vec<PathBuf>, skipped: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries = std::fs::read_dir(dir).and_then(|d| d.collect::<std::io::Result<Vec<_>>>()).map_err(|e| Error::io(dir, e))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
+        let image = path.extension().and_then(|x| x.to_str()).is_some_and(|x| preprocess::IMAGE_EXTENSIONS.iter().any(|i| x.eq_ignore_ascii_case(i)));
+        if kind.is_dir() {
+            walk_images(&path, found, skipped)?;
+        } else if kind.is_symlink() && path.is_dir() {
+            // A link to a folder is not followed (it may lead back up).
+        } else if image {
+            found.push(path);
+        } else {
+            skipped.push(path);
+        }
+    }
+    Ok(())
+}
+
 /// The command line's images, each folder replaced by the image files in it and its
 /// subfolders (by extension, [`preprocess::IMAGE_EXTENSIONS`]), depth first in name order;
 /// hidden entries and links to folders are left out, so a link back up cannot loop. A file
@@ -339,29 +367,6 @@ fn load_sized(dev: Device, path: Option<&Path>, size: [usize; 2]) -> Result<Mode
 /// a folder only the extension says what an image is, and a note on stderr counts the other
 /// files left out. A folder with no image is an error.
 fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    fn walk(dir: &Path, found: &mut Vec<PathBuf>, skipped: &mut Vec<PathBuf>) -> Result<()> {
-        let mut entries = std::fs::read_dir(dir).and_then(|d| d.collect::<std::io::Result<Vec<_>>>()).map_err(|e| Error::io(dir, e))?;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let path = entry.path();
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
-            let image =
-                path.extension().and_then(|x| x.to_str()).is_some_and(|x| preprocess::IMAGE_EXTENSIONS.iter().any(|i| x.eq_ignore_ascii_case(i)));
-            if kind.is_dir() {
-                walk(&path, found, skipped)?;
-            } else if kind.is_symlink() && path.is_dir() {
-                // A link to a folder is not followed (it may lead back up).
-            } else if image {
-                found.push(path);
-            } else {
-                skipped.push(path);
-            }
-        }
-        Ok(())
-    }
     let mut files = Vec::new();
     for arg in args {
         if !arg.is_dir() {
@@ -369,20 +374,25 @@ fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
             continue;
         }
         let (mut found, mut skipped) = (Vec::new(), Vec::new());
-        walk(arg, &mut found, &mut skipped)?;
+        walk_images(arg, &mut found, &mut skipped)?;
         if found.is_empty() {
             return Err(Error::Input(format!("{}: a folder with no image in it ({}, by extension)", arg.display(), preprocess::IMAGE_FORMATS)));
         }
-        if let Some(first) = skipped.first() {
-            let (count, more) = match skipped.len() {
-                1 => ("1 file".to_string(), String::new()),
-                n => (format!("{n} files"), format!(" and {} more", n - 1)),
-            };
-            eprintln!("note: {}: left out {count} not named as an image ({}): {}{more}", arg.display(), preprocess::IMAGE_FORMATS, first.display());
-        }
+        note_skipped(arg, &skipped);
         files.append(&mut found);
     }
     Ok(files)
+}
+
+/// The note on stderr for the files a folder held that were left out, if any.
+fn note_skipped(dir: &Path, skipped: &[PathBuf]) {
+    if let Some(first) = skipped.first() {
+        let (count, more) = match skipped.len() {
+            1 => ("1 file".to_string(), String::new()),
+            n => (format!("{n} files"), format!(" and {} more", n - 1)),
+        };
+        eprintln!("note: {}: left out {count} not named as an image ({}): {}{more}", dir.display(), preprocess::IMAGE_FORMATS, first.display());
+    }
 }
 
 fn model_name(path: Option<&Path>) -> String {
@@ -503,8 +513,9 @@ fn logits(weights: Option<&Path>, input: &Path, out: &Path) -> Result<()> {
     write_npy(out, &[n, result.classes], &result.logits)
 }
 
-/// The images named on the command line, read and transformed a batch at a time (at most the
-/// model's largest batch, so a folder of thousands is never all in memory at once): `run` runs
+/// The images named on the command line, read and transformed a batch at a time (`batch_size`
+/// images, at most the model's largest batch, so a folder of thousands is never all in memory
+/// at once): `run` runs
 /// a batch's input, then `each` gets its result, the input, and each image's place in it and
 /// path, in order, with the JSON report to add to. An image that does not read is reported on
 /// stderr and as `{"image", "error"}` in its place in the report, and the others are done;
@@ -513,13 +524,14 @@ fn logits(weights: Option<&Path>, input: &Path, out: &Path) -> Result<()> {
 pub(crate) fn in_batches<T>(
     model: &Model,
     images: &[PathBuf],
+    batch_size: usize,
     report: &mut Vec<serde_json::Value>,
     run: impl Fn(&[f32]) -> Result<T>,
     mut each: impl FnMut(&T, &[f32], usize, &Path, &mut Vec<serde_json::Value>) -> Result<()>,
 ) -> Result<Unread> {
     let read = |path: &Path| preprocess::load_image(path).and_then(|img| preprocess::transform(&img, &model.info.preprocess));
     let mut unread = 0;
-    for chunk in images.chunks(model.max_batch().max(1)) {
+    for chunk in images.chunks(batch_size.min(model.max_batch()).max(1)) {
         let mut input = Vec::with_capacity(chunk.len() * model.input_len());
         // Each image's place in `input`, or why it did not read.
         let mut batch = Vec::with_capacity(chunk.len());
@@ -566,6 +578,7 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
     let unread = in_batches(
         &model,
         images,
+        model.max_batch(),
         &mut report,
         |input| model.forward_blocking(input),
         |out, _, i, path, report| {
@@ -679,6 +692,10 @@ fn check_batch(batch: usize) -> Result<()> {
 /// scaled to [0, 1] and normalised with the model's mean/std, exactly as `tools/train.py`.
 fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result<()> {
     check_batch(batch)?;
+    let idx = ["t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"].iter().any(|f| data.join(f).exists());
+    if !idx && data.is_dir() {
+        return eval_folders(weights, data, batch, json);
+    }
     let set = tokenmix::dataset::fashion_mnist_test(data)?;
     let model = load_or_default(device()?.device, weights)?;
     let [c, h, w] = model.info.arch.input_shape();
@@ -705,8 +722,7 @@ fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result
         let input: Vec<f32> = pixels.iter().map(|&p| (p as f32 / 255.0 - mean) / std).collect();
         let out = model.forward_blocking(&input)?;
         for (row, &label) in out.logits.chunks(out.classes).zip(labels) {
-            let pred = (0..out.classes).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap_or(0);
-            correct += (pred == label as usize) as usize;
+            correct += (top1(row) == label as usize) as usize;
         }
         bar.inc(labels.len() as u64);
     }
@@ -719,6 +735,98 @@ fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result
         outln!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top1 * 100.0, total as f64 / secs);
     }
     Ok(())
+}
+
+/// The likeliest class of one image's logits (the lowest index on a tie, as `argmax` picks).
+fn top1(row: &[f32]) -> usize {
+    (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap_or(0)
+}
+
+/// `eval` on a folder of class folders (torchvision's `ImageFolder` layout: `DATA/Trouser/*.png`,
+/// or `DATA/1/*.png`), each named as one of the model's labels or by its class index
+/// ([`tokenmix::dataset::class_of_folder`]); their images (in subfolders too, by extension, as
+/// `classify` takes a folder) are read and transformed as `classify` does, `batch` at a time.
+/// Prints the top-1 over all of them and per class; an image that does not read is reported,
+/// left out of the count, and fails the command at the end, as in `classify`.
+fn eval_folders(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result<()> {
+    let model = load_or_default(device()?.device, weights)?;
+    let classes = model.info.arch.num_classes();
+    let mut entries = std::fs::read_dir(data).and_then(|d| d.collect::<std::io::Result<Vec<_>>>()).map_err(|e| Error::io(data, e))?;
+    entries.sort_by_key(|e| e.file_name());
+    let (mut images, mut class_of, mut skipped) = (Vec::new(), std::collections::HashMap::new(), Vec::new());
+    for entry in entries {
+        let (path, name) = (entry.path(), entry.file_name().to_string_lossy().into_owned());
+        if name.starts_with('.') {
+            continue;
+        }
+        if !path.is_dir() {
+            skipped.push(path);
+            continue;
+        }
+        let Some(class) = tokenmix::dataset::class_of_folder(&name, &model.info.labels, classes) else {
+            let named: Vec<String> = (0..classes).take(12).map(|c| labels::label(&model.info.labels, c)).collect();
+            return Err(Error::Input(format!(
+                "{}: a class folder named as none of {}'s classes ({}{}) nor by a class index (0 to {})",
+                path.display(),
+                model_name(weights),
+                named.join(", "),
+                if classes > 12 { ", …" } else { "" },
+                classes.saturating_sub(1)
+            )));
+        };
+        let mut found = Vec::new();
+        walk_images(&path, &mut found, &mut skipped)?;
+        class_of.extend(found.iter().map(|p| (p.clone(), class)));
+        images.append(&mut found);
+    }
+    note_skipped(data, &skipped);
+    if images.is_empty() {
+        return Err(Error::Input(format!(
+            "{}: neither the Fashion-MNIST IDX files (t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]) nor class folders with images ({}) in them",
+            data.display(),
+            preprocess::IMAGE_FORMATS
+        )));
+    }
+    let bar = progress(images.len(), "eval");
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let start = Instant::now();
+    // Per class: images read, and answered right.
+    let mut tally = vec![(0usize, 0usize); classes];
+    let unread = in_batches(
+        &model,
+        &images,
+        batch,
+        &mut Vec::new(),
+        |input| model.forward_blocking(input),
+        |out, _, i, path, _| {
+            let class = class_of.get(path).copied().unwrap_or(0);
+            tally[class].0 += 1;
+            tally[class].1 += (top1(&out.logits[i * out.classes..(i + 1) * out.classes]) == class) as usize;
+            bar.inc(1);
+            Ok(())
+        },
+    )?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let (total, correct) = tally.iter().fold((0, 0), |(t, c), &(n, k)| (t + n, c + k));
+    let top = correct as f64 / total.max(1) as f64;
+    let per_class: Vec<serde_json::Value> = tally
+        .iter()
+        .enumerate()
+        .filter(|(_, &(n, _))| n > 0)
+        .map(|(c, &(n, k))| serde_json::json!({"index": c, "label": labels::label(&model.info.labels, c), "correct": k, "total": n, "top1": k as f64 / n as f64}))
+        .collect();
+    if json {
+        outln!("{}", serde_json::json!({"top1": top, "correct": correct, "total": total, "images_per_s": total as f64 / secs, "classes": per_class}));
+    } else {
+        outln!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top * 100.0, total as f64 / secs);
+        for (c, &(n, k)) in tally.iter().enumerate().filter(|(_, &(n, _))| n > 0) {
+            outln!("  {:>7.2}%  {:>6}/{:<6} {}", k as f64 / n as f64 * 100.0, k, n, labels::label(&model.info.labels, c));
+        }
+    }
+    all_read(unread)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

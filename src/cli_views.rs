@@ -240,6 +240,7 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
     let unread = crate::cli::in_batches(
         model,
         images,
+        model.max_batch(),
         &mut report,
         |inputs| model.explain_blocking(inputs),
         |ex, inputs, i, path, report| {

@@ -91,3 +91,54 @@ pub fn fashion_mnist_test(dir: &Path) -> Result<Images> {
     }
     Ok(Images { count, height, width, pixels: images.data, labels: labels.data })
 }
+
+/// A class folder's name as a class of the model: a label as the model names it (any case, and
+/// with any punctuation, spaces or underscores: `ankle_boot`, `Ankle boot` and `ankle-boot` are
+/// all "Ankle boot"; `tshirt_top` is "T-shirt/top", whose slash no folder name can hold, and so
+/// is `tshirt`, one of the names the slash parts), or the class index in decimal (`0`, `9`).
+/// `None` where it is neither.
+pub fn class_of_folder(name: &str, labels: &[String], classes: usize) -> Option<usize> {
+    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+        return name.parse::<usize>().ok().filter(|&i| i < classes);
+    }
+    let key = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>();
+    let want = key(name);
+    if want.is_empty() {
+        return None;
+    }
+    let labels = &labels[..classes.min(labels.len())];
+    // The whole label, else one of the alternatives a slash parts ("T-shirt/top": `tshirt`).
+    labels.iter().position(|l| key(l) == want).or_else(|| labels.iter().position(|l| l.split('/').any(|part| key(part) == want)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_folders_are_matched_by_label_or_index() {
+        let labels: Vec<String> = ["T-shirt/top", "Trouser", "Ankle boot", "Écharpe"].map(String::from).to_vec();
+        for (name, want) in [
+            ("Trouser", Some(1)),
+            ("trouser", Some(1)),
+            ("ankle_boot", Some(2)),
+            ("Ankle Boot", Some(2)),
+            ("tshirt_top", Some(0)),
+            ("T-shirt top", Some(0)),
+            ("tshirt", Some(0)),
+            ("top", Some(0)),
+            ("écharpe", Some(3)),
+            ("0", Some(0)),
+            ("03", Some(3)),
+            ("4", None),
+            ("99999999999999999999999", None),
+            ("boot", None),
+            ("", None),
+            ("__", None),
+        ] {
+            assert_eq!(class_of_folder(name, &labels, 4), want, "{name:?}");
+        }
+        // Only the model's classes count: a label past them is not one.
+        assert_eq!(class_of_folder("Ankle boot", &labels, 2), None);
+    }
+}

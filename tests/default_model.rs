@@ -144,6 +144,59 @@ fn eval_command_counts_what_pytorch_counts() {
     assert!(err.contains("need more than a usize of bytes") && !err.contains("Some("), "{err}");
 }
 
+/// `tokenmix eval` on class folders (torchvision's ImageFolder layout) holding the fixture
+/// slice as greyscale PNGs: its count is PyTorch's, over all and per class, whatever spelling
+/// names each folder (a label as the model has it, in other case and punctuation, or the class
+/// index); other files are left out with a note, and a folder that names no class is an error.
+#[test]
+fn eval_on_class_folders_counts_what_pytorch_counts() {
+    let (input, torch_preds, labels) = slice();
+    let model = Model::load(gpu(), tokenmix::DEFAULT_MODEL, None).expect("embedded model loads");
+    let (mean, std) = (model.info.preprocess.mean[0] as f64, model.info.preprocess.std[0] as f64);
+    // The ten classes' folders, spelled as a user may: "T-shirt/top" cannot be a folder name.
+    let folders = ["T-shirt", "trouser", "Pullover", "DRESS", "4", "sandal", "Shirt", "sneaker", "bag", "ankle_boot"];
+    assert_eq!(model.info.labels.len(), folders.len());
+    let scratch = common::scratch("eval-folders");
+    let dir = scratch.path();
+    for (i, (pixels, &label)) in input.chunks(28 * 28).zip(&labels).enumerate() {
+        let class = dir.join(folders[label as usize]);
+        // Half of each class one level down, as a dataset split in parts may be.
+        let sub = if i % 2 == 0 { class.clone() } else { class.join("part2") };
+        std::fs::create_dir_all(&sub).unwrap();
+        let bytes: Vec<u8> = pixels.iter().map(|&x| ((x as f64 * std + mean) * 255.0).round() as u8).collect();
+        image::GrayImage::from_raw(28, 28, bytes).unwrap().save(sub.join(format!("{i:04}.png"))).unwrap();
+    }
+    std::fs::write(dir.join("README.txt"), b"Fashion-MNIST slice").unwrap();
+    let eval =
+        |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["eval", "--data", dir.to_str().unwrap()]).args(args).output().unwrap();
+    let out = eval(&["--batch", "50", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    let n = labels.len();
+    let torch_correct = torch_preds.iter().zip(&labels).filter(|(p, l)| p == l).count();
+    assert_eq!(v["total"], n);
+    assert_eq!(v["correct"], torch_correct, "PyTorch got {torch_correct}/{n}");
+    let per_class = v["classes"].as_array().expect("per class");
+    assert_eq!(per_class.len(), 10, "every class has images in the slice");
+    for (c, entry) in per_class.iter().enumerate() {
+        let total = labels.iter().filter(|&&l| l as usize == c).count();
+        let right = torch_preds.iter().zip(&labels).filter(|&(&p, &l)| l as usize == c && p == l).count();
+        assert_eq!(
+            (entry["index"].as_u64(), entry["total"].as_u64(), entry["correct"].as_u64()),
+            (Some(c as u64), Some(total as u64), Some(right as u64)),
+            "{entry}"
+        );
+        assert_eq!(entry["label"], model.info.labels[c]);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("note: ") && err.contains("README.txt") && err.trim_end().lines().count() == 1, "{err}");
+    // A folder that names no class.
+    std::fs::create_dir(dir.join("socks")).unwrap();
+    let out = eval(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("socks: a class folder named as none of") && err.contains("Ankle boot"), "{err}");
+}
+
 /// How often a 256-byte piece from the middle of `model` occurs in `binary`.
 fn copies(binary: &[u8], model: &[u8]) -> usize {
     let piece = &model[model.len() / 2..][..256];
