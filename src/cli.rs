@@ -335,31 +335,6 @@ fn load_sized(dev: Device, path: Option<&Path>, size: [usize; 2]) -> Result<Mode
     }
 }
 
-/// The image files in `dir` and its subfolders into `found`, the other files into `skipped`: see
-/// [`image_files`].
-fn walk_images(dir: &Path, found: &mut Vec<PathBuf>, skipped: &mut Vec<PathBuf>) -> Result<()> {
-    let mut entries = std::fs::read_dir(dir).and_then(|d| d.collect::<std::io::Result<Vec<_>>>()).map_err(|e| Error::io(dir, e))?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
-        let image = path.extension().and_then(|x| x.to_str()).is_some_and(|x| preprocess::IMAGE_EXTENSIONS.iter().any(|i| x.eq_ignore_ascii_case(i)));
-        if kind.is_dir() {
-            walk_images(&path, found, skipped)?;
-        } else if kind.is_symlink() && path.is_dir() {
-            // A link to a folder is not followed (it may lead back up).
-        } else if image {
-            found.push(path);
-        } else {
-            skipped.push(path);
-        }
-    }
-    Ok(())
-}
-
 /// The command line's images, each folder replaced by the image files in it and its
 /// subfolders (by extension, [`preprocess::IMAGE_EXTENSIONS`]), depth first in name order;
 /// hidden entries and links to folders are left out, so a link back up cannot loop. A file
@@ -374,7 +349,7 @@ fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
             continue;
         }
         let (mut found, mut skipped) = (Vec::new(), Vec::new());
-        walk_images(arg, &mut found, &mut skipped)?;
+        preprocess::find_images(arg, &mut found, &mut skipped)?;
         if found.is_empty() {
             return Err(Error::Input(format!("{}: a folder with no image in it ({}, by extension)", arg.display(), preprocess::IMAGE_FORMATS)));
         }
@@ -775,7 +750,7 @@ fn eval_folders(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -
             )));
         };
         let mut found = Vec::new();
-        walk_images(&path, &mut found, &mut skipped)?;
+        preprocess::find_images(&path, &mut found, &mut skipped)?;
         class_of.extend(found.iter().map(|p| (p.clone(), class)));
         images.append(&mut found);
     }

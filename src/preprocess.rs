@@ -180,6 +180,37 @@ mod native {
     pub const IMAGE_FORMATS: &str = "PNG, JPEG, WebP, GIF or BMP";
     pub const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
 
+    /// The image files in `dir` and its subfolders (by extension, [`IMAGE_EXTENSIONS`]) into
+    /// `found`, the other files into `skipped`, depth first in name order. Hidden entries are
+    /// left out, and so are links to folders, so a link back up cannot loop. What a folder
+    /// given to `classify`, `eval` or the desktop app stands for.
+    pub fn find_images(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>, skipped: &mut Vec<std::path::PathBuf>) -> Result<()> {
+        let mut entries = std::fs::read_dir(dir).and_then(|d| d.collect::<std::io::Result<Vec<_>>>()).map_err(|e| Error::io(dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
+            if kind.is_dir() {
+                find_images(&path, found, skipped)?;
+            } else if kind.is_symlink() && path.is_dir() {
+                // A link to a folder is not followed (it may lead back up).
+            } else if is_image_name(&path) {
+                found.push(path);
+            } else {
+                skipped.push(path);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `path`'s extension is an image format's ([`IMAGE_EXTENSIONS`], any case).
+    pub fn is_image_name(path: &std::path::Path) -> bool {
+        path.extension().and_then(|x| x.to_str()).is_some_and(|x| IMAGE_EXTENSIONS.iter().any(|i| x.eq_ignore_ascii_case(i)))
+    }
+
     /// `path` could not be decoded: said in tokenmix's words where the format is the fault (a
     /// TIFF, a text file) rather than the image crate's ("The file extension `."txt"` was not
     /// recognized as an image format"); any other decoding error as the crate says it.

@@ -208,6 +208,56 @@ fn a_pytorch_checkpoint_is_named_as_one_and_the_previous_model_stays() {
     }
 }
 
+/// Files dropped together all count, as on the page: of a model and two images, the first image
+/// is shown and answered by that model, as it answers the image alone, and its name says how
+/// many came (each was opened in turn: the last image shown); a folder stands for its images.
+#[test]
+fn files_dropped_together_show_the_first_image_answered_by_the_model_among_them() {
+    let dir = common::scratch("desktop");
+    let [pullover, trouser] = ["fmnist-0001-pullover.png", "fmnist-0002-trouser.png"].map(|n| {
+        let p = dir.path().join(n);
+        std::fs::copy(root().join("www/samples").join(n), &p).unwrap();
+        p
+    });
+    std::fs::write(dir.path().join("notes.txt"), b"not an image").unwrap();
+    let gmlp = root().join("weights/gmlp_fmnist.safetensors");
+    let answer = |h: &Harness<'static, Viewer>| -> Vec<(String, f32)> {
+        h.state().classified.as_ref().expect("an image is classified").predictions.iter().map(|p| (p.label.clone(), p.probability)).collect()
+    };
+    let mut alone = harness(viewer());
+    alone.run();
+    alone.state_mut().open_path(gmlp.clone());
+    settle(&mut alone);
+    alone.state_mut().open_path(pullover.clone());
+    settle(&mut alone);
+    let by_gmlp = answer(&alone);
+    let mut mixer = harness(viewer());
+    mixer.run();
+    mixer.state_mut().open_path(pullover.clone());
+    settle(&mut mixer);
+    assert_ne!(answer(&mixer), by_gmlp, "the two models answer apart, so the answer shows which one ran");
+
+    let mut h = harness(viewer());
+    h.run();
+    h.state_mut().open_paths(vec![gmlp.clone(), pullover.clone(), trouser.clone(), dir.path().join("notes.txt")]);
+    settle(&mut h);
+    assert_eq!(h.state().model.info.family, "gMLP");
+    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images dropped)", pullover.display())));
+    assert_eq!(answer(&h), by_gmlp, "answered by the model dropped with it");
+    // A folder: its images, the first shown.
+    let mut h = harness(viewer());
+    h.run();
+    h.state_mut().open_paths(vec![dir.path().to_path_buf()]);
+    settle(&mut h);
+    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images dropped)", pullover.display())));
+    assert_eq!(answer(&h), answer(&mixer));
+    // A folder with no image is said to be one.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    h.state_mut().open_paths(vec![empty.clone()]);
+    assert!(h.state().error.as_ref().is_some_and(|e| e.contains("a folder with no image in it")), "{:?}", h.state().error);
+}
+
 /// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces, for any
 /// repository `timm/poolformer_*`.
 fn serve(body: Vec<u8>) -> String {

@@ -460,18 +460,71 @@ impl Viewer {
         }
     }
 
-    /// Opens a path the user gave (the path field, a dropped file): a model file loads in the
+    /// Opens a file the user gave (the path field, a dropped file): a model file loads in the
     /// background, anything else is classified as an image. Model files are `.safetensors`, and
     /// the other model formats a user may drop (PyTorch's `.bin`/`.pth`/`.pt`/`.ckpt`, GGUF,
-    /// Keras `.h5`), whose load says what they are and where the safetensors is; as images they
-    /// got "The file extension `.pth` was not recognized as an image format".
+    /// Keras `.h5`), whose load says what they are and where the safetensors is.
     pub fn open_path(&mut self, path: std::path::PathBuf) {
-        const MODEL_FILES: [&str; 7] = ["safetensors", "bin", "pth", "pt", "ckpt", "gguf", "h5"];
-        let ext = path.extension().map(|e| e.to_string_lossy().to_lowercase());
-        if ext.is_some_and(|e| MODEL_FILES.contains(&e.as_str())) {
+        if is_model_name(&path) {
             self.start_load(&path.display().to_string(), ModelSource::File(path));
         } else {
             self.open_image(&path);
+        }
+    }
+
+    /// Opens what was dropped on the window at once, as the page does: one path as
+    /// [`Self::open_path`] opens it; of several, the first image is classified and the first
+    /// model file loaded, in that order, so the image is shown at once and then answered by the
+    /// new model (or keeps the previous model's answer should the load fail). A folder stands
+    /// for its images, as in `tokenmix classify` ([`preprocess::find_images`]). The app shows
+    /// one image at a time: where several came, its name says how many. Where neither an image
+    /// nor a model is among them, the first path gets [`Self::open_path`]'s error.
+    pub fn open_paths(&mut self, paths: Vec<std::path::PathBuf>) {
+        if let [path] = &paths[..] {
+            if !path.is_dir() {
+                self.open_path(path.clone());
+                return;
+            }
+        }
+        let model = paths.iter().find(|p| is_model_name(p)).cloned();
+        let mut images = Vec::new();
+        for p in paths.iter().filter(|p| !is_model_name(p)) {
+            if p.is_dir() {
+                if let Err(e) = preprocess::find_images(p, &mut images, &mut Vec::new()) {
+                    self.error = Some(e.to_string());
+                    return;
+                }
+            } else if preprocess::is_image_name(p) {
+                images.push(p.clone());
+            }
+        }
+        if model.is_none() && images.is_empty() {
+            match paths.iter().find(|p| p.is_dir()) {
+                Some(dir) => {
+                    self.error = Some(format!("{}: a folder with no image in it ({}, by extension)", dir.display(), preprocess::IMAGE_FORMATS))
+                }
+                None => {
+                    if let Some(first) = paths.first() {
+                        self.open_path(first.clone());
+                    }
+                }
+            }
+            return;
+        }
+        if let Some(first) = images.first() {
+            match preprocess::load_image(first) {
+                Ok(img) => {
+                    let name = match images.len() {
+                        1 => first.display().to_string(),
+                        n => format!("{} (first of {n} images dropped)", first.display()),
+                    };
+                    self.classify(name, img);
+                }
+                Err(e) => self.error = Some(format!("{e}")),
+            }
+        }
+        if let Some(m) = model {
+            self.start_load(&m.display().to_string(), ModelSource::File(m));
         }
     }
 
@@ -951,8 +1004,8 @@ impl Viewer {
         self.poll_insight();
         let dropped: Vec<std::path::PathBuf> =
             ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
-        for p in dropped {
-            self.open_path(p);
+        if !dropped.is_empty() {
+            self.open_paths(dropped);
         }
         // Ctrl/Cmd+V: egui-winit (with its arboard clipboard, Cargo.toml) turns it into
         // `PasteImage` when the clipboard holds an image and no text, which is classified; into
@@ -993,9 +1046,10 @@ impl Viewer {
         ui.label("Drop an image or a .safetensors model on the window, or open a path:");
         ui.horizontal(|ui| {
             let label = ui.label("Path");
-            ui.add(egui::TextEdit::singleline(&mut self.path_field).desired_width(180.0).hint_text("an image or a model")).labelled_by(label.id);
+            ui.add(egui::TextEdit::singleline(&mut self.path_field).desired_width(180.0).hint_text("an image, a folder or a model"))
+                .labelled_by(label.id);
             if ui.button("Open").clicked() {
-                self.open_path(std::path::PathBuf::from(self.path_field.trim()));
+                self.open_paths(vec![std::path::PathBuf::from(self.path_field.trim())]);
             }
         });
         ui.label("Samples (Fashion-MNIST test set):");
@@ -1376,4 +1430,11 @@ fn window_error(winit: &str) -> String {
     } else {
         format!("could not open a window: {winit} ({offscreen})")
     }
+}
+
+/// Whether `path` names a model file (see [`Viewer::open_path`]); as an image such a file got
+/// "The file extension `.pth` was not recognized as an image format".
+fn is_model_name(path: &Path) -> bool {
+    const MODEL_FILES: [&str; 7] = ["safetensors", "bin", "pth", "pt", "ckpt", "gguf", "h5"];
+    path.extension().is_some_and(|e| MODEL_FILES.iter().any(|m| e.eq_ignore_ascii_case(m)))
 }
