@@ -242,14 +242,14 @@ fn files_dropped_together_show_the_first_image_answered_by_the_model_among_them(
     h.state_mut().open_paths(vec![gmlp.clone(), pullover.clone(), trouser.clone(), dir.path().join("notes.txt")]);
     settle(&mut h);
     assert_eq!(h.state().model.info.family, "gMLP");
-    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images dropped)", pullover.display())));
+    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images)", pullover.display())));
     assert_eq!(answer(&h), by_gmlp, "answered by the model dropped with it");
     // A folder: its images, the first shown.
     let mut h = harness(viewer());
     h.run();
     h.state_mut().open_paths(vec![dir.path().to_path_buf()]);
     settle(&mut h);
-    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images dropped)", pullover.display())));
+    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images)", pullover.display())));
     assert_eq!(answer(&h), answer(&mixer));
     // A folder with no image is said to be one.
     let empty = dir.path().join("empty");

@@ -237,9 +237,9 @@ export function drawEye(input) {
 export function wireInputs() {
   const dz = $('dropzone');
   $('image-file').addEventListener('change', (ev) => {
-    const f = ev.target.files?.[0];
+    const files = [...(ev.target.files ?? [])];
     ev.target.value = '';
-    if (f) handleFile(f);
+    handleFiles(files).catch(() => {});
   });
   // Dropping outside the zone must not navigate away from the page.
   window.addEventListener('dragover', (e) => e.preventDefault());
@@ -348,7 +348,7 @@ export function wireInputs() {
 const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
 
 /**
- * Files dropped together. One is handled as `handleFile` handles it. Of several, the first
+ * Files dropped (or picked) together. One is handled as `handleFile` handles it. Of several, the first
  * image is classified and the first model file loaded, in that order, so the image is shown at
  * once and then answered by the new model (a load classifies the current image again); should
  * the load fail, the image keeps the previous model's answer. The page shows one image at a
@@ -367,7 +367,7 @@ export async function handleFiles(files) {
     return;
   }
   if (images.length) {
-    const name = images.length > 1 ? `${images[0].name} (first of ${images.length} images dropped)` : images[0].name;
+    const name = images.length > 1 ? `${images[0].name} (first of ${images.length} images)` : images[0].name;
     await classifyBlob(images[0], name).catch(() => {});
   }
   if (model) await loadModelFile(model).catch(() => {});

@@ -516,7 +516,7 @@ impl Viewer {
                 Ok(img) => {
                     let name = match images.len() {
                         1 => first.display().to_string(),
-                        n => format!("{} (first of {n} images dropped)", first.display()),
+                        n => format!("{} (first of {n} images)", first.display()),
                     };
                     self.classify(name, img);
                 }

@@ -453,7 +453,7 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
     for (const f of files) dt.items.add(new File([Uint8Array.from(atob(f.b64), (c) => c.charCodeAt(0))], f.name, { type: f.type }));
     document.querySelector('#dropzone').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
   }, dropped);
-  const source = `${pullover} (first of 2 images dropped)`;
+  const source = `${pullover} (first of 2 images)`;
   await page.waitForFunction(({ source, want }) => {
     const lis = [...document.querySelectorAll('#predictions li')];
     return document.querySelector('#predictions').dataset.source === source && window.tokenmixApp.state.model.family === 'gMLP'
@@ -465,6 +465,11 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.deepEqual(await page.$$eval('.sample[aria-pressed="true"]', (bs) => bs.map((b) => b.dataset.sample)), []);
   console.log(`[d] three files dropped: ${await page.$eval('#predictions', (o) => o.dataset.source)} answered by ${await page.evaluate(() => window.tokenmixApp.state.model.family)}`);
   await shot(page, 'e2e-d-dropped-together');
+
+  // Two images picked at once (the picker takes several): the first shown, so said.
+  await page.setInputFiles('#image-file', [trouser, pullover].map((n) => path.join(ROOT, 'www/samples', n)));
+  await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, `${trouser} (first of 2 images)`);
+  assert.equal(await page.textContent('#original-caption'), `Original · ${trouser} (first of 2 images) · 28×28`);
 
   // A failed download is reported the same way.
   const failure = await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/does-not-exist.safetensors').then(() => null, (e) => e.message));
