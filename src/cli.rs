@@ -135,7 +135,7 @@ enum Command {
         /// Model file; the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
-        /// An image to classify at start
+        /// An image to classify at start (a folder: its images, the first shown)
         image: Option<PathBuf>,
         /// The same, as an option (for --screenshot)
         #[arg(long = "image", conflicts_with = "image")]
@@ -395,7 +395,7 @@ fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>,
         viewer.hub_base = h;
     }
     if let Some(p) = image {
-        viewer.open_image(p);
+        viewer.open_paths(vec![p.to_path_buf()]);
         // (Classification runs on the viewer's work thread: its error comes when it ends.)
         viewer.finish(std::time::Duration::from_secs(600));
         if let Some(e) = viewer.error.take() {

@@ -528,6 +528,20 @@ fn view_screenshot_renders_offscreen_and_prints_the_predictions() {
     assert_eq!(img.dimensions(), (1200, 820));
     let colours: std::collections::HashSet<[u8; 4]> = img.pixels().map(|p| p.0).collect();
     assert!(colours.len() > 50, "a real frame, not a blank one ({} colours)", colours.len());
+    // A folder: its first image (by name) is the one shown.
+    let scratch = common::scratch("view");
+    let folder = scratch.path().join("shoes");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(&sample, folder.join("a.png")).unwrap();
+    std::fs::copy(root().join("www/samples/fmnist-0001-pullover.png"), folder.join("b.png")).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+        .args(["view", "--image", folder.to_str().unwrap(), "--screenshot", scratch.path().join("folder.png").to_str().unwrap(), "--json"])
+        .output()
+        .expect("tokenmix runs");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let folder_json: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    assert_eq!(folder_json[0]["predictions"], got[0]["predictions"], "the sneaker, a.png, is shown");
+    assert_eq!(folder_json[0]["image"], folder.join("a.png").display().to_string(), "named as classify names it");
     // Bad input: one line, no panic.
     let bad =
         Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["view", "--image", "/nonexistent.png", "--screenshot", "/tmp/x.png"]).output().unwrap();
@@ -535,7 +549,6 @@ fn view_screenshot_renders_offscreen_and_prints_the_predictions() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.starts_with("error: ") && !err.contains("panicked"), "{err}");
     // An image that does not decode: its reason, said once ("input: input: …" before).
-    let scratch = common::scratch("view");
     let empty = scratch.path().join("empty.png");
     std::fs::write(&empty, b"").expect("a scratch file");
     let bad = Command::new(env!("CARGO_BIN_EXE_tokenmix"))

@@ -516,7 +516,7 @@ impl Viewer {
                 Ok(img) => {
                     let name = match images.len() {
                         1 => first.display().to_string(),
-                        n => format!("{} (first of {n} images)", first.display()),
+                        n => format!("{}{FIRST_OF}{n} images)", first.display()),
                     };
                     self.classify(name, img);
                 }
@@ -765,7 +765,11 @@ impl Viewer {
     /// The predictions in `tokenmix classify --json`'s format.
     pub fn predictions_json(&self) -> serde_json::Value {
         match &self.classified {
-            Some(c) => serde_json::json!([{"image": c.source, "predictions": c.predictions}]),
+            Some(c) => {
+                // The file, as `classify --json` names it, without what the window adds.
+                let image = c.source.rsplit_once(FIRST_OF).filter(|(_, n)| n.ends_with(" images)")).map_or(c.source.as_str(), |(path, _)| path);
+                serde_json::json!([{"image": image, "predictions": c.predictions}])
+            }
             None => serde_json::json!([]),
         }
     }
@@ -1431,6 +1435,10 @@ fn window_error(winit: &str) -> String {
         format!("could not open a window: {winit} ({offscreen})")
     }
 }
+
+/// What an image's name gets where several came at once and it is the first shown: "a.png (first
+/// of 3 images)".
+const FIRST_OF: &str = " (first of ";
 
 /// Whether `path` names a model file (see [`Viewer::open_path`]); as an image such a file got
 /// "The file extension `.pth` was not recognized as an image format".
