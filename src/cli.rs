@@ -561,7 +561,7 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
             let preds: Vec<serde_json::Value> = out
                 .top_k(i, top_k)
                 .iter()
-                .map(|&k| serde_json::json!({"index": k, "label": labels::label(&model.info.labels, k), "probability": probs[k]}))
+                .map(|&k| serde_json::json!({"index": k, "label": labels::label(&model.info, k), "probability": probs[k]}))
                 .collect();
             if !json {
                 outln!("{}", path.display());
@@ -588,6 +588,13 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     if json {
         let mut v = serde_json::to_value(i).map_err(|e| Error::Input(e.to_string()))?;
         v["adapter"] = adapter.into();
+        // "labels" is the file's; "label_source" says where the names printed come from.
+        v["label_source"] = match labels::Source::of(i) {
+            labels::Source::File => "file",
+            labels::Source::ImageNet => "imagenet-1k",
+            labels::Source::Numbers => "none",
+        }
+        .into();
         v["backend"] = sel.device.backend().into();
         v["backend_reason"] = sel.reason.clone().into();
         v["backend_detail"] = sel.detail.clone().into();
@@ -634,7 +641,13 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
     outln!("GMACs:       {:.3} per image", i.macs as f64 / 1e9);
     let p = &i.preprocess;
     outln!("preprocess:  {}x{}x{}, crop_pct {}, mean {:?}, std {:?}", p.channels, p.size[0], p.size[1], p.crop_pct, p.mean, p.std);
-    outln!("labels:      {}", if i.labels.is_empty() { "none in file".to_string() } else { format!("{}", i.labels.len()) });
+    outln!(
+        "labels:      {}",
+        match labels::Source::of(i) {
+            labels::Source::File => format!("{}, from the model file", i.labels.len()),
+            other => other.describe().to_string(),
+        }
+    );
     outln!("backend:     {} ({}; asked for: {})", sel.device.backend(), sel.reason, sel.choice.name());
     outln!("runs on:     {adapter}");
     outln!("kernels:     {}", sel.device.kernels());
@@ -738,8 +751,8 @@ fn eval_folders(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -
             skipped.push(path);
             continue;
         }
-        let Some(class) = tokenmix::dataset::class_of_folder(&name, &model.info.labels, classes) else {
-            let named: Vec<String> = (0..classes).take(12).map(|c| labels::label(&model.info.labels, c)).collect();
+        let Some(class) = tokenmix::dataset::class_of_folder(&name, labels::names(&model.info), classes) else {
+            let named: Vec<String> = (0..classes).take(12).map(|c| labels::label(&model.info, c)).collect();
             return Err(Error::Input(format!(
                 "{}: a class folder named as none of {}'s classes ({}{}) nor by a class index (0 to {})",
                 path.display(),
@@ -791,14 +804,14 @@ fn eval_folders(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -
         .iter()
         .enumerate()
         .filter(|(_, &(n, _))| n > 0)
-        .map(|(c, &(n, k))| serde_json::json!({"index": c, "label": labels::label(&model.info.labels, c), "correct": k, "total": n, "top1": k as f64 / n as f64}))
+        .map(|(c, &(n, k))| serde_json::json!({"index": c, "label": labels::label(&model.info, c), "correct": k, "total": n, "top1": k as f64 / n as f64}))
         .collect();
     if json {
         outln!("{}", serde_json::json!({"top1": top, "correct": correct, "total": total, "images_per_s": total as f64 / secs, "classes": per_class}));
     } else {
         outln!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top * 100.0, total as f64 / secs);
         for (c, &(n, k)) in tally.iter().enumerate().filter(|(_, &(n, _))| n > 0) {
-            outln!("  {:>7.2}%  {:>6}/{:<6} {}", k as f64 / n as f64 * 100.0, k, n, labels::label(&model.info.labels, c));
+            outln!("  {:>7.2}%  {:>6}/{:<6} {}", k as f64 / n as f64 * 100.0, k, n, labels::label(&model.info, c));
         }
     }
     all_read(unread)

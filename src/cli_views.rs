@@ -256,7 +256,7 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
             for &c in &top {
                 let map = ex.map(i, c);
                 let logit = ex.output.logits[i * classes + c];
-                let label = labels::label(&model.info.labels, c);
+                let label = labels::label(&model.info, c);
                 if !json {
                     let (best, v) = map.iter().enumerate().fold((0, f32::MIN), |b, (t, &v)| if v > b.1 { (t, v) } else { b });
                     outln!(

@@ -851,7 +851,7 @@ pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, ca
     for k in run.output.top_k(0, top_k.unwrap_or(5)) {
         let p = Object::new();
         set(&p, "index", k as u32);
-        set(&p, "label", crate::labels::label(&model.info.labels, k));
+        set(&p, "label", crate::labels::label(&model.info, k));
         set(&p, "probability", probs[k] as f64);
         predictions.push(&p);
     }
@@ -944,7 +944,7 @@ pub async fn explain(top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsVal
     for c in ex.output.top_k(0, top_k.unwrap_or(5)) {
         let o = Object::new();
         set(&o, "index", c as u32);
-        set(&o, "label", crate::labels::label(&model.info.labels, c));
+        set(&o, "label", crate::labels::label(&model.info, c));
         set(&o, "logit", ex.output.logits[c] as f64);
         set(&o, "probability", ex.output.probs[c] as f64);
         set(&o, "bias", ex.bias[c] as f64);

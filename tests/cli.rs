@@ -143,6 +143,60 @@ fn info_names_family_and_counts() {
     assert_eq!(v["params"], numel);
 }
 
+/// A 1000-class checkpoint without labels (timm's ImageNet-1k checkpoints carry none) is
+/// answered in ImageNet-1k's class names, the page's list (`www/imagenet_labels.json`): the CLI
+/// and the desktop app printed "class 281" where the page showed "tabby". Other label-less
+/// models keep class numbers, and a model's own labels win.
+#[test]
+fn imagenet_checkpoints_are_answered_in_imagenet_names() {
+    let tmp = scratch("cli");
+    let img = tmp.path().join("grey.png");
+    save_gradient(&img);
+    let names: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("www/imagenet_labels.json")).unwrap()).unwrap();
+    assert_eq!(names.len(), 1000);
+    let imagenet = fixtures().join("mixer_many_tokens.safetensors");
+    let numbers = fixtures().join("mixer_p4_rgb.safetensors");
+    let run = |args: &[&str]| -> serde_json::Value {
+        let out = tokenmix(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let labels_of = |weights: Option<&Path>| -> Vec<(usize, String)> {
+        let mut args = vec!["classify", "--json", "--top-k", "5", img.to_str().unwrap()];
+        if let Some(w) = weights {
+            args.extend(["--weights", w.to_str().unwrap()]);
+        }
+        run(&args)[0]["predictions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["index"].as_u64().unwrap() as usize, p["label"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    for (index, label) in labels_of(Some(&imagenet)) {
+        assert_eq!(label, names[index], "class {index}");
+    }
+    for (index, label) in labels_of(Some(&numbers)) {
+        assert_eq!(label, format!("class {index}"));
+    }
+    let own = labels_of(None);
+    assert!(own.iter().all(|(_, l)| !l.starts_with("class ")), "the default model's own labels: {own:?}");
+    for (weights, source) in [(Some(&imagenet), "imagenet-1k"), (Some(&numbers), "none"), (None, "file")] {
+        let mut args = vec!["info", "--json"];
+        if let Some(w) = weights {
+            args.extend(["--weights", w.to_str().unwrap()]);
+        }
+        assert_eq!(run(&args)["label_source"], source, "{weights:?}");
+    }
+    let text = tokenmix(&["info", "--weights", imagenet.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("labels:      ImageNet-1k's (none in the file"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+}
+
 #[test]
 fn classify_prints_json_for_each_image() {
     let tmp = scratch("cli");

@@ -258,6 +258,24 @@ fn files_dropped_together_show_the_first_image_answered_by_the_model_among_them(
     assert!(h.state().error.as_ref().is_some_and(|e| e.contains("a folder with no image in it")), "{:?}", h.state().error);
 }
 
+/// The window names a label-less 1000-class checkpoint's classes as the page does, in ImageNet-1k's
+/// names (`www/imagenet_labels.json`); it showed "class 281".
+#[test]
+fn an_imagenet_checkpoint_is_answered_in_imagenet_names() {
+    let names: Vec<String> = serde_json::from_str(&std::fs::read_to_string(root().join("www/imagenet_labels.json")).unwrap()).unwrap();
+    let mut h = harness(viewer());
+    h.run();
+    h.state_mut().open_path(root().join("tests/fixtures/mixer_many_tokens.safetensors"));
+    settle(&mut h);
+    h.state_mut().open_path(root().join("www/samples/fmnist-0009-sneaker.png"));
+    settle(&mut h);
+    let shown = &h.state().classified.as_ref().expect("classified").predictions;
+    assert_eq!(shown.len(), 5);
+    for p in shown {
+        assert_eq!(p.label, names[p.index], "class {}", p.index);
+    }
+}
+
 /// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces, for any
 /// repository `timm/poolformer_*`.
 fn serve(body: Vec<u8>) -> String {

@@ -244,7 +244,7 @@ fn classify_image(model: &Model, serial: u64, source: String, image: RgbImage, c
     let predictions = out
         .top_k(0, 5)
         .into_iter()
-        .map(|k| Prediction { index: k, label: crate::labels::label(&model.info.labels, k), probability: out.probs[k] })
+        .map(|k| Prediction { index: k, label: crate::labels::label(&model.info, k), probability: out.probs[k] })
         .collect();
     Ok(Classified {
         serial,
@@ -780,7 +780,7 @@ impl Viewer {
         let map = ex.map(0, c);
         let mean = map.iter().sum::<f32>() / map.len().max(1) as f32;
         let values = map.iter().map(|v| if self.relative { v - mean } else { *v }).collect();
-        let label = crate::labels::label(&self.model.info.labels, c);
+        let label = crate::labels::label(&self.model.info, c);
         Some(Overlay { label: format!("evidence for {label}"), grid: ex.grid, values, sequential: false })
     }
 
