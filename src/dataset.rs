@@ -92,14 +92,25 @@ pub fn fashion_mnist_test(dir: &Path) -> Result<Images> {
     Ok(Images { count, height, width, pixels: images.data, labels: labels.data })
 }
 
+/// ImageNet-1k's synsets, one a line in class-index order: timm's
+/// `timm/data/_info/imagenet_synsets.txt` (timm 1.0.31, Apache-2.0), the order
+/// `www/imagenet_labels.json` follows.
+const IMAGENET_SYNSETS: &str = include_str!("imagenet_synsets.txt");
+
 /// A class folder's name as a class of the model: a label as the model names it (any case, and
 /// with any punctuation, spaces or underscores: `ankle_boot`, `Ankle boot` and `ankle-boot` are
 /// all "Ankle boot"; `tshirt_top` is "T-shirt/top", whose slash no folder name can hold, and so
-/// is `tshirt`, one of the names the slash parts), or the class index in decimal (`0`, `9`).
-/// `None` where it is neither.
+/// is `tshirt`, one of the names the slash parts), or the class index in decimal (`0`, `9`);
+/// and for a 1000-class model, an ImageNet-1k synset (`n01440764`: ImageNet's own `val/` and
+/// `train/` folders). `None` where it is none of these.
 pub fn class_of_folder(name: &str, labels: &[String], classes: usize) -> Option<usize> {
     if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
         return name.parse::<usize>().ok().filter(|&i| i < classes);
+    }
+    if classes == IMAGENET_SYNSETS.lines().count() {
+        if let Some(i) = IMAGENET_SYNSETS.lines().position(|s| s == name) {
+            return Some(i);
+        }
     }
     let key = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>();
     let want = key(name);
@@ -140,5 +151,11 @@ mod tests {
         }
         // Only the model's classes count: a label past them is not one.
         assert_eq!(class_of_folder("Ankle boot", &labels, 2), None);
+        // ImageNet's synset folders, for a 1000-class model only: tench (0), tabby (281) and
+        // toilet tissue (999) in every ImageNet-1k class order (torchvision's and timm's).
+        for (synset, class) in [("n01440764", 0), ("n02123045", 281), ("n15075141", 999)] {
+            assert_eq!(class_of_folder(synset, &[], 1000), Some(class), "{synset}");
+            assert_eq!(class_of_folder(synset, &labels, 4), None, "{synset} for a 4-class model");
+        }
     }
 }

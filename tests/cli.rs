@@ -174,9 +174,23 @@ fn imagenet_checkpoints_are_answered_in_imagenet_names() {
             .map(|p| (p["index"].as_u64().unwrap() as usize, p["label"].as_str().unwrap().to_string()))
             .collect()
     };
-    for (index, label) in labels_of(Some(&imagenet)) {
-        assert_eq!(label, names[index], "class {index}");
+    let answered = labels_of(Some(&imagenet));
+    for (index, label) in &answered {
+        assert_eq!(label, &names[*index], "class {index}");
     }
+    // eval's class folders, for such a model: ImageNet's synset folders (its own val/ layout)
+    // and its class names.
+    let data = tmp.path().join("imagenet");
+    for folder in ["n01440764", "tabby"] {
+        std::fs::create_dir_all(data.join(folder)).unwrap();
+        save_gradient(&data.join(folder).join("x.png"));
+    }
+    let v = run(&["eval", "--weights", imagenet.to_str().unwrap(), "--data", data.to_str().unwrap(), "--json"]);
+    let classes: Vec<(u64, u64)> =
+        v["classes"].as_array().unwrap().iter().map(|c| (c["index"].as_u64().unwrap(), c["total"].as_u64().unwrap())).collect();
+    assert_eq!(classes, [(0, 1), (281, 1)], "n01440764 is tench (0), tabby is 281: {v}");
+    let top = answered[0].0;
+    assert_eq!(v["correct"], usize::from(top == 0) + usize::from(top == 281), "right where classify's top 1 is the folder's class: {v}");
     for (index, label) in labels_of(Some(&numbers)) {
         assert_eq!(label, format!("class {index}"));
     }
