@@ -348,11 +348,11 @@ export function wireInputs() {
 const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
 
 /**
- * Files dropped (or picked) together. One is handled as `handleFile` handles it. Of several, the first
- * image is classified and the first model file loaded, in that order, so the image is shown at
- * once and then answered by the new model (a load classifies the current image again); should
- * the load fail, the image keeps the previous model's answer. The page shows one image at a
- * time: the image's name then says how many were dropped (the CLI classifies a folder). With no
+ * Files dropped (or picked) together. One is handled as `handleFile` handles it. Of several,
+ * the first image is classified and the first model file loaded, in that order, so the image is
+ * shown at once and then answered by the new model (a load classifies the current image again);
+ * should the load fail, the image keeps the previous model's answer. The page shows one image
+ * at a time: the image's name then says how many came (the CLI classifies a folder). With no
  * image or model among them, the first file gets `handleFile`'s error.
  */
 export async function handleFiles(files) {
