@@ -279,7 +279,7 @@ fn run(cmd: Command) -> Result<()> {
         Command::Explain { weights, images, top_k, json, png, relative, input, out, bias } => match (input, out) {
             (Some(input), Some(out)) => {
                 let (shape, data) = read_npy_input(&input)?;
-                let model = load_sized(device()?.device, weights.as_deref(), [shape[2], shape[3]])?;
+                let model = load_sized(device()?.device, weights.as_deref(), Some([shape[2], shape[3]]))?;
                 check_channels(&model, &input, shape[1])?;
                 crate::cli_views::explain_raw(&model, &data, &out, bias.as_deref())
             }
@@ -320,18 +320,15 @@ fn load(dev: Device, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model>
 
 /// The given model file, or the embedded default model.
 fn load_or_default(dev: Device, path: Option<&Path>) -> Result<Model> {
-    match path {
-        Some(p) => load(dev, p, None),
-        None => Model::load(dev, tokenmix::DEFAULT_MODEL, None),
-    }
+    load_sized(dev, path, None)
 }
 
-/// The given model file, or the embedded default model, for inputs of `size` (`logits` and
-/// `explain --input`: the arrays' own height and width).
-fn load_sized(dev: Device, path: Option<&Path>, size: [usize; 2]) -> Result<Model> {
+/// [`load_or_default`] for inputs of `size` where one is given (`logits` and `explain
+/// --input`: the arrays' own height and width).
+fn load_sized(dev: Device, path: Option<&Path>, size: Option<[usize; 2]>) -> Result<Model> {
     match path {
-        Some(p) => load(dev, p, Some(size)),
-        None => Model::load(dev, tokenmix::DEFAULT_MODEL, Some(size)),
+        Some(p) => load(dev, p, size),
+        None => Model::load(dev, tokenmix::DEFAULT_MODEL, size),
     }
 }
 
@@ -351,7 +348,7 @@ fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
         let (mut found, mut skipped) = (Vec::new(), Vec::new());
         preprocess::find_images(arg, &mut found, &mut skipped)?;
         if found.is_empty() {
-            return Err(Error::Input(format!("{}: a folder with no image in it ({}, by extension)", arg.display(), preprocess::IMAGE_FORMATS)));
+            return Err(preprocess::no_images_in(arg));
         }
         note_skipped(arg, &skipped);
         files.append(&mut found);
@@ -482,7 +479,7 @@ pub(crate) fn write_npy(out: &Path, shape: &[usize], data: &[f32]) -> Result<()>
 
 fn logits(weights: Option<&Path>, input: &Path, out: &Path) -> Result<()> {
     let ([n, c, h, w], data) = read_npy_input(input)?;
-    let model = load_sized(device()?.device, weights, [h, w])?;
+    let model = load_sized(device()?.device, weights, Some([h, w]))?;
     check_channels(&model, input, c)?;
     let result = model.forward_blocking(&data)?;
     write_npy(out, &[n, result.classes], &result.logits)
@@ -490,9 +487,8 @@ fn logits(weights: Option<&Path>, input: &Path, out: &Path) -> Result<()> {
 
 /// The images named on the command line, read and transformed a batch at a time (`batch_size`
 /// images, at most the model's largest batch, so a folder of thousands is never all in memory
-/// at once): `run` runs
-/// a batch's input, then `each` gets its result, the input, and each image's place in it and
-/// path, in order, with the JSON report to add to. An image that does not read is reported on
+/// at once): `run` runs a batch's input, then `each` gets its result, the input, and each
+/// image's place in it and path, in order, with the JSON report to add to. An image that does not read is reported on
 /// stderr and as `{"image", "error"}` in its place in the report, and the others are done;
 /// [`all_read`] then fails the command saying how many did not read. A single image's error is
 /// the command's.
@@ -589,12 +585,7 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         let mut v = serde_json::to_value(i).map_err(|e| Error::Input(e.to_string()))?;
         v["adapter"] = adapter.into();
         // "labels" is the file's; "label_source" says where the names printed come from.
-        v["label_source"] = match labels::Source::of(i) {
-            labels::Source::File => "file",
-            labels::Source::ImageNet => "imagenet-1k",
-            labels::Source::Numbers => "none",
-        }
-        .into();
+        v["label_source"] = labels::Source::of(i).key().into();
         v["backend"] = sel.device.backend().into();
         v["backend_reason"] = sel.reason.clone().into();
         v["backend_detail"] = sel.detail.clone().into();
@@ -680,8 +671,7 @@ fn check_batch(batch: usize) -> Result<()> {
 /// scaled to [0, 1] and normalised with the model's mean/std, exactly as `tools/train.py`.
 fn eval(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -> Result<()> {
     check_batch(batch)?;
-    let idx = ["t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"].iter().any(|f| data.join(f).exists());
-    if !idx && data.is_dir() {
+    if data.is_dir() && !tokenmix::dataset::holds_fashion_mnist(data) {
         return eval_folders(weights, data, batch, json);
     }
     let set = tokenmix::dataset::fashion_mnist_test(data)?;
@@ -800,18 +790,19 @@ fn eval_folders(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -
     let secs = start.elapsed().as_secs_f64();
     let (total, correct) = tally.iter().fold((0, 0), |(t, c), &(n, k)| (t + n, c + k));
     let top = correct as f64 / total.max(1) as f64;
-    let per_class: Vec<serde_json::Value> = tally
-        .iter()
-        .enumerate()
-        .filter(|(_, &(n, _))| n > 0)
-        .map(|(c, &(n, k))| serde_json::json!({"index": c, "label": labels::label(&model.info, c), "correct": k, "total": n, "top1": k as f64 / n as f64}))
-        .collect();
+    // The classes with images: (index, label, read, right).
+    let rows: Vec<(usize, String, usize, usize)> =
+        tally.iter().enumerate().filter(|(_, &(n, _))| n > 0).map(|(c, &(n, k))| (c, labels::label(&model.info, c), n, k)).collect();
     if json {
+        let per_class: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(c, label, n, k)| serde_json::json!({"index": c, "label": label, "correct": k, "total": n, "top1": *k as f64 / *n as f64}))
+            .collect();
         outln!("{}", serde_json::json!({"top1": top, "correct": correct, "total": total, "images_per_s": total as f64 / secs, "classes": per_class}));
     } else {
         outln!("{}: top-1 {:.2}% ({correct}/{total}), {:.1} images/s (batch {batch})", model_name(weights), top * 100.0, total as f64 / secs);
-        for (c, &(n, k)) in tally.iter().enumerate().filter(|(_, &(n, _))| n > 0) {
-            outln!("  {:>7.2}%  {:>6}/{:<6} {}", k as f64 / n as f64 * 100.0, k, n, labels::label(&model.info, c));
+        for (_, label, n, k) in &rows {
+            outln!("  {:>7.2}%  {:>6}/{:<6} {label}", *k as f64 / *n as f64 * 100.0, k, n);
         }
     }
     all_read(unread)

@@ -61,6 +61,16 @@ fn find(dir: &Path, name: &str) -> Result<PathBuf> {
         .ok_or_else(|| Error::Input(format!("{}: no {name} or {name}.gz (the Fashion-MNIST IDX files)", dir.display())))
 }
 
+/// The Fashion-MNIST test split's files, without `.gz` ([`find`] tries both).
+const TEST_IMAGES: &str = "t10k-images-idx3-ubyte";
+const TEST_LABELS: &str = "t10k-labels-idx1-ubyte";
+
+/// Whether `dir` holds the Fashion-MNIST test images ([`fashion_mnist_test`] reads them); `eval`
+/// takes another folder as class folders of images.
+pub fn holds_fashion_mnist(dir: &Path) -> bool {
+    find(dir, TEST_IMAGES).is_ok()
+}
+
 /// A labelled set of greyscale images.
 pub struct Images {
     pub count: usize,
@@ -72,8 +82,8 @@ pub struct Images {
 
 /// The Fashion-MNIST test split (`t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`) in `dir`.
 pub fn fashion_mnist_test(dir: &Path) -> Result<Images> {
-    let images_path = find(dir, "t10k-images-idx3-ubyte")?;
-    let labels_path = find(dir, "t10k-labels-idx1-ubyte")?;
+    let images_path = find(dir, TEST_IMAGES)?;
+    let labels_path = find(dir, TEST_LABELS)?;
     let images = read_idx(&images_path)?;
     let labels = read_idx(&labels_path)?;
     let [count, height, width] = images.dims[..] else {

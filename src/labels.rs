@@ -37,6 +37,15 @@ impl Source {
         }
     }
 
+    /// As `info --json` says it (`"label_source"`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Source::File => "file",
+            Source::ImageNet => "imagenet-1k",
+            Source::Numbers => "none",
+        }
+    }
+
     /// In words, for `info` and the windows.
     pub fn describe(self) -> &'static str {
         match self {

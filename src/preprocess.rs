@@ -206,6 +206,11 @@ mod native {
         Ok(())
     }
 
+    /// The error for a folder given as images that holds none ([`find_images`] found nothing).
+    pub fn no_images_in(dir: &std::path::Path) -> Error {
+        Error::Input(format!("{}: a folder with no image in it ({IMAGE_FORMATS}, by extension)", dir.display()))
+    }
+
     /// Whether `path`'s extension is an image format's ([`IMAGE_EXTENSIONS`], any case).
     pub fn is_image_name(path: &std::path::Path) -> bool {
         path.extension().and_then(|x| x.to_str()).is_some_and(|x| IMAGE_EXTENSIONS.iter().any(|i| x.eq_ignore_ascii_case(i)))

@@ -500,9 +500,7 @@ impl Viewer {
         }
         if model.is_none() && images.is_empty() {
             match paths.iter().find(|p| p.is_dir()) {
-                Some(dir) => {
-                    self.error = Some(format!("{}: a folder with no image in it ({}, by extension)", dir.display(), preprocess::IMAGE_FORMATS))
-                }
+                Some(dir) => self.error = Some(preprocess::no_images_in(dir).to_string()),
                 None => {
                     if let Some(first) = paths.first() {
                         self.open_path(first.clone());
