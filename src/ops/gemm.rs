@@ -907,8 +907,9 @@ const REGISTER_LANES: u32 = 8;
 /// `tiled128` 1.66x its speed. `Gpu::idle` waits without blocking in the browser
 /// (`tune_async`) and polls natively.
 ///
-/// Stops with [`Error::Cancelled`] once `cancel` is set, read before each build and each timed
-/// submission. Each candidate is built (its pipeline created) just before its warm-up run,
+/// Stops with [`Error::Cancelled`] once `cancel` is set, read before each build, before each
+/// warm-up's timed run and before each candidate's turn in each round, whether or not it runs
+/// (so the number of checks a class passes is fixed by its candidates, not by their times). Each candidate is built (its pipeline created) just before its warm-up run,
 /// which waits for its compile: built all at once, a class's first run waited for every
 /// compile of the class, and an abort with it (SwiftShader: 11.1 s).
 async fn time_ops(
@@ -922,11 +923,10 @@ async fn time_ops(
     for &v in variants {
         cancel.check()?;
         let Some(op) = build(v) else { continue };
-        let once = match time_runs(gpu, &op, 1).await {
-            Some(_) => {
-                cancel.check()?;
-                time_runs(gpu, &op, 1).await
-            }
+        let warm = time_runs(gpu, &op, 1).await;
+        cancel.check()?;
+        let once = match warm {
+            Some(_) => time_runs(gpu, &op, 1).await,
             None => None,
         };
         built.push((v, op, once));
@@ -934,12 +934,16 @@ async fn time_ops(
     let mut best: Vec<Option<f64>> = built.iter().map(|&(_, _, once)| once).collect();
     for _ in 0..3 {
         for ((_, op, first), b) in built.iter().zip(best.iter_mut()) {
+            // Checked before anything timed decides whether this candidate runs again, so
+            // that where a stop lands depends on the candidates alone, never on the clock (a
+            // slow first run on a busy machine skipped the check too, and a stop meant for the
+            // last check found the tuning already done).
+            cancel.check()?;
             let (Some(first), Some(so_far)) = (*first, *b) else { continue };
             if first > 0.05 {
                 continue;
             }
             let reps = ((0.01 / first.max(1e-6)) as usize).clamp(1, 64);
-            cancel.check()?;
             *b = time_runs(gpu, op, reps).await.map(|t| t.min(so_far));
         }
     }
