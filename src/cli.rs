@@ -46,7 +46,7 @@ enum Command {
         #[arg(long)]
         weights: Option<PathBuf>,
         /// Image files (PNG, JPEG, WebP, GIF, BMP), or folders: a folder stands for the image
-        /// files in it and in its subfolders, in name order
+        /// files in it and in its subfolders, in name order; `-` is an image on standard input
         #[arg(required = true)]
         images: Vec<PathBuf>,
         /// How many classes, the likeliest first (at least 1)
@@ -95,7 +95,8 @@ enum Command {
         /// Write one PNG per view into this folder
         #[arg(long)]
         png: Option<PathBuf>,
-        /// Draw overlays over this image (as the model sees it); PoolFormer: its per-stage energy
+        /// Draw overlays over this image (as the model sees it; `-`: standard input); PoolFormer:
+        /// its per-stage energy
         #[arg(long)]
         image: Option<PathBuf>,
     },
@@ -104,7 +105,7 @@ enum Command {
         /// Model file; the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
-        /// Image files, or folders (as in classify)
+        /// Image files, folders or `-` (as in classify)
         #[arg(required_unless_present = "input")]
         images: Vec<PathBuf>,
         /// How many classes, the likeliest first (at least 1)
@@ -339,9 +340,12 @@ fn load_sized(dev: Device, path: Option<&Path>, size: Option<[usize; 2]>) -> Res
 /// a folder only the extension says what an image is, and a note on stderr counts the other
 /// files left out. A folder with no image is an error.
 fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    if args.iter().filter(|a| is_stdin(a)).count() > 1 {
+        return Err(Error::Input(format!("{STDIN}: standard input holds one image and is read once; name it once")));
+    }
     let mut files = Vec::new();
     for arg in args {
-        if !arg.is_dir() {
+        if is_stdin(arg) || !arg.is_dir() {
             files.push(arg.clone());
             continue;
         }
@@ -354,6 +358,40 @@ fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
         files.append(&mut found);
     }
     Ok(files)
+}
+
+/// The image name that stands for standard input (`curl -s URL | tokenmix classify -`), as in
+/// cat, sha256sum and tar; it names the image in the output too. A file called so is `./-`.
+const STDIN: &str = "-";
+
+/// Most bytes read from standard input: more than any image taken needs (a 2^26-pixel BMP
+/// with alpha is 256 MiB), and a stream that never ends is not read to the end of memory.
+const STDIN_MAX_BYTES: u64 = 512 << 20;
+
+pub(crate) fn is_stdin(path: &Path) -> bool {
+    path.as_os_str() == STDIN
+}
+
+/// An image of the command line, decoded: a file, or standard input for `-` (read whole, once,
+/// told by its content: [`preprocess::decode_image`]).
+pub(crate) fn read_image(path: &Path) -> Result<image::RgbImage> {
+    if !is_stdin(path) {
+        return preprocess::load_image(path);
+    }
+    use std::io::{IsTerminal, Read};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(Error::Input(format!("{STDIN}: standard input is a terminal; pipe an image into it (… - < photo.jpg), or name its file")));
+    }
+    let mut bytes = Vec::new();
+    stdin.lock().take(STDIN_MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    match bytes.len() as u64 {
+        0 => Err(Error::Input(format!("{STDIN}: nothing came on standard input (an image was expected)"))),
+        n if n > STDIN_MAX_BYTES => {
+            Err(Error::Input(format!("{STDIN}: more than {} MiB came on standard input; no image taken is that large", STDIN_MAX_BYTES >> 20)))
+        }
+        _ => preprocess::decode_image(&bytes, path),
+    }
 }
 
 /// The note on stderr for the files a folder held that were left out, if any.
@@ -500,7 +538,7 @@ pub(crate) fn in_batches<T>(
     run: impl Fn(&[f32]) -> Result<T>,
     mut each: impl FnMut(&T, &[f32], usize, &Path, &mut Vec<serde_json::Value>) -> Result<()>,
 ) -> Result<Unread> {
-    let read = |path: &Path| preprocess::load_image(path).and_then(|img| preprocess::transform(&img, &model.info.preprocess));
+    let read = |path: &Path| read_image(path).and_then(|img| preprocess::transform(&img, &model.info.preprocess));
     let mut unread = 0;
     for chunk in images.chunks(batch_size.min(model.max_batch()).max(1)) {
         let mut input = Vec::with_capacity(chunk.len() * model.input_len());

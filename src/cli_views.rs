@@ -122,10 +122,10 @@ fn frame(img: &RgbImage) -> RgbImage {
 }
 
 /// The image a view is drawn over: `image` preprocessed as the model sees it, or mid-grey.
-fn base_image(model: &Model, image: Option<&Path>) -> Result<(RgbImage, Option<Vec<f32>>)> {
+fn base_image(model: &Model, image: Option<&RgbImage>) -> Result<(RgbImage, Option<Vec<f32>>)> {
     match image {
-        Some(p) => {
-            let input = preprocess::transform(&preprocess::load_image(p)?, &model.info.preprocess)?;
+        Some(img) => {
+            let input = preprocess::transform(img, &model.info.preprocess)?;
             Ok((eye(model, &input), Some(input)))
         }
         None => Ok((RgbImage::from_pixel(VIEW, VIEW, Rgb([128; 3])), None)),
@@ -145,11 +145,12 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
         None => (0..model.mixing_layers()).collect(),
     };
     let views: Vec<LayerInsight> = layers.iter().map(|&l| model.insight(l)).collect::<Result<_>>()?;
-    let (base, input) = base_image(model, image)?;
+    // Read once: `-` is standard input, which cannot be read twice.
+    let image = image.map(crate::cli::read_image).transpose()?;
+    let (base, input) = base_image(model, image.as_ref())?;
     // PoolFormer's per-stage token energy needs an image.
-    let energy = match (&input, &model.info.arch) {
-        (Some(_), tokenmix::models::Arch::MetaFormer(_)) => {
-            let img = preprocess::load_image(image.ok_or_else(|| Error::Input("no image".into()))?)?;
+    let energy = match (&image, &model.info.arch) {
+        (Some(img), tokenmix::models::Arch::MetaFormer(_)) => {
             let rgba: Vec<u8> = img.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
             let run = pollster::block_on(model.classify_rgba(&rgba, img.width() as usize, img.height() as usize, || 0.0))?;
             run.stage_energy
@@ -250,7 +251,7 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
             let top = ex.output.top_k(i, top_k);
             let mut rows = Vec::new();
             let base = png.map(|_| eye(model, &inputs[i * model.input_len()..(i + 1) * model.input_len()]));
-            let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+            let name = if crate::cli::is_stdin(path) { "stdin" } else { path.file_stem().and_then(|s| s.to_str()).unwrap_or("image") };
             let stem = (1..).map(|n| if n == 1 { name.to_string() } else { format!("{name}-{n}") }).find(|s| !stems.contains(s)).unwrap_or_default();
             stems.insert(stem.clone());
             for &c in &top {

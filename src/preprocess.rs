@@ -219,7 +219,7 @@ mod native {
     /// `path` could not be decoded: said in tokenmix's words where the format is the fault (a
     /// TIFF, a text file) rather than the image crate's ("The file extension `."txt"` was not
     /// recognized as an image format"); any other decoding error as the crate says it.
-    fn decode_error(path: &std::path::Path, e: image::ImageError) -> Error {
+    fn decode_error(path: &std::path::Path, named: bool, e: image::ImageError) -> Error {
         use image::error::{ImageFormatHint, UnsupportedErrorKind};
         let why = match &e {
             image::ImageError::Unsupported(u) => match u.kind() {
@@ -227,9 +227,10 @@ mod native {
                     let name = format.extensions_str().first().map_or_else(|| format!("{format:?}"), |x| x.to_uppercase());
                     format!("a {name} image; tokenmix reads {IMAGE_FORMATS}")
                 }
-                UnsupportedErrorKind::Format(_) => {
+                UnsupportedErrorKind::Format(_) if named => {
                     format!("not an image tokenmix reads ({IMAGE_FORMATS}): neither its first bytes nor its name say which")
                 }
+                UnsupportedErrorKind::Format(_) => format!("not an image tokenmix reads ({IMAGE_FORMATS}): its first bytes are none of theirs"),
                 _ => e.to_string(),
             },
             _ => e.to_string(),
@@ -242,14 +243,26 @@ mod native {
     /// desktop app and `Model::classify_rgba` apply) is refused from its header, before a pixel
     /// is decoded.
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
+        let reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?;
+        decode(reader, path, true)
+    }
+
+    /// [`load_image`] for an image already in memory (read from a pipe: `classify -`), told by
+    /// its content alone; `name` is what its errors call it.
+    pub fn decode_image(bytes: &[u8], name: &std::path::Path) -> Result<image::RgbImage> {
+        decode(image::ImageReader::new(std::io::Cursor::new(bytes)), name, false)
+    }
+
+    /// `named`: whether the image has a file name whose extension may say its format.
+    fn decode<R: std::io::BufRead + std::io::Seek>(reader: image::ImageReader<R>, path: &std::path::Path, named: bool) -> Result<image::RgbImage> {
         use image::ImageDecoder;
-        let mut reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?.with_guessed_format().map_err(|e| Error::io(path, e))?;
+        let mut reader = reader.with_guessed_format().map_err(|e| Error::io(path, e))?;
         // The sides are checked below, with tokenmix's own words; the allocation bound holds the
         // largest image taken, decoded at 16 bits a channel with alpha, and its RGB copy.
         let mut limits = image::Limits::no_limits();
         limits.max_alloc = Some(MAX_IMAGE_PIXELS as u64 * 11);
         reader.limits(limits);
-        let bad = |e| decode_error(path, e);
+        let bad = |e| decode_error(path, named, e);
         let decoder = reader.into_decoder().map_err(bad)?;
         let (w, h) = decoder.dimensions();
         check_image_size(w as usize, h as usize).map_err(|e| match e {

@@ -411,6 +411,98 @@ fn a_folder_stands_for_its_images() {
     }
 }
 
+/// `-` is an image on standard input (`curl -s URL | tokenmix classify -`): read whole, told by
+/// its content, answered as its file is and named `-`, alone or among files; `explain` too,
+/// its PNGs named `stdin_…`. Nothing on it, bytes that are no image, and `-` twice are one-line
+/// errors.
+#[test]
+fn an_image_can_come_on_standard_input() {
+    use std::io::Write;
+    let tmp = scratch("cli");
+    let png = tmp.path().join("gradient.png");
+    save_gradient(&png);
+    let jpeg = tmp.path().join("photo.jpg");
+    image::RgbImage::from_fn(30, 41, |x, y| image::Rgb([(y * 5) as u8, 200, (x * 13) as u8]))
+        .save_with_format(&jpeg, image::ImageFormat::Jpeg)
+        .unwrap();
+    let webp = tmp.path().join("other.webp");
+    image::RgbImage::from_fn(26, 30, |x, y| image::Rgb([(x * 9) as u8, 40, (y * 8) as u8]))
+        .save_with_format(&webp, image::ImageFormat::WebP)
+        .unwrap();
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let piped = |args: &[&str], stdin: &[u8]| -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs tokenmix");
+        let mut input = child.stdin.take().unwrap();
+        // A binary that never reads its stdin must not block the test: a write to a closed pipe errs.
+        let _ = input.write_all(stdin);
+        drop(input);
+        child.wait_with_output().unwrap()
+    };
+    let w = weights.to_str().unwrap();
+    let json = |out: &Output| -> Vec<serde_json::Value> {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("a JSON array").as_array().expect("an array").clone()
+    };
+    let file = |cmd: &str, p: &Path| json(&tokenmix(&[cmd, "--weights", w, "--json", "--top-k", "3", p.to_str().unwrap()]));
+    let answers: Vec<serde_json::Value> = [&png, &jpeg, &webp].iter().map(|p| file("classify", p)[0]["predictions"].clone()).collect();
+    assert!(answers[0] != answers[1] && answers[1] != answers[2] && answers[0] != answers[2], "images that answer apart: {answers:?}");
+    for (p, answer) in [&png, &jpeg, &webp].iter().zip(&answers) {
+        let arr = json(&piped(&["classify", "--weights", w, "--json", "--top-k", "3", "-"], &std::fs::read(p).unwrap()));
+        assert_eq!(arr.len(), 1, "{arr:?}");
+        assert_eq!(arr[0]["image"], "-", "{arr:?}");
+        assert_eq!(&arr[0]["predictions"], answer, "{}: piped as its file is answered", p.display());
+    }
+    // Among files, in its place; the text output names it `-` too.
+    let arr = json(&piped(
+        &["classify", "--weights", w, "--json", "--top-k", "3", png.to_str().unwrap(), "-", jpeg.to_str().unwrap()],
+        &std::fs::read(&webp).unwrap(),
+    ));
+    let names: Vec<&str> = arr.iter().map(|e| e["image"].as_str().unwrap_or("")).collect();
+    assert_eq!(names, [png.to_str().unwrap(), "-", jpeg.to_str().unwrap()]);
+    assert_eq!([&arr[0]["predictions"], &arr[1]["predictions"], &arr[2]["predictions"]], [&answers[0], &answers[2], &answers[1]]);
+    let out = piped(&["classify", "--weights", w, "-"], &std::fs::read(&png).unwrap());
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("-\n"), "{}", String::from_utf8_lossy(&out.stdout));
+    // explain: the same split as its file's, the overlays named after stdin.
+    let pngs = tmp.path().join("overlays");
+    let out = piped(&["explain", "--weights", w, "--json", "--top-k", "2", "--png", pngs.to_str().unwrap(), "-"], &std::fs::read(&jpeg).unwrap());
+    let arr = json(&out);
+    let alone = json(&tokenmix(&["explain", "--weights", w, "--json", "--top-k", "2", jpeg.to_str().unwrap()]));
+    assert_eq!(arr[0]["image"], "-");
+    assert_eq!(arr[0]["classes"], alone[0]["classes"], "explain: piped as its file is explained");
+    let written: Vec<String> = std::fs::read_dir(&pngs).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!written.is_empty() && written.iter().all(|n| n.starts_with("stdin_")), "{written:?}");
+    // insight --image -: PoolFormer's stage energy, as over its file.
+    let pool = fixtures().join("poolformer_rgb.safetensors");
+    let insight = |image: &str, stdin: &[u8]| piped(&["insight", "--weights", pool.to_str().unwrap(), "--json", "--image", image], stdin);
+    let (from_file, from_pipe) = (insight(png.to_str().unwrap(), b""), insight("-", &std::fs::read(&png).unwrap()));
+    assert!(from_pipe.status.success(), "{}", String::from_utf8_lossy(&from_pipe.stderr));
+    let energy = |out: &Output| serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("insight's JSON")["stage_energy"].clone();
+    assert!(energy(&from_file).as_array().is_some_and(|a| !a.is_empty()), "{}", String::from_utf8_lossy(&from_file.stdout));
+    assert_eq!(energy(&from_pipe), energy(&from_file));
+    // Errors.
+    for (args, stdin, says) in [
+        (vec!["classify", "-"], &b""[..], "-: nothing came on standard input"),
+        (
+            vec!["classify", "-"],
+            &b"just some text\n"[..],
+            "-: not an image tokenmix reads (PNG, JPEG, WebP, GIF or BMP): its first bytes are none of theirs",
+        ),
+        (vec!["explain", "-"], &b"\x89PNG\r\n\x1a\n broken"[..], "-: "),
+        (vec!["classify", "-", png.to_str().unwrap(), "-"], &b""[..], "-: standard input holds one image and is read once"),
+    ] {
+        let out = piped(&args, stdin);
+        assert_clean_error(&out);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with(&format!("error: input: {says}")), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn errors_are_one_line() {
     let tmp = scratch("cli");
