@@ -254,7 +254,11 @@ export function wireInputs() {
   dz.addEventListener('drop', (e) => {
     e.preventDefault();
     dz.classList.remove('over');
-    handleFiles([...(e.dataTransfer?.files ?? [])]).catch(() => {});
+    // A folder's entry is only to be had while the event lasts: the DataTransfer is emptied after.
+    const files = [...(e.dataTransfer?.files ?? [])];
+    const items = [...(e.dataTransfer?.items ?? [])].filter((i) => i.kind === 'file');
+    const entries = items.length === files.length ? items.map((i) => i.webkitGetAsEntry?.() ?? null) : [];
+    droppedFiles(files, entries).then(handleFiles, (err) => showError(messageOf(err))).catch(() => {});
   });
   document.addEventListener('paste', (e) => {
     const f = [...(e.clipboardData?.files ?? [])].find((x) => x.type.startsWith('image/'));
@@ -347,8 +351,59 @@ export function wireInputs() {
 // safetensors is (as images they failed to decode, or were "not an image").
 const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
 
+// What a folder stands for, as in the CLI and the desktop app: its image files by extension.
+const IMAGE_FILE = /\.(png|jpe?g|webp|gif|bmp)$/i;
+const IMAGE_FORMATS = 'PNG, JPEG, WebP, GIF or BMP';
+
 /**
- * Files dropped (or picked) together. One is handled as `handleFile` handles it. Of several,
+ * The files of a drop, each dropped folder replaced by the image files in it and its subfolders
+ * (by extension), depth first in name order, hidden entries left out: what `tokenmix classify
+ * FOLDER` and the desktop app take. A folder's images stay entries (FileSystemFileEntry) until
+ * one is shown, so a folder of thousands costs one walk, not thousands of File objects.
+ * `entries[i]` is `files[i]`'s entry, or null (a drop made by script has none). A folder with no
+ * image in it is an error, as there.
+ */
+export async function droppedFiles(files, entries) {
+  if (!entries.some((e) => e?.isDirectory)) return files;
+  const out = [];
+  for (const [i, file] of files.entries()) {
+    const entry = entries[i];
+    if (!entry?.isDirectory) {
+      out.push(file);
+      continue;
+    }
+    const found = [];
+    await walkFolder(entry, found);
+    if (!found.length) throw new Error(`${entry.name}: a folder with no image in it (${IMAGE_FORMATS}, by extension)`);
+    out.push(...found);
+  }
+  return out;
+}
+
+async function walkFolder(dir, found) {
+  const reader = dir.createReader();
+  const all = [];
+  // readEntries gives a batch (Chromium: 100) per call, and an empty one at the end.
+  for (;;) {
+    const batch = await new Promise((resolve, reject) => reader.readEntries(resolve, reject));
+    if (!batch.length) break;
+    all.push(...batch);
+  }
+  all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const entry of all) {
+    if (entry.name.startsWith('.')) continue;
+    if (entry.isDirectory) await walkFolder(entry, found);
+    else if (IMAGE_FILE.test(entry.name)) found.push(entry);
+  }
+}
+
+const isFile = (f) => typeof File !== 'undefined' && f instanceof File;
+// A folder's image is named by its path in the drop ("photos/sub/a.png"), a file by its name.
+const nameOf = (f) => (isFile(f) ? f.name : f.fullPath.replace(/^\//, ''));
+const asFile = (f) => (isFile(f) ? Promise.resolve(f) : new Promise((resolve, reject) => f.file(resolve, reject)));
+
+/**
+ * Files dropped (or picked) together (a dropped folder's images among them: `droppedFiles`). One is handled as `handleFile` handles it. Of several,
  * the first image is classified and the first model file loaded, in that order, so the image is
  * shown at once and then answered by the new model (a load classifies the current image again);
  * should the load fail, the image keeps the previous model's answer. The page shows one image
@@ -356,19 +411,25 @@ const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
  * image or model among them, the first file gets `handleFile`'s error.
  */
 export async function handleFiles(files) {
-  if (files.length <= 1) {
+  if (files.length <= 1 && (!files[0] || isFile(files[0]))) {
     if (files[0]) handleFile(files[0]);
     return;
   }
   const model = files.find((f) => MODEL_FILE.test(f.name));
-  const images = files.filter((f) => !MODEL_FILE.test(f.name) && (!f.type || f.type.startsWith('image/')));
+  const images = files.filter((f) => !MODEL_FILE.test(f.name) && (!isFile(f) || !f.type || f.type.startsWith('image/')));
   if (!model && !images.length) {
     handleFile(files[0]);
     return;
   }
   if (images.length) {
-    const name = images.length > 1 ? `${images[0].name} (first of ${images.length} images)` : images[0].name;
-    await classifyBlob(images[0], name).catch(() => {});
+    const name = images.length > 1 ? `${nameOf(images[0])} (first of ${images.length} images)` : nameOf(images[0]);
+    let first = null;
+    try {
+      first = await asFile(images[0]);
+    } catch (e) {
+      showError(`Could not read ${nameOf(images[0])}: ${messageOf(e)}`);
+    }
+    if (first) await classifyBlob(first, name).catch(() => {});
   }
   if (model) await loadModelFile(model).catch(() => {});
 }

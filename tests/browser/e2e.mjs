@@ -470,6 +470,47 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   await page.setInputFiles('#image-file', [trouser, pullover].map((n) => path.join(ROOT, 'www/samples', n)));
   await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, `${trouser} (first of 2 images)`);
   assert.equal(await page.textContent('#original-caption'), `Original · ${trouser} (first of 2 images) · 28×28`);
+  const trouserByGmlp = await shownPredictions(page);
+
+  // A folder dropped from a file manager: a real drop through the browser (CDP's
+  // Input.dispatchDragEvent with the folder's path, as the OS hands it over), so the page gets
+  // the folder's entry. It stands for its images as in the CLI: in name order, subfolders
+  // walked, hidden and non-image files left out; the first is shown and says how many came (it
+  // used to be "Could not read photos as an image"). Files are written in reverse name order,
+  // so the listing's own order cannot pass for name order.
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'tm-drop-'));
+  const photos = path.join(folder, 'photos');
+  fs.mkdirSync(path.join(photos, 'sub'), { recursive: true });
+  fs.mkdirSync(path.join(folder, 'empty'));
+  const sample = (n) => fs.readFileSync(path.join(ROOT, 'www/samples', n));
+  for (const [name, bytes] of [['sub/a-boot.png', sample(SAMPLE)], ['c-pullover.png', sample(pullover)], ['b-trouser.png', sample(trouser)],
+    ['a-notes.txt', Buffer.from('not an image')], ['.hidden.png', sample(pullover)]]) fs.writeFileSync(path.join(photos, name), bytes);
+  const cdp = await page.context().newCDPSession(page);
+  const dropPaths = async (files) => {
+    await page.locator('#dropzone').scrollIntoViewIfNeeded();
+    const box = await page.locator('#dropzone').boundingBox();
+    const [x, y] = [box.x + box.width / 2, box.y + box.height / 2];
+    const data = { items: [], files, dragOperationsMask: 1 };
+    for (const type of ['dragEnter', 'dragOver', 'drop']) await cdp.send('Input.dispatchDragEvent', { type, x, y, data });
+  };
+  await dropPaths([photos]);
+  const fromFolder = 'photos/b-trouser.png (first of 3 images)';
+  await page.waitForFunction(({ source, want }) => {
+    const lis = [...document.querySelectorAll('#predictions li')];
+    return document.querySelector('#predictions').dataset.source === source
+      && JSON.stringify(lis.map((li) => [Number(li.dataset.index), Number(li.dataset.probability)])) === JSON.stringify(want);
+  }, { source: fromFolder, want: trouserByGmlp.map((p) => [p.index, p.probability]) });
+  assert.equal(await page.textContent('#original-caption'), `Original · ${fromFolder} · 28×28`);
+  assert.ok(await page.isHidden('#error'), 'no error for the folder');
+  console.log(`[d] folder dropped: ${fromFolder}`);
+  await shot(page, 'e2e-d-folder-dropped');
+  // A folder with no image in it: said as the CLI says it, and the image shown stays.
+  await dropPaths([path.join(folder, 'empty')]);
+  await page.waitForFunction(() => /a folder with no image in it/.test(document.querySelector('#error-text').textContent));
+  assert.equal((await page.textContent('#error-text')).trim(), 'empty: a folder with no image in it (PNG, JPEG, WebP, GIF or BMP, by extension)');
+  assert.equal(await page.$eval('#predictions', (o) => o.dataset.source), fromFolder);
+  await cdp.detach();
+  fs.rmSync(folder, { recursive: true, force: true });
 
   // A failed download is reported the same way.
   const failure = await page.evaluate(() => window.tokenmixApp.loadModelUrl('weights/does-not-exist.safetensors').then(() => null, (e) => e.message));
