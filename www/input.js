@@ -241,6 +241,17 @@ export function wireInputs() {
     ev.target.value = '';
     handleFiles(files).catch(() => {});
   });
+  // A folder picked: the browser lists every file in it and its subfolders, each with its path.
+  $('folder-open').addEventListener('click', () => $('folder-file').click());
+  $('folder-file').addEventListener('change', (ev) => {
+    const files = [...(ev.target.files ?? [])];
+    ev.target.value = '';
+    try {
+      handleFiles(pickedFolder(files)).catch(() => {});
+    } catch (e) {
+      showError(messageOf(e));
+    }
+  });
   // Dropping outside the zone must not navigate away from the page.
   window.addEventListener('dragover', (e) => e.preventDefault());
   window.addEventListener('drop', (e) => e.preventDefault());
@@ -380,6 +391,28 @@ export async function droppedFiles(files, entries) {
   return out;
 }
 
+/**
+ * A picked folder's files (each with its `webkitRelativePath`, "photos/sub/a.png") as a dropped
+ * folder's: its images by extension, hidden entries left out, depth first in name order (the
+ * paths compared part by part). A folder with no image in it is an error.
+ */
+export function pickedFolder(files) {
+  const parts = (f) => f.webkitRelativePath.split('/');
+  const images = files
+    .filter((f) => IMAGE_FILE.test(f.name) && !parts(f).some((p) => p.startsWith('.')))
+    .map((f) => [parts(f), f])
+    .sort(([a], [b]) => {
+      for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
+      return a.length - b.length;
+    })
+    .map(([, f]) => f);
+  if (!images.length) {
+    const name = files[0] ? parts(files[0])[0] : 'The folder';
+    throw new Error(`${name}: a folder with no image in it (${IMAGE_FORMATS}, by extension)`);
+  }
+  return images;
+}
+
 async function walkFolder(dir, found) {
   const reader = dir.createReader();
   const all = [];
@@ -398,8 +431,9 @@ async function walkFolder(dir, found) {
 }
 
 const isFile = (f) => typeof File !== 'undefined' && f instanceof File;
-// A folder's image is named by its path in the drop ("photos/sub/a.png"), a file by its name.
-const nameOf = (f) => (isFile(f) ? f.name : f.fullPath.replace(/^\//, ''));
+// A folder's image is named by its path in the folder dropped or picked ("photos/sub/a.png"), a
+// file by its name.
+const nameOf = (f) => (isFile(f) ? f.webkitRelativePath || f.name : f.fullPath.replace(/^\//, ''));
 const asFile = (f) => (isFile(f) ? Promise.resolve(f) : new Promise((resolve, reject) => f.file(resolve, reject)));
 
 /**
@@ -438,8 +472,8 @@ export function handleFile(f) {
   if (MODEL_FILE.test(f.name)) {
     loadModelFile(f).catch(() => {});
   } else if (f.type && !f.type.startsWith('image/')) {
-    showError(`${f.name} is not an image (${f.type}); drop a PNG/JPEG/WebP, or a .safetensors model.`);
+    showError(`${f.name} is not an image (${f.type}); drop a PNG, JPEG, WebP, GIF or BMP, or a .safetensors model.`);
   } else {
-    classifyBlob(f, f.name).catch(() => {});
+    classifyBlob(f, nameOf(f)).catch(() => {});
   }
 }

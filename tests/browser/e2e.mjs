@@ -504,11 +504,49 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.ok(await page.isHidden('#error'), 'no error for the folder');
   console.log(`[d] folder dropped: ${fromFolder}`);
   await shot(page, 'e2e-d-folder-dropped');
+  // The same folder picked ("Open folder…", a webkitdirectory input): the same image, so said.
+  await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0000-boot.png'));
+  await page.waitForSelector('#predictions[data-source="fmnist-0000-boot.png"] li');
+  // Through its button inside the drop zone: the folder chooser opens, not the zone's file one.
+  const choosers = [];
+  const onChooser = (c) => choosers.push(c);
+  page.on('filechooser', onChooser);
+  await page.click('#folder-open');
+  await page.waitForTimeout(500);
+  page.off('filechooser', onChooser);
+  assert.deepEqual(await Promise.all(choosers.map((c) => c.element().evaluate((e) => e.id))), ['folder-file'], 'one chooser, for a folder');
+  await choosers[0].setFiles(photos);
+  await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, fromFolder);
+  assert.deepEqual(await shownPredictions(page), trouserByGmlp, 'the folder picked: its first image, answered as the trouser is');
+  // The order a picked folder's files are taken in is the CLI's, whatever order the browser
+  // lists them in: the same paths, shuffled, against `tokenmix classify --json` on them on disk.
+  const tree = path.join(folder, 'p');
+  const paths = ['z.png', 'sub/b.jpg', '.git/x.png', 'a.txt', 'sub.png', 'a b.webp', 'sub/a/c.gif', 'B.bmp', 'sub/.h.png'];
+  for (const p of paths) {
+    fs.mkdirSync(path.dirname(path.join(tree, p)), { recursive: true });
+    fs.writeFileSync(path.join(tree, p), sample(SAMPLE));
+  }
+  const cliOrder = JSON.parse(execFileSync(BIN, ['classify', '--json', '--top-k', '1', tree], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }))
+    .map((e) => `p/${path.relative(tree, e.image)}`);
+  assert.equal(cliOrder.length, 6, cliOrder.join(', '));
+  const pageOrder = await page.evaluate(async (paths) => {
+    const { pickedFolder } = await import('/www/input.js');
+    const file = (p) => Object.defineProperty(new File(['x'], p.split('/').pop()), 'webkitRelativePath', { value: `p/${p}` });
+    return pickedFolder(paths.map(file)).map((f) => f.webkitRelativePath);
+  }, paths);
+  assert.deepEqual(pageOrder, cliOrder);
   // A folder with no image in it: said as the CLI says it, and the image shown stays.
   await dropPaths([path.join(folder, 'empty')]);
   await page.waitForFunction(() => /a folder with no image in it/.test(document.querySelector('#error-text').textContent));
   assert.equal((await page.textContent('#error-text')).trim(), 'empty: a folder with no image in it (PNG, JPEG, WebP, GIF or BMP, by extension)');
   assert.equal(await page.$eval('#predictions', (o) => o.dataset.source), fromFolder);
+  // ... picked: a folder of no images but a note.
+  fs.writeFileSync(path.join(folder, 'empty', 'readme.txt'), 'no image here');
+  await page.click('#error-close');
+  await page.waitForSelector('#error', { state: 'hidden' });
+  await page.setInputFiles('#folder-file', path.join(folder, 'empty'));
+  await page.waitForFunction(() => /a folder with no image in it/.test(document.querySelector('#error-text').textContent) && !document.querySelector('#error').hidden);
+  assert.equal((await page.textContent('#error-text')).trim(), 'empty: a folder with no image in it (PNG, JPEG, WebP, GIF or BMP, by extension)');
   await cdp.detach();
   fs.rmSync(folder, { recursive: true, force: true });
 
