@@ -10,9 +10,31 @@ export function notReady(image) {
     || ('videoWidth' in image && !(image.readyState >= 2 && image.videoWidth > 0))));
 }
 
-/** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video). */
+/**
+ * A Blob or File (an upload, a fetch's body) decoded as the page decodes a file: the pixels it
+ * holds, no colour management, as the native CLI reads them. One the browser does not decode is
+ * an error that says so.
+ */
+export async function blobBitmap(blob) {
+  try {
+    return await createImageBitmap(blob, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+  } catch (e) {
+    const what = [blob.name, blob.type].filter(Boolean).join(', ');
+    throw new Error(`classify: the Blob${what ? ` (${what})` : ''} is not an image this browser decodes: ${e?.message ?? e}`);
+  }
+}
+
+/** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video, Blob). */
 export async function toImageData(image) {
   if (typeof ImageData !== 'undefined' && image instanceof ImageData) return image;
+  if (typeof Blob !== 'undefined' && image instanceof Blob) {
+    const bitmap = await blobBitmap(image);
+    try {
+      return await toImageData(bitmap);
+    } finally {
+      bitmap.close();
+    }
+  }
   const noPixels = () => new Error('classify: the image has no pixels yet (not loaded, or a video without a frame)');
   if (notReady(image)) throw noPixels();
   const w = image?.naturalWidth || image?.videoWidth || image?.width;

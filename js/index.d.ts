@@ -28,8 +28,9 @@ export interface ClassifierOptions {
   threads?: number;
 }
 
-/** What {@link Classifier.classify} accepts. */
-export type ImageSource = ImageData | ImageBitmap | HTMLImageElement | HTMLCanvasElement | HTMLVideoElement | OffscreenCanvas;
+/** What {@link Classifier.classify} accepts. A Blob or File (an upload, a fetch's body) is
+ * decoded by the browser, without colour management; one it does not decode is an error. */
+export type ImageSource = ImageData | ImageBitmap | HTMLImageElement | HTMLCanvasElement | HTMLVideoElement | OffscreenCanvas | Blob;
 
 /** A model file: a URL (timm's model.safetensors, e.g. from the Hugging Face hub), its bytes, or null for the embedded default. */
 export type ModelSource = string | ArrayBuffer | Uint8Array | null;

@@ -1,7 +1,7 @@
 // tokenmix in a web page: createClassifier() loads the wasm build (./pkg) in a dedicated
 // worker (default) or on the calling thread, and returns one object whose methods all return
 // promises. See index.d.ts for the types and README.md for an example.
-import { createCore, notReady, toImageData } from './core.js';
+import { blobBitmap, createCore, notReady, toImageData } from './core.js';
 
 const BACKENDS = ['auto', 'gpu', 'cpu'];
 const PRECISIONS = ['f32', 'f16'];
@@ -30,6 +30,7 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     if (!call.worker) return img;
     if (typeof ImageData !== 'undefined' && img instanceof ImageData) return img;
     if (typeof ImageBitmap !== 'undefined' && img instanceof ImageBitmap) return img;
+    if (typeof Blob !== 'undefined' && img instanceof Blob) return blobBitmap(img);
     // An <img> still loading, a video without a frame: the same error as on this thread.
     if (notReady(img)) return toImageData(img);
     try {

@@ -530,7 +530,7 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
     .map((e) => `p/${path.relative(tree, e.image)}`);
   assert.equal(cliOrder.length, 6, cliOrder.join(', '));
   const pageOrder = await page.evaluate(async (paths) => {
-    const { pickedFolder } = await import('/www/input.js');
+    const { pickedFolder } = await import(new URL('www/input.js', document.baseURI).href);
     const file = (p) => Object.defineProperty(new File(['x'], p.split('/').pop()), 'webkitRelativePath', { value: `p/${p}` });
     return pickedFolder(paths.map(file)).map((f) => f.webkitRelativePath);
   }, paths);
@@ -580,6 +580,20 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     out.unloaded = await settle(api.classify(img));
     await img.decode();
     out.loaded = await settle(api.classify(img).then((p) => p.length));
+    // A Blob or File (an upload, a fetch's body) is an image too, in the worker and on the
+    // page's thread; one the browser does not decode is an error saying so. It used to be
+    // decoded only in the worker, and on the page's thread called "no pixels yet".
+    const blob = await (await fetch(`www/samples/${sample}`)).blob();
+    const notImage = new File(['not an image'], 'notes.txt', { type: 'text/plain' });
+    const pairs = (p) => p.map((x) => [x.index, x.probability]);
+    out.blob = await settle(api.classify(blob).then(pairs));
+    out.blobBad = await settle(api.classify(notImage));
+    const { createClassifier: classifierOf } = await import(new URL('js/index.js', document.baseURI).href);
+    const local = await classifierOf({ worker: false });
+    await local.loadModel(null);
+    out.localBlob = await settle(local.classify(new File([blob], sample, { type: 'image/png' })).then(pairs));
+    out.localBad = await settle(local.classify(notImage));
+    local.dispose();
     // Whole numbers are checked, not wrapped (-1 would be 4294967295).
     out.crop = await settle(api.cropGeometry(-1, 100));
     out.topK = await settle(api.classify(img, 0));
@@ -686,6 +700,13 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
   assert.equal(r.cachedRelative, false);
   assert.match(r.unloaded.error ?? '', /no pixels yet/, 'an image still loading is refused');
   assert.deepEqual(r.loaded, { ok: 5 }, 'once loaded it classifies');
+  const cli = cliClassify(`www/samples/${SAMPLE}`);
+  for (const [where, got] of [['worker', r.blob], ['page thread', r.localBlob]]) {
+    assert.ok(got.ok, `${where}: a Blob classifies: ${JSON.stringify(got)}`);
+    assert.deepEqual(got.ok.map(([i]) => i), cli.map((c) => c.index), `${where}: a Blob answered as the CLI answers its file`);
+    got.ok.forEach(([, p], i) => assert.ok(Math.abs(p - cli[i].probability) <= 1e-3, `${where}: class ${cli[i].index}: ${p} vs CLI ${cli[i].probability}`));
+  }
+  for (const bad of [r.blobBad, r.localBad]) assert.match(bad.error ?? '', /^classify: the Blob \(notes\.txt, text\/plain\) is not an image this browser decodes/);
   assert.match(r.crop.error ?? '', /cropGeometry: width is -1: expected a whole number/);
   assert.match(r.topK.error ?? '', /topK is 0: expected a whole number from 1/);
   // Queued, the first load never ran: tokenmix runs the model from before both. Running, it
