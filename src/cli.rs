@@ -32,7 +32,8 @@ struct Cli {
 enum Command {
     /// Raw logits for preprocessed inputs: X.npy float32/float64 [N,C,H,W] -> Y.npy float32 [N,classes]
     Logits {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         #[arg(long)]
@@ -42,7 +43,8 @@ enum Command {
     },
     /// Classify images with timm's eval preprocessing
     Classify {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         /// Image files (PNG, JPEG, WebP, GIF, BMP), or folders: a folder stands for the image
@@ -58,7 +60,8 @@ enum Command {
     },
     /// Inferred architecture, timm preset, parameters and GMACs
     Info {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         #[arg(long)]
@@ -67,7 +70,8 @@ enum Command {
     /// Top-1 accuracy on the Fashion-MNIST test set (IDX files, gzip or raw), or on a folder of
     /// class folders of images (each named as a label of the model, or by its class index)
     Eval {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         /// Folder holding t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]; or one
@@ -84,7 +88,8 @@ enum Command {
     /// What the token mixers learned: per layer the views' data and structure figures beside
     /// timm's initialisation (text, --json, or --png DIR with one image per view)
     Insight {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         /// One layer (default: all)
@@ -102,7 +107,8 @@ enum Command {
     },
     /// Why an image got its label: each top class's logit split into one contribution per token
     Explain {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         /// Image files, folders or `-` (as in classify)
@@ -133,7 +139,8 @@ enum Command {
     /// The desktop app: the page's views in a window; or, with --screenshot, its first frame
     /// rendered offscreen to a PNG (no display needed). Needs a build with `--features desktop`.
     View {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         /// An image to classify at start (a folder: its images, the first shown)
@@ -156,7 +163,8 @@ enum Command {
     },
     /// Forward latency, throughput and GFLOP/s; or a GEMM micro-benchmark with --gemm MxKxN
     Bench {
-        /// Model file; the embedded default model when omitted
+        /// Model file, or hf-hub:owner/name (a timm model on the Hugging Face hub, downloaded once
+        /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
         /// Comma-separated batch sizes
@@ -312,11 +320,77 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
 }
 
 fn load(dev: Device, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model> {
-    let bytes = read(path, "a model file")?;
+    let file = model_file(path, None)?;
+    let bytes = read(&file, "a model file")?;
     Model::load(dev, &bytes, img_size).map_err(|e| match e {
         Error::Io { .. } => e,
-        other => Error::Input(format!("{}: {other}", path.display())),
+        other => {
+            // As in the desktop app: a hub file that is no model of these families is not
+            // kept, so the next run fetches it again; one this device could not run stays.
+            let from_hub = hub_repo(path).is_some() && matches!(other, Error::Format(_) | Error::Tensor { .. } | Error::Config(_));
+            let removed = if from_hub && std::fs::remove_file(&file).is_ok() { " (removed from the hub cache)" } else { "" };
+            Error::Input(format!("{}: {other}{removed}", path.display()))
+        }
     })
+}
+
+/// How a model on the Hugging Face hub is named, as timm names it (`timm.create_model(
+/// "hf-hub:timm/NAME")`; timm also takes the older `hf_hub:`).
+const HUB_PREFIXES: [&str; 2] = ["hf-hub:", "hf_hub:"];
+
+/// The repository a `--weights` value names on the hub (`hf-hub:timm/NAME`), if it names one.
+fn hub_repo(path: &Path) -> Option<&str> {
+    let s = path.to_str()?;
+    HUB_PREFIXES.iter().find_map(|p| s.strip_prefix(p))
+}
+
+/// The model file a `--weights` value names: a path as it is, or for `hf-hub:owner/name` the
+/// repository's `model.safetensors` from the hub's cache, downloaded first if it is not there
+/// (with a progress bar on a terminal, and a note of what came). The cache and the base URL are
+/// the desktop app's ([`tokenmix::hub`]: `TOKENMIX_CACHE_DIR`; `hub_base`, else `TOKENMIX_HUB`).
+fn model_file<'a>(path: &'a Path, hub_base: Option<&str>) -> Result<std::borrow::Cow<'a, Path>> {
+    let Some(repo) = hub_repo(path) else { return Ok(path.into()) };
+    #[cfg(feature = "hub")]
+    {
+        use tokenmix::hub;
+        let base = hub_base.map(str::to_string).or_else(|| tokenmix::env::env().hub.clone()).unwrap_or_else(|| hub::HUB.to_string());
+        let download = hub::Download::start(&base, repo, &hub::cache_dir())?;
+        let bar = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{msg} {bytes}/{total_bytes} {bytes_per_sec} {elapsed}") {
+            bar.set_style(style);
+        }
+        bar.set_message(format!("hf-hub:{repo}"));
+        loop {
+            match download.progress() {
+                hub::Progress::Running { loaded, total } => {
+                    if let Some(t) = total {
+                        bar.set_length(t);
+                    }
+                    bar.set_position(loaded);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                hub::Progress::Done { path, cached } => {
+                    bar.finish_and_clear();
+                    if !cached {
+                        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                        eprintln!("note: hf-hub:{repo}: downloaded {} into {}", indicatif::HumanBytes(size), path.display());
+                    }
+                    return Ok(path.into());
+                }
+                hub::Progress::Failed(why) => {
+                    bar.finish_and_clear();
+                    return Err(Error::Input(format!("hf-hub:{repo}: {why}")));
+                }
+            }
+        }
+    }
+    #[cfg(not(feature = "hub"))]
+    let _ = hub_base;
+    #[cfg(not(feature = "hub"))]
+    Err(Error::Input(format!(
+        "hf-hub:{repo}: this tokenmix was built without hub downloads (build it with --features hub, or make desktop); \
+         or download https://huggingface.co/{repo}/resolve/main/model.safetensors and give its path"
+    )))
 }
 
 /// The given model file, or the embedded default model.
@@ -419,7 +493,7 @@ fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>,
     let px = parse().ok_or_else(|| Error::Input(format!("--size {size}: expected WxH, each 200..8192")))?;
     let sel = device()?;
     let line = format!("{} · {}", sel.device.describe(), sel.reason);
-    let bytes = weights.map(|p| read(p, "a model file")).transpose()?;
+    let bytes = weights.map(|p| read(&model_file(p, hub.as_deref())?, "a model file")).transpose()?;
     let name = weights.map(|w| w.display().to_string());
     let model = match (&name, &bytes) {
         (Some(n), Some(b)) => Some((n.as_str(), b.as_slice())),

@@ -2,7 +2,7 @@
 //! needed). wgpu reads its own too: `WGPU_BACKEND` and `WGPU_POWER_PREF` (through
 //! `InstanceDescriptor::from_env` and `PowerPreference::from_env`). README lists them all.
 //! In the browser there is no environment: every field is unset. Two more are read where they
-//! are used, at that moment: `TOKENMIX_CACHE_DIR` (the desktop app's `desktop::hub::cache_dir`
+//! are used, at that moment: `TOKENMIX_CACHE_DIR` (the hub downloads' `hub::cache_dir`
 //! and the GEMM autotuner's cache file, `gpu::tune`) and `TOKENMIX_CAMERA`
 //! (`desktop::camera::Ffmpeg`).
 
@@ -38,8 +38,8 @@ pub struct Env {
     pub tune_log: bool,
     /// `WGPU_ADAPTER_NAME`: a substring of the adapter to use.
     pub adapter_name: Option<String>,
-    /// `TOKENMIX_HUB`: the Hugging Face hub's base URL for the desktop app (tests serve a
-    /// local folder); `--hub` wins over it.
+    /// `TOKENMIX_HUB`: the Hugging Face hub's base URL for the desktop app and the CLI's
+    /// `hf-hub:` models (tests serve a local folder); `view --hub` wins over it.
     pub hub: Option<String>,
 }
 

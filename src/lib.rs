@@ -18,6 +18,8 @@ pub mod file;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gpu;
+#[cfg(all(feature = "hub", not(target_arch = "wasm32")))]
+pub mod hub;
 pub mod insight;
 pub mod labels;
 pub mod models;

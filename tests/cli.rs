@@ -503,6 +503,94 @@ fn an_image_can_come_on_standard_input() {
     }
 }
 
+/// `--weights hf-hub:owner/name`, timm's own spelling, downloads the repository's
+/// model.safetensors from the hub (a local stand-in here, `TOKENMIX_HUB`) into the cache once,
+/// saying so, and answers as the file does; the next run reads the cache, with the server gone.
+/// A name that is no repository and one the hub does not have are one-line errors that leave
+/// nothing in the cache.
+#[test]
+#[cfg(feature = "hub")]
+fn a_model_named_on_the_hub_is_downloaded_once_then_read_from_the_cache() {
+    let tmp = scratch("cli");
+    let (cache, image) = (tmp.path().join("cache"), tmp.path().join("gradient.png"));
+    save_gradient(&image);
+    let fixture = fixtures().join("poolformer_rgb.safetensors");
+    let base = common::serve(std::fs::read(&fixture).unwrap());
+    let run = |weights: &str, hub: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+            .args(["classify", "--json", "--weights", weights, image.to_str().unwrap()])
+            .env("TOKENMIX_HUB", hub)
+            .env("TOKENMIX_CACHE_DIR", &cache)
+            .output()
+            .unwrap()
+    };
+    let answer = |out: &Output| {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")[0]["predictions"].clone()
+    };
+    let want = answer(&run(fixture.to_str().unwrap(), &base));
+    let first = run("hf-hub:timm/poolformer_cli", &base);
+    assert_eq!(answer(&first), want, "the downloaded model answers as its file");
+    let note = String::from_utf8_lossy(&first.stderr);
+    assert!(note.starts_with("note: hf-hub:timm/poolformer_cli: downloaded ") && note.trim_end().lines().count() == 1, "{note}");
+    let cached = cache.join("timm--poolformer_cli/model.safetensors");
+    assert_eq!(std::fs::read(&cached).unwrap(), std::fs::read(&fixture).unwrap(), "the file in the cache is the file served");
+    // Again, with nothing listening at the hub's address: the cache, quietly; timm's older spelling too.
+    let gone = "http://127.0.0.1:9";
+    for name in ["hf-hub:timm/poolformer_cli", "hf_hub:timm/poolformer_cli"] {
+        let again = run(name, gone);
+        assert_eq!(answer(&again), want, "{name}: from the cache");
+        assert!(again.stderr.is_empty(), "{name}: {}", String::from_utf8_lossy(&again.stderr));
+    }
+    // info names it as given.
+    let info = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+        .args(["info", "--weights", "hf-hub:timm/poolformer_cli"])
+        .env("TOKENMIX_HUB", gone)
+        .env("TOKENMIX_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&info.stdout).contains("model:       hf-hub:timm/poolformer_cli"), "{}", String::from_utf8_lossy(&info.stdout));
+    for (name, hub, says) in [
+        ("hf-hub:../etc/passwd", base.as_str(), "hub repository `../etc/passwd`: expected owner/name"),
+        ("hf-hub:timm/missing_model", base.as_str(), "hf-hub:timm/missing_model: "),
+        ("hf-hub:timm/poolformer_other", gone, "hf-hub:timm/poolformer_other: "),
+    ] {
+        let out = run(name, hub);
+        assert_clean_error(&out);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with(&format!("error: input: {says}")), "{name}: {err}");
+    }
+    // A file that is no model (a cut one here): an error, and not kept in the cache.
+    let cut = common::serve(std::fs::read(&fixture).unwrap()[..1000].to_vec());
+    let out = run("hf-hub:timm/poolformer_cut", &cut);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert!(!out.status.success() && lines.len() == 2 && lines[0].starts_with("note: hf-hub:timm/poolformer_cut: downloaded 1000 B into "), "{err}");
+    assert!(lines[1].starts_with("error: input: hf-hub:timm/poolformer_cut: ") && lines[1].ends_with("(removed from the hub cache)"), "{err}");
+    assert!(!cache.join("timm--poolformer_cut/model.safetensors").exists());
+    let left: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|d| std::fs::read_dir(d).map_or(true, |mut f| f.next().is_some()))
+        .map(|d| d.file_name().unwrap_or_default().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["timm--poolformer_cli"], "a failed download and a file that is no model leave nothing in the cache");
+}
+
+/// Built without the `hub` feature (a plain `cargo build`), `hf-hub:` says what to do instead.
+#[test]
+#[cfg(not(feature = "hub"))]
+fn a_model_named_on_the_hub_needs_the_hub_feature() {
+    let out = tokenmix(&["info", "--weights", "hf-hub:timm/mixer_b16_224.goog_in21k_ft_in1k"]);
+    assert_clean_error(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("built without hub downloads")
+            && err.contains("https://huggingface.co/timm/mixer_b16_224.goog_in21k_ft_in1k/resolve/main/model.safetensors"),
+        "{err}"
+    );
+}
+
 #[test]
 fn errors_are_one_line() {
     let tmp = scratch("cli");

@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -276,37 +276,11 @@ fn an_imagenet_checkpoint_is_answered_in_imagenet_names() {
     }
 }
 
-/// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces, for any
-/// repository `timm/poolformer_*`.
-fn serve(body: Vec<u8>) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut s = stream;
-            let mut req = [0u8; 2048];
-            let n = s.read(&mut req).unwrap_or(0);
-            let line = String::from_utf8_lossy(&req[..n]).lines().next().unwrap_or("").to_string();
-            if !(line.contains("/timm/poolformer_") && line.contains("/resolve/main/model.safetensors")) {
-                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                continue;
-            }
-            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-            for piece in body.chunks(body.len().div_ceil(16)) {
-                let _ = s.write_all(piece);
-                let _ = s.flush();
-                std::thread::sleep(std::time::Duration::from_millis(60));
-            }
-        }
-    });
-    format!("http://{addr}")
-}
-
 #[test]
 fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
     let cache_dir = common::scratch("hub-cache");
     let cache = cache_dir.path();
-    let base = serve(std::fs::read(root().join("tests/fixtures/poolformer_rgb.safetensors")).unwrap());
+    let base = common::serve(std::fs::read(root().join("tests/fixtures/poolformer_rgb.safetensors")).unwrap());
     let mut v = viewer();
     v.hub_cache = cache.to_path_buf();
     v.hub_base = base;

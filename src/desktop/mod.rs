@@ -7,7 +7,7 @@
 //! ([`render::Offscreen`]) draw the same frames; tests drive them with egui_kittest.
 
 pub mod camera;
-pub mod hub;
+pub use crate::hub;
 pub mod render;
 
 use std::collections::HashMap;

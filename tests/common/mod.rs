@@ -384,3 +384,30 @@ pub mod pauses {
         CANCEL.with(|t| *t.borrow_mut() = None);
     }
 }
+
+/// A one-file HTTP server for the hub stand-in: sends `body` slowly, in 16 pieces, for any
+/// repository `timm/poolformer_*` (404 for any other path). Returns its base URL.
+pub fn serve(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut s = stream;
+            let mut req = [0u8; 2048];
+            let n = s.read(&mut req).unwrap_or(0);
+            let line = String::from_utf8_lossy(&req[..n]).lines().next().unwrap_or("").to_string();
+            if !(line.contains("/timm/poolformer_") && line.contains("/resolve/main/model.safetensors")) {
+                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                continue;
+            }
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            for piece in body.chunks(body.len().div_ceil(16)) {
+                let _ = s.write_all(piece);
+                let _ = s.flush();
+                std::thread::sleep(std::time::Duration::from_millis(60));
+            }
+        }
+    });
+    format!("http://{addr}")
+}

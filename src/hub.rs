@@ -1,6 +1,7 @@
-//! timm checkpoints from the Hugging Face hub for the desktop app: `<base>/<repo>/resolve/main/
-//! model.safetensors`, downloaded on a thread into a cache directory with progress the window
-//! polls. The base URL is configurable (`--hub`, `TOKENMIX_HUB`), so tests serve a local file.
+//! timm checkpoints from the Hugging Face hub, for the desktop app and the CLI's `--weights
+//! hf-hub:owner/name`: `<base>/<repo>/resolve/main/model.safetensors`, downloaded on a thread
+//! into a cache directory with progress the window (or the CLI's bar) polls. The base URL is
+//! configurable (`--hub`, `TOKENMIX_HUB`), so tests serve a local file.
 //! A download can be cancelled; one whose server stops answering fails after a while; a
 //! failed or cancelled one leaves no partial file behind.
 
@@ -74,6 +75,8 @@ impl Download {
             std::thread::spawn(move || {
                 let end = match fetch(&u, &path, &s, &c) {
                     Ok(()) => Progress::Done { path, cached: false },
+                    // The message itself ("URL: why"), without the error kind's "input: ".
+                    Err(Error::Input(why)) => Progress::Failed(why),
                     Err(e) => Progress::Failed(e.to_string()),
                 };
                 if let Ok(mut g) = s.lock() {
