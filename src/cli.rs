@@ -336,25 +336,28 @@ fn load(dev: Device, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model>
 
 /// How a model on the Hugging Face hub is named, as timm names it (`timm.create_model(
 /// "hf-hub:timm/NAME")`; timm also takes the older `hf_hub:`).
-const HUB_PREFIXES: [&str; 2] = ["hf-hub:", "hf_hub:"];
+/// A model's page on the hub names it too (`https://huggingface.co/timm/NAME`).
+const HUB_PREFIXES: [&str; 4] = ["hf-hub:", "hf_hub:", "https://huggingface.co/", "https://www.huggingface.co/"];
 
-/// The repository a `--weights` value names on the hub (`hf-hub:timm/NAME`), if it names one.
+/// The `--weights` value, if it names a model on the hub (`hf-hub:timm/NAME`, or its address):
+/// the repository is read from it by `hub::parse_repo`.
 fn hub_repo(path: &Path) -> Option<&str> {
-    let s = path.to_str()?;
-    HUB_PREFIXES.iter().find_map(|p| s.strip_prefix(p))
+    path.to_str().filter(|s| HUB_PREFIXES.iter().any(|p| s.starts_with(p)))
 }
 
-/// The model file a `--weights` value names: a path as it is, or for `hf-hub:owner/name` the
+/// The model file a `--weights` value names: a path as it is, or for `hf-hub:owner/name` (or
+/// the repository's address on the hub) the
 /// repository's `model.safetensors` from the hub's cache, downloaded first if it is not there
 /// (with a progress bar on a terminal, and a note of what came). The cache and the base URL are
 /// the desktop app's ([`tokenmix::hub`]: `TOKENMIX_CACHE_DIR`; `hub_base`, else `TOKENMIX_HUB`).
 fn model_file<'a>(path: &'a Path, hub_base: Option<&str>) -> Result<std::borrow::Cow<'a, Path>> {
-    let Some(repo) = hub_repo(path) else { return Ok(path.into()) };
+    let Some(named) = hub_repo(path) else { return Ok(path.into()) };
     #[cfg(feature = "hub")]
     {
         use tokenmix::hub;
         let base = hub_base.map(str::to_string).or_else(|| tokenmix::env::env().hub.clone()).unwrap_or_else(|| hub::HUB.to_string());
-        let download = hub::Download::start(&base, repo, &hub::cache_dir())?;
+        let download = hub::Download::start(&base, named, &hub::cache_dir())?;
+        let repo = &download.repo;
         let bar = ProgressBar::new_spinner();
         if let Ok(style) = ProgressStyle::with_template("{msg} {bytes}/{total_bytes} {bytes_per_sec} {elapsed}") {
             bar.set_style(style);
@@ -388,8 +391,8 @@ fn model_file<'a>(path: &'a Path, hub_base: Option<&str>) -> Result<std::borrow:
     let _ = hub_base;
     #[cfg(not(feature = "hub"))]
     Err(Error::Input(format!(
-        "hf-hub:{repo}: this tokenmix was built without hub downloads (build it with --features hub, or make desktop); \
-         or download https://huggingface.co/{repo}/resolve/main/model.safetensors and give its path"
+        "{named}: this tokenmix was built without hub downloads (build it with --features hub, or make desktop); \
+         or download the repository's model.safetensors (https://huggingface.co/OWNER/NAME/resolve/main/model.safetensors) and give its path"
     )))
 }
 

@@ -36,6 +36,27 @@ pub fn check_repo(repo: &str) -> Result<()> {
     }
 }
 
+/// The hub's addresses a repository's page may be named by (`parse_repo`).
+const HUB_HOSTS: [&str; 3] = ["https://huggingface.co/", "https://www.huggingface.co/", "huggingface.co/"];
+
+/// The repository a user names, in any spelling they meet it in: `owner/name`; timm's
+/// `hf-hub:owner/name` (and its older `hf_hub:`); or an address on the hub, the repository's
+/// page or any file's (`https://huggingface.co/owner/name`, `…/tree/main`,
+/// `…/blob/main/model.safetensors`). The name is then checked as [`check_repo`] does.
+pub fn parse_repo(text: &str) -> Result<String> {
+    let t = text.trim();
+    let t = ["hf-hub:", "hf_hub:"].iter().find_map(|p| t.strip_prefix(p)).unwrap_or(t);
+    let repo = match HUB_HOSTS.iter().find_map(|h| t.strip_prefix(h)) {
+        Some(path) => path.split(['?', '#']).next().unwrap_or("").split('/').take(2).collect::<Vec<_>>().join("/"),
+        None => t.to_string(),
+    };
+    check_repo(&repo).map(|()| repo).map_err(|_| {
+        Error::Input(format!(
+            "hub repository `{t}`: expected owner/name (or hf-hub:owner/name, or its address on huggingface.co), e.g. timm/gmlp_s16_224.ra3_in1k"
+        ))
+    })
+}
+
 /// A download's state, shared with the window.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Progress {
@@ -60,10 +81,10 @@ pub struct Download {
 }
 
 impl Download {
-    /// Starts fetching `repo` from `base` into the cache folder `cache` on a thread; a file
-    /// already in the cache is used as is.
+    /// Starts fetching `repo` (any spelling [`parse_repo`] takes) from `base` into the cache
+    /// folder `cache` on a thread; a file already in the cache is used as is.
     pub fn start(base: &str, repo: &str, cache: &Path) -> Result<Download> {
-        check_repo(repo)?;
+        let repo = &parse_repo(repo)?;
         let url = format!("{}/{repo}/resolve/main/model.safetensors", base.trim_end_matches('/'));
         let path = cache.join(repo.replace('/', "--")).join("model.safetensors");
         let state = Arc::new(Mutex::new(Progress::Running { loaded: 0, total: None }));
@@ -143,4 +164,35 @@ fn write_part(url: &str, part: &Path, mut reader: impl Read, total: Option<u64>,
         return Err(Error::Input(format!("{url}: the download stopped at {loaded} of {} bytes", total.unwrap_or(0))));
     }
     file.flush().map_err(|e| Error::io(part, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_repo;
+
+    #[test]
+    fn a_repository_is_named_in_each_spelling_users_meet() {
+        for text in [
+            "timm/gmlp_s16_224.ra3_in1k",
+            "  timm/gmlp_s16_224.ra3_in1k\n",
+            "hf-hub:timm/gmlp_s16_224.ra3_in1k",
+            "hf_hub:timm/gmlp_s16_224.ra3_in1k",
+            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k",
+            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/",
+            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/tree/main",
+            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/blob/main/model.safetensors",
+            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/resolve/main/model.safetensors?download=true",
+            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k#model-card",
+            "huggingface.co/timm/gmlp_s16_224.ra3_in1k",
+            "hf-hub:https://huggingface.co/timm/gmlp_s16_224.ra3_in1k",
+        ] {
+            assert_eq!(parse_repo(text).ok().as_deref(), Some("timm/gmlp_s16_224.ra3_in1k"), "{text:?}");
+        }
+        for text in
+            ["", "timm", "hf-hub:", "https://huggingface.co/timm", "https://example.com/timm/x", "../etc/passwd", "timm/a b", "timm/.x", "a/b/c"]
+        {
+            let err = parse_repo(text).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("expected owner/name"), "{text:?}: {err}");
+        }
+    }
 }

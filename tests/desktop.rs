@@ -284,7 +284,8 @@ fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
     let mut v = viewer();
     v.hub_cache = cache.to_path_buf();
     v.hub_base = base;
-    v.hub_repo = "timm/poolformer_test".into();
+    // Named as its page's address (pasted from the browser): the repository is read from it.
+    v.hub_repo = "https://huggingface.co/timm/poolformer_test/tree/main".into();
     let mut h = harness(v);
     h.run();
     h.get_by_label("Download").click();

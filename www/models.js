@@ -1,6 +1,6 @@
 // Models: the picker (embedded, shipped, a file, timm checkpoints from the hub), loading, labels.
 
-import { $, clearError, exclusive, finishProgress, HUB, HUB_MODELS, hubUrl, IMAGENET_LABELS_URL, messageOf, onProgress, resetProgress, setStatus, SHIPPED, showError, state, tm } from './page.js';
+import { $, clearError, exclusive, finishProgress, HUB, HUB_MODELS, hubUrl, IMAGENET_LABELS_URL, messageOf, onProgress, parseHubRepo, resetProgress, setStatus, SHIPPED, showError, state, tm } from './page.js';
 import { classifyImageData } from './input.js';
 import { drawOverlays, setupViz } from './views.js';
 
@@ -22,7 +22,10 @@ export function buildModelSelect() {
       opt('embedded', 'Embedded default (MLP-Mixer, Fashion-MNIST)'),
       ...SHIPPED.map((m) => opt(`url:${m.file}`, `${m.label} — ${m.file}`)),
     ]),
-    group(`ImageNet-1k, timm checkpoints from ${hubHost}`, HUB_MODELS.map((m) => opt(`hub:${m.repo}`, `${m.label} — ${m.repo}`))),
+    group(`ImageNet-1k, timm checkpoints from ${hubHost}`, [
+      ...HUB_MODELS.map((m) => opt(`hub:${m.repo}`, `${m.label} — ${m.repo}`)),
+      opt('hub-other', `Another model from ${hubHost}…`),
+    ]),
     opt('file', 'Open a .safetensors file…'),
   );
   sel.value = 'embedded';
@@ -34,12 +37,25 @@ export function buildModelSelect() {
       return;
     }
     if (v === 'current-file') return;
+    if (v === 'hub-other') {
+      // The select keeps naming the model in use until the one named below loads.
+      revertSelect();
+      $('hub-form').hidden = false;
+      $('hub-repo').focus();
+      $('hub-repo').select();
+      return;
+    }
     let job;
     if (v === 'embedded') job = loadModelSource(null, { label: 'the embedded default model', option: 'embedded' });
     else if (v.startsWith('url:')) job = loadModelSource(v.slice(4), { label: v.slice(4), option: v });
     else if (v.startsWith('hub:')) job = loadModelSource(hubUrl(v.slice(4)), { label: v.slice(4), option: v, cacheable: true });
     job?.catch(() => {});
   });
+  $('hub-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    loadHubRepo($('hub-repo').value).catch(() => {});
+  });
+  $('hub-cancel').addEventListener('click', () => { $('hub-form').hidden = true; });
   const file = $('model-file');
   file.addEventListener('change', () => {
     const f = file.files?.[0];
@@ -80,6 +96,35 @@ export async function loadModelFile(file) {
 /** Loads model bytes (ArrayBuffer or Uint8Array). */
 export function loadModelBytes(bytes, name = 'model.safetensors') {
   return loadModelSource(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes), { label: name, option: 'current-file', fileName: name });
+}
+
+/**
+ * Loads a timm checkpoint from the hub, named in any spelling `parseHubRepo` reads; once it
+ * loads, the select lists it among the hub's (so it can be chosen again, from the browser's
+ * cache). A name that is no repository is an error and changes nothing.
+ */
+export async function loadHubRepo(text) {
+  let repo;
+  try {
+    repo = parseHubRepo(text);
+  } catch (e) {
+    showError(messageOf(e));
+    throw e;
+  }
+  const info = await loadModelSource(hubUrl(repo), { label: repo, option: `hub:${repo}`, cacheable: true });
+  $('hub-form').hidden = true;
+  return info;
+}
+
+/** The select's option for a hub repository, added to the hub's group if it is not there. */
+function hubOption(repo) {
+  const sel = $('model-select');
+  if ([...sel.options].some((o) => o.value === `hub:${repo}`)) return;
+  const o = document.createElement('option');
+  o.value = `hub:${repo}`;
+  o.textContent = repo;
+  const other = sel.querySelector('option[value="hub-other"]');
+  other.parentNode.insertBefore(o, other);
 }
 
 /** Loads a model from a URL (hub URLs go through the Cache API, like the select does). */
@@ -143,6 +188,7 @@ export async function loadModelSource(source, { label, option, cacheable = false
     state.loadedMeanwhile = null;
     state.lastLoad = lastLoad;
     if (option === 'current-file') fileOption(fileName ?? label);
+    if (option.startsWith('hub:')) hubOption(option.slice(4));
     await adoptModel(desc, option);
     const info = state.model;
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
@@ -163,6 +209,7 @@ export async function loadModelSource(source, { label, option, cacheable = false
     if (meanwhile) {
       state.lastLoad = meanwhile.lastLoad;
       if (meanwhile.option === 'current-file') fileOption(meanwhile.fileName ?? meanwhile.label);
+      if (meanwhile.option.startsWith('hub:')) hubOption(meanwhile.option.slice(4));
       await adoptModel(meanwhile.desc, meanwhile.option).catch(() => {});
     }
     state.load = { status: 'error', label, error: msg };

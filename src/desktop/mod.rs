@@ -1187,7 +1187,9 @@ impl Viewer {
         let i = &self.model.info;
         ui.label(format!("{} · {:.2} M parameters · {} classes · {}", i.family, i.params as f64 / 1e6, i.arch.num_classes(), self.model.backend()));
         let label = ui.label("Hub repository (timm checkpoints):");
-        ui.add(egui::TextEdit::singleline(&mut self.hub_repo).desired_width(300.0)).labelled_by(label.id);
+        ui.add(egui::TextEdit::singleline(&mut self.hub_repo).desired_width(300.0))
+            .labelled_by(label.id)
+            .on_hover_text("owner/name, hf-hub:owner/name, or the model's address on huggingface.co");
         ui.horizontal(|ui| {
             let busy = self.download.is_some();
             if ui.add_enabled(!busy, egui::Button::new("Download")).clicked() {

@@ -26,6 +26,8 @@ const FIXTURE = path.join(ROOT, 'tests', 'fixtures', 'poolformer_rgb.safetensors
 const BIN = path.resolve(ROOT, process.env.TOKENMIX_BIN || 'target/release/tokenmix');
 const SAMPLE = 'fmnist-0000-boot.png';
 const HUB_REPO = 'timm/poolformer_s12.sail_in1k';
+// A repository the page does not list: named by the user in "Another model from …".
+const TYPED_REPO = 'timm/poolformer_typed.test';
 const TIMEOUT = Number(process.env.E2E_TIMEOUT_MS || 180_000);
 // Exactly the flags that give headless Chromium a WebGPU adapter here (../shared/design.md).
 // The two media flags give getUserMedia Chromium's synthetic camera (a moving test pattern) and
@@ -82,6 +84,8 @@ before(async () => {
   hubDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-hub-'));
   fs.mkdirSync(path.join(hubDir, HUB_REPO), { recursive: true });
   fs.copyFileSync(FIXTURE, path.join(hubDir, HUB_REPO, 'model.safetensors'));
+  fs.mkdirSync(path.join(hubDir, TYPED_REPO), { recursive: true });
+  fs.copyFileSync(FIXTURE, path.join(hubDir, TYPED_REPO, 'model.safetensors'));
   fs.mkdirSync(path.join(hubDir, BIG_REPO), { recursive: true });
   fs.writeFileSync(path.join(hubDir, BIG_REPO, 'model.safetensors'), mixerS16());
   process.env.HUB_DIR = hubDir;
@@ -393,6 +397,42 @@ test('c. a timm checkpoint from the hub stand-in downloads with progress, then c
   assert.ok(await page.$('[data-testid="viz-pool-kernel"]'), 'the fixed pooling kernel is drawn');
   await page.waitForFunction(() => document.querySelectorAll('[data-testid="viz-energy"]').length > 0);
   await shot(page, 'e2e-c-hub-poolformer');
+
+  // A model the page does not list, named by the user ("Another model from …"; it could only
+  // be loaded through the API before): a name that is no repository is an error that changes
+  // nothing; the model's address on the hub, pasted from the browser, names its repository,
+  // which downloads from the page's hub and is then listed in the select, in use.
+  await page.selectOption('#model-select', 'hub-other');
+  assert.ok(await page.isVisible('#hub-repo'), 'the name field opens');
+  assert.equal(await page.$eval('#model-select', (s) => s.value), `hub:${HUB_REPO}`, 'the select still names the model in use');
+  await page.fill('#hub-repo', 'https://huggingface.co/timm');
+  await page.click('[data-testid="hub-load"]');
+  await page.waitForFunction(() => /expected owner\/name/.test(document.querySelector('#error-text').textContent));
+  assert.equal((await page.textContent('#error-text')).trim(),
+    'hub repository `https://huggingface.co/timm`: expected owner/name (or hf-hub:owner/name, or its address on huggingface.co), e.g. timm/gmlp_s16_224.ra3_in1k');
+  assert.equal(await page.evaluate(() => window.tokenmixApp.state.load.label), HUB_REPO, 'no load started');
+  await shot(page, 'e2e-c-hub-name-refused');
+  await page.fill('#hub-repo', `https://huggingface.co/${TYPED_REPO}/tree/main`);
+  await page.click('[data-testid="hub-load"]');
+  await page.waitForFunction((repo) => {
+    const l = window.tokenmixApp.state.load;
+    return l.label === repo && l.status !== 'loading';
+  }, TYPED_REPO);
+  const typed = await page.evaluate(() => window.tokenmixApp.state.load);
+  assert.equal(typed.status, 'ok', `load failed: ${typed.error}`);
+  assert.equal(await page.$eval('#model-select', (s) => s.value), `hub:${TYPED_REPO}`, 'listed, and named as the model in use');
+  await page.waitForSelector('#hub-form', { state: 'hidden' }); // the name field closes once the model loaded
+  assert.ok((await page.textContent('#model-status')).includes(`Loaded PoolFormer from ${TYPED_REPO}`), await page.textContent('#model-status'));
+  const typedUrl = `${hub}/${TYPED_REPO}/resolve/main/model.safetensors`;
+  assert.equal(await page.evaluate(async (u) => !!(await (await caches.open('tokenmix-models')).match(u)), typedUrl), true, 'cached as the listed ones are');
+  // timm's own spelling, for the listed one: it is chosen again.
+  await page.selectOption('#model-select', 'hub-other');
+  await page.fill('#hub-repo', `hf-hub:${HUB_REPO}`);
+  await page.press('#hub-repo', 'Enter');
+  await page.waitForFunction((repo) => window.tokenmixApp.state.load.label === repo && window.tokenmixApp.state.load.status === 'ok', HUB_REPO);
+  assert.equal(await page.$eval('#model-select', (s) => s.value), `hub:${HUB_REPO}`);
+  assert.equal(await page.$$eval(`#model-select option[value="hub:${HUB_REPO}"]`, (o) => o.length), 1, 'listed once');
+  console.log(`[c] typed: ${TYPED_REPO} from its address, then hf-hub:${HUB_REPO}`);
   assert.deepEqual(pageErrors, []);
   await page.close();
 });
