@@ -334,9 +334,10 @@ fn load(dev: Device, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model>
     })
 }
 
-/// How a model on the Hugging Face hub is named, as timm names it (`timm.create_model(
-/// "hf-hub:timm/NAME")`; timm also takes the older `hf_hub:`).
-/// A model's page on the hub names it too (`https://huggingface.co/timm/NAME`).
+/// How `--weights` names a model on the Hugging Face hub: as timm names it (`timm.create_model(
+/// "hf-hub:timm/NAME")`, also the older `hf_hub:`), or by its address there
+/// (`https://huggingface.co/timm/NAME`). `hub::parse_repo` takes a bare `owner/name` too; here
+/// that would be a relative path, so a file of that name keeps its meaning.
 const HUB_PREFIXES: [&str; 4] = ["hf-hub:", "hf_hub:", "https://huggingface.co/", "https://www.huggingface.co/"];
 
 /// The `--weights` value, if it names a model on the hub (`hf-hub:timm/NAME`, or its address):
@@ -346,10 +347,10 @@ fn hub_repo(path: &Path) -> Option<&str> {
 }
 
 /// The model file a `--weights` value names: a path as it is, or for `hf-hub:owner/name` (or
-/// the repository's address on the hub) the
-/// repository's `model.safetensors` from the hub's cache, downloaded first if it is not there
-/// (with a progress bar on a terminal, and a note of what came). The cache and the base URL are
-/// the desktop app's ([`tokenmix::hub`]: `TOKENMIX_CACHE_DIR`; `hub_base`, else `TOKENMIX_HUB`).
+/// the repository's address on the hub) the repository's `model.safetensors` from the hub's
+/// cache, downloaded first if it is not there (with a progress bar on a terminal, and a note of
+/// what came). The cache and the base URL are the desktop app's ([`tokenmix::hub`]:
+/// `TOKENMIX_CACHE_DIR`; `hub_base`, else `TOKENMIX_HUB`).
 fn model_file<'a>(path: &'a Path, hub_base: Option<&str>) -> Result<std::borrow::Cow<'a, Path>> {
     let Some(named) = hub_repo(path) else { return Ok(path.into()) };
     #[cfg(feature = "hub")]

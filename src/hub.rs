@@ -27,13 +27,11 @@ pub fn cache_dir() -> PathBuf {
     crate::env::cache_dir_override().unwrap_or_else(|| crate::env::cache_home().join("hub"))
 }
 
-/// A repository name as the hub spells it: `owner/name`, letters, digits, `-_.`.
-pub fn check_repo(repo: &str) -> Result<()> {
+/// Whether `repo` is a repository name as the hub spells it: `owner/name`, each of letters,
+/// digits and `-_.`, not starting with a dot (so no `..` reaches a URL or the cache's paths).
+fn is_repo(repo: &str) -> bool {
     let ok = |s: &str| !s.is_empty() && !s.starts_with('.') && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    match repo.split_once('/') {
-        Some((owner, name)) if ok(owner) && ok(name) => Ok(()),
-        _ => Err(Error::Input(format!("hub repository `{repo}`: expected owner/name, e.g. timm/gmlp_s16_224.ra3_in1k"))),
-    }
+    repo.split_once('/').is_some_and(|(owner, name)| ok(owner) && ok(name))
 }
 
 /// The hub's addresses a repository's page may be named by (`parse_repo`).
@@ -42,7 +40,7 @@ const HUB_HOSTS: [&str; 3] = ["https://huggingface.co/", "https://www.huggingfac
 /// The repository a user names, in any spelling they meet it in: `owner/name`; timm's
 /// `hf-hub:owner/name` (and its older `hf_hub:`); or an address on the hub, the repository's
 /// page or any file's (`https://huggingface.co/owner/name`, `…/tree/main`,
-/// `…/blob/main/model.safetensors`). The name is then checked as [`check_repo`] does.
+/// `…/blob/main/model.safetensors`). Anything else is an error saying what is expected.
 pub fn parse_repo(text: &str) -> Result<String> {
     let t = text.trim();
     let t = ["hf-hub:", "hf_hub:"].iter().find_map(|p| t.strip_prefix(p)).unwrap_or(t);
@@ -50,11 +48,12 @@ pub fn parse_repo(text: &str) -> Result<String> {
         Some(path) => path.split(['?', '#']).next().unwrap_or("").split('/').take(2).collect::<Vec<_>>().join("/"),
         None => t.to_string(),
     };
-    check_repo(&repo).map(|()| repo).map_err(|_| {
-        Error::Input(format!(
+    if !is_repo(&repo) {
+        return Err(Error::Input(format!(
             "hub repository `{t}`: expected owner/name (or hf-hub:owner/name, or its address on huggingface.co), e.g. timm/gmlp_s16_224.ra3_in1k"
-        ))
-    })
+        )));
+    }
+    Ok(repo)
 }
 
 /// A download's state, shared with the window.

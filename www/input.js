@@ -399,7 +399,8 @@ export async function droppedFiles(files, entries) {
 export function pickedFolder(files) {
   const parts = (f) => f.webkitRelativePath.split('/');
   const images = files
-    .filter((f) => IMAGE_FILE.test(f.name) && !parts(f).some((p) => p.startsWith('.')))
+    // Hidden entries inside it; the folder picked counts whatever its name, as in the CLI.
+    .filter((f) => IMAGE_FILE.test(f.name) && !parts(f).slice(1).some((p) => p.startsWith('.')))
     .map((f) => [parts(f), f])
     .sort(([a], [b]) => {
       for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
@@ -437,9 +438,10 @@ const nameOf = (f) => (isFile(f) ? f.webkitRelativePath || f.name : f.fullPath.r
 const asFile = (f) => (isFile(f) ? Promise.resolve(f) : new Promise((resolve, reject) => f.file(resolve, reject)));
 
 /**
- * Files dropped (or picked) together (a dropped folder's images among them: `droppedFiles`). One is handled as `handleFile` handles it. Of several,
- * the first image is classified and the first model file loaded, in that order, so the image is
- * shown at once and then answered by the new model (a load classifies the current image again);
+ * Files dropped (or picked) together, a folder's images among them (`droppedFiles`,
+ * `pickedFolder`). One file is handled as `handleFile` handles it. Of several, the first image
+ * is classified and the first model file loaded, in that order, so the image is shown at once
+ * and then answered by the new model (a load classifies the current image again);
  * should the load fail, the image keeps the previous model's answer. The page shows one image
  * at a time: the image's name then says how many came (the CLI classifies a folder). With no
  * image or model among them, the first file gets `handleFile`'s error.

@@ -39,7 +39,7 @@ export const hubUrl = (repo) => `${HUB}/${repo}/resolve/main/model.safetensors`;
 
 /**
  * The hub repository a user names, in any spelling they meet it in, as the CLI and the desktop
- * app read it (src/hub.rs, parse_repo): `owner/name`; timm's `hf-hub:owner/name` (and the older
+ * app read it (src/hub.rs: parse_repo): `owner/name`; timm's `hf-hub:owner/name` (and the older
  * `hf_hub:`); or an address on the hub, the repository's page or any file's
  * (`https://huggingface.co/owner/name/tree/main`). Throws, saying what is expected, otherwise.
  */
