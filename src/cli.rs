@@ -456,19 +456,15 @@ pub(crate) fn read_image(path: &Path) -> Result<image::RgbImage> {
     if !is_stdin(path) {
         return preprocess::load_image(path);
     }
-    use std::io::{IsTerminal, Read};
+    use std::io::IsTerminal;
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
         return Err(Error::Input(format!("{STDIN}: standard input is a terminal; pipe an image into it (… - < photo.jpg), or name its file")));
     }
-    let mut bytes = Vec::new();
-    stdin.lock().take(STDIN_MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    match bytes.len() as u64 {
-        0 => Err(Error::Input(format!("{STDIN}: nothing came on standard input (an image was expected)"))),
-        n if n > STDIN_MAX_BYTES => {
-            Err(Error::Input(format!("{STDIN}: more than {} MiB came on standard input; no image taken is that large", STDIN_MAX_BYTES >> 20)))
-        }
-        _ => preprocess::decode_image(&bytes, path),
+    match tokenmix::file::read_at_most(stdin.lock(), STDIN_MAX_BYTES, 0, path)? {
+        None => Err(Error::Input(format!("{STDIN}: more than {} MiB came on standard input; no image taken is that large", STDIN_MAX_BYTES >> 20))),
+        Some(bytes) if bytes.is_empty() => Err(Error::Input(format!("{STDIN}: nothing came on standard input (an image was expected)"))),
+        Some(bytes) => preprocess::decode_image(&bytes, path),
     }
 }
 
@@ -604,10 +600,10 @@ fn logits(weights: Option<&Path>, input: &Path, out: &Path) -> Result<()> {
 /// The images named on the command line, read and transformed a batch at a time (`batch_size`
 /// images, at most the model's largest batch, so a folder of thousands is never all in memory
 /// at once): `run` runs a batch's input, then `each` gets its result, the input, and each
-/// image's place in it and path, in order, with the JSON report to add to. An image that does not read is reported on
-/// stderr and as `{"image", "error"}` in its place in the report, and the others are done;
-/// [`all_read`] then fails the command saying how many did not read. A single image's error is
-/// the command's.
+/// image's place in it and path, in order, with the JSON report to add to. An image that does
+/// not read is reported on stderr and as `{"image", "error"}` in its place in the report, and
+/// the others are done; [`all_read`] then fails the command saying how many did not read. A
+/// single image's error is the command's.
 pub(crate) fn in_batches<T>(
     model: &Model,
     images: &[PathBuf],

@@ -30,12 +30,16 @@ pub fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
             return Err(Error::Input(format!("{}: a device, not {what}", path.display())));
         }
     }
-    let mut bytes = Vec::with_capacity(if meta.is_file() { meta.len() as usize } else { 0 });
-    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 > max {
-        return Err(too_big());
-    }
-    Ok(bytes)
+    read_at_most(file, max, if meta.is_file() { meta.len() as usize } else { 0 }, path)?.ok_or_else(too_big)
+}
+
+/// `reader`'s bytes to its end, or None once there are more than `max` (one past it is read to
+/// tell); `capacity` is the size expected, `path` names the source in an I/O error. The bound of
+/// [`read_bounded`], for a stream too (standard input, `classify -`).
+pub fn read_at_most(reader: impl Read, max: u64, capacity: usize, path: &Path) -> Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::with_capacity(capacity);
+    reader.take(max + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
 }
 
 #[cfg(test)]

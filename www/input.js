@@ -365,6 +365,8 @@ const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
 // What a folder stands for, as in the CLI and the desktop app: its image files by extension.
 const IMAGE_FILE = /\.(png|jpe?g|webp|gif|bmp)$/i;
 const IMAGE_FORMATS = 'PNG, JPEG, WebP, GIF or BMP';
+// A folder given as images that holds none (the CLI's `preprocess::no_images_in`).
+const noImagesIn = (name) => new Error(`${name}: a folder with no image in it (${IMAGE_FORMATS}, by extension)`);
 
 /**
  * The files of a drop, each dropped folder replaced by the image files in it and its subfolders
@@ -385,7 +387,7 @@ export async function droppedFiles(files, entries) {
     }
     const found = [];
     await walkFolder(entry, found);
-    if (!found.length) throw new Error(`${entry.name}: a folder with no image in it (${IMAGE_FORMATS}, by extension)`);
+    if (!found.length) throw noImagesIn(entry.name);
     out.push(...found);
   }
   return out;
@@ -409,7 +411,7 @@ export function pickedFolder(files) {
     .map(([, f]) => f);
   if (!images.length) {
     const name = files[0] ? parts(files[0])[0] : 'The folder';
-    throw new Error(`${name}: a folder with no image in it (${IMAGE_FORMATS}, by extension)`);
+    throw noImagesIn(name);
   }
   return images;
 }

@@ -356,11 +356,13 @@ test('c. a timm checkpoint from the hub stand-in downloads with progress, then c
   assertStarted(status);
   assert.equal(await page.evaluate(() => window.tokenmixApp.hub), hub);
 
-  await page.selectOption('#model-select', `hub:${HUB_REPO}`);
-  await page.waitForFunction((repo) => {
+  // Waits for the load of `label` to end (ok or not: the caller checks which).
+  const loadEnded = (label) => page.waitForFunction((repo) => {
     const l = window.tokenmixApp.state.load;
     return l.label === repo && l.status !== 'loading';
-  }, HUB_REPO);
+  }, label);
+  await page.selectOption('#model-select', `hub:${HUB_REPO}`);
+  await loadEnded(HUB_REPO);
   const load = await page.evaluate(() => window.tokenmixApp.state.load);
   assert.equal(load.status, 'ok', `load failed: ${load.error}`);
 
@@ -414,10 +416,7 @@ test('c. a timm checkpoint from the hub stand-in downloads with progress, then c
   await shot(page, 'e2e-c-hub-name-refused');
   await page.fill('#hub-repo', `https://huggingface.co/${TYPED_REPO}/tree/main`);
   await page.click('[data-testid="hub-load"]');
-  await page.waitForFunction((repo) => {
-    const l = window.tokenmixApp.state.load;
-    return l.label === repo && l.status !== 'loading';
-  }, TYPED_REPO);
+  await loadEnded(TYPED_REPO);
   const typed = await page.evaluate(() => window.tokenmixApp.state.load);
   assert.equal(typed.status, 'ok', `load failed: ${typed.error}`);
   assert.equal(await page.$eval('#model-select', (s) => s.value), `hub:${TYPED_REPO}`, 'listed, and named as the model in use');
