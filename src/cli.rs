@@ -320,7 +320,12 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
 }
 
 fn load(dev: Device, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model> {
-    let file = model_file(path, None)?;
+    load_from(dev, path, None, img_size)
+}
+
+/// [`load`], the hub's address taken from `hub` where given (`view --hub`).
+fn load_from(dev: Device, path: &Path, hub: Option<&str>, img_size: Option<[usize; 2]>) -> Result<Model> {
+    let file = model_file(path, hub)?;
     let bytes = read(&file, "a model file")?;
     Model::load(dev, &bytes, img_size).map_err(|e| match e {
         Error::Io { .. } => e,
@@ -493,13 +498,11 @@ fn view(weights: Option<&Path>, image: Option<&Path>, screenshot: Option<&Path>,
     let px = parse().ok_or_else(|| Error::Input(format!("--size {size}: expected WxH, each 200..8192")))?;
     let sel = device()?;
     let line = format!("{} · {}", sel.device.describe(), sel.reason);
-    let bytes = weights.map(|p| read(&model_file(p, hub.as_deref())?, "a model file")).transpose()?;
-    let name = weights.map(|w| w.display().to_string());
-    let model = match (&name, &bytes) {
-        (Some(n), Some(b)) => Some((n.as_str(), b.as_slice())),
-        _ => None,
+    // Loaded as every command loads --weights (a hub file that is no model leaves the cache).
+    let mut viewer = match weights {
+        Some(w) => Viewer::with_model(sel.device.clone(), line, &w.display().to_string(), load_from(sel.device.clone(), w, hub.as_deref(), None)?),
+        None => Viewer::new(sel.device.clone(), line, None)?,
     };
-    let mut viewer = Viewer::new(sel.device.clone(), line, model)?;
     if let Some(h) = hub {
         viewer.hub_base = h;
     }
@@ -608,9 +611,9 @@ pub(crate) fn in_batches<T>(
     model: &Model,
     images: &[PathBuf],
     batch_size: usize,
-    report: &mut Vec<serde_json::Value>,
+    report: &mut Report,
     run: impl Fn(&[f32]) -> Result<T>,
-    mut each: impl FnMut(&T, &[f32], usize, &Path, &mut Vec<serde_json::Value>) -> Result<()>,
+    mut each: impl FnMut(&T, &[f32], usize, &Path, &mut Report) -> Result<()>,
 ) -> Result<Unread> {
     let read = |path: &Path| read_image(path).and_then(|img| preprocess::transform(&img, &model.info.preprocess));
     let mut unread = 0;
@@ -647,6 +650,34 @@ pub(crate) fn in_batches<T>(
 /// How many of how many images did not read.
 pub(crate) struct Unread(usize, usize);
 
+/// `--json`'s array of per-image results, written as each image is done rather than at the end:
+/// a folder of thousands shows its answers batch by batch, and a run stopped part-way has given
+/// those it finished. One element per line, the first opening the array and the last closing
+/// it (the number of images is known from the start), so a single image's output is one line,
+/// `[{…}]`, as it always was. Without `--json` it writes nothing.
+pub(crate) struct Report {
+    json: bool,
+    total: usize,
+    written: usize,
+}
+
+impl Report {
+    /// The report of `total` images; `json` false: one that writes nothing.
+    pub(crate) fn new(json: bool, total: usize) -> Report {
+        Report { json, total, written: 0 }
+    }
+
+    /// Writes the next image's element.
+    pub(crate) fn push(&mut self, value: serde_json::Value) {
+        if self.json {
+            let (open, close) = (if self.written == 0 { "[" } else { "" }, if self.written + 1 >= self.total { "]" } else { "," });
+            // Standard output is line-buffered: the line goes out now.
+            outln!("{open}{value}{close}");
+        }
+        self.written += 1;
+    }
+}
+
 /// The command's end once its output is written: an error where some images did not read.
 pub(crate) fn all_read(Unread(unread, total): Unread) -> Result<()> {
     match unread {
@@ -657,7 +688,7 @@ pub(crate) fn all_read(Unread(unread, total): Unread) -> Result<()> {
 
 fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool) -> Result<()> {
     let model = load_or_default(device()?.device, weights)?;
-    let mut report = Vec::new();
+    let mut report = Report::new(json, images.len());
     let unread = in_batches(
         &model,
         images,
@@ -681,10 +712,6 @@ fn classify(weights: Option<&Path>, images: &[PathBuf], top_k: usize, json: bool
             Ok(())
         },
     )?;
-    // JSON: one array with every image in order, an unread one as {"image", "error"}.
-    if json {
-        outln!("{}", serde_json::Value::Array(report));
-    }
     all_read(unread)
 }
 
@@ -888,7 +915,7 @@ fn eval_folders(weights: Option<&Path>, data: &Path, batch: usize, json: bool) -
         &model,
         &images,
         batch,
-        &mut Vec::new(),
+        &mut Report::new(false, images.len()),
         |input| model.forward_blocking(input),
         |out, _, i, path, _| {
             let class = class_of.get(path).copied().unwrap_or(0);

@@ -229,7 +229,7 @@ fn png_folder(dir: &Path) -> Result<()> {
 
 /// `explain IMAGE...`: per image the top-k classes with their evidence maps.
 pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: bool, png: Option<&Path>, relative: bool) -> Result<()> {
-    let mut report = Vec::new();
+    let mut report = crate::cli::Report::new(json, images.len());
     let mut written = Vec::new();
     let mut approximate = false;
     // Each image's PNGs are named after its file; a name met before in this run (a/x.png and
@@ -286,9 +286,7 @@ pub fn explain_images(model: &Model, images: &[PathBuf], top_k: usize, json: boo
     for p in &written {
         eprintln!("wrote {}", p.display());
     }
-    if json {
-        outln!("{}", serde_json::Value::Array(report));
-    } else if approximate {
+    if !json && approximate {
         outln!("(PoolFormer: the head normalises after pooling; each token's share is taken with this image's pooled statistics, so the split is approximate per token, exact in sum)");
     }
     crate::cli::all_read(unread)

@@ -503,6 +503,83 @@ fn an_image_can_come_on_standard_input() {
     }
 }
 
+/// `classify --json` and `explain --json` write each image's element as it is done, one per
+/// line, rather than the whole array at the end: a batch's answers are out while the next batch
+/// is still being read. Here the next batch's only image is standard input, which the test
+/// holds open until it has read the first batch's lines; the output as a whole is the array the
+/// files give.
+#[test]
+fn json_results_come_out_batch_by_batch() {
+    use std::io::{BufRead, Write};
+    let tmp = scratch("cli");
+    let png = tmp.path().join("gradient.png");
+    save_gradient(&png);
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let w = weights.to_str().unwrap();
+    let batch = tokenmix::exec::MAX_BATCH;
+    let files = vec![png.to_str().unwrap(); batch];
+    for cmd in ["classify", "explain"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+            .args([cmd, "--weights", w, "--json", "--top-k", "2"])
+            .args(&files)
+            .arg("-")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("runs tokenmix");
+        let mut stdin = child.stdin.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let reader = std::thread::spawn(move || {
+            for line in stdout.lines() {
+                if tx.send(line.expect("output lines")).is_err() {
+                    break;
+                }
+            }
+        });
+        let wait = std::time::Duration::from_secs(120);
+        let mut lines = Vec::new();
+        for i in 0..batch {
+            let line = rx.recv_timeout(wait).unwrap_or_else(|e| {
+                let _ = child.kill();
+                panic!("{cmd}: line {i} of the first batch did not come while the second was being read ({e}): the output is not streamed")
+            });
+            lines.push(line);
+        }
+        assert!(child.try_wait().unwrap().is_none(), "{cmd}: it waits for standard input, the next batch");
+        stdin.write_all(&std::fs::read(&png).unwrap()).unwrap();
+        drop(stdin);
+        lines.extend(rx.iter());
+        reader.join().unwrap();
+        assert!(child.wait().unwrap().success(), "{cmd}");
+        assert_eq!(lines.len(), batch + 1, "{cmd}: one line per image");
+        assert!(lines[0].starts_with("[{") && lines[batch].ends_with("}]"), "{cmd}: {} … {}", lines[0], lines[batch]);
+        assert!(lines[..batch].iter().all(|l| l.ends_with("},")), "{cmd}: each line but the last ends its element");
+        let streamed: serde_json::Value = serde_json::from_str(&lines.join("\n")).expect("the lines make one JSON array");
+        let streamed = streamed.as_array().expect("an array");
+        let alone = tokenmix(&[cmd, "--weights", w, "--json", "--top-k", "2", png.to_str().unwrap()]);
+        assert_eq!(String::from_utf8_lossy(&alone.stdout).lines().count(), 1, "{cmd}: one image is one line, [{{…}}]");
+        let alone: serde_json::Value = serde_json::from_slice(&alone.stdout).expect("JSON");
+        let key = if cmd == "classify" { "predictions" } else { "classes" };
+        assert!(alone[0][key].as_array().is_some_and(|a| a.len() == 2), "{alone}");
+        // The same classes; the numbers to float rounding (a batch of 64 sums in another order).
+        let (index, value) = ("index", if cmd == "classify" { "probability" } else { "logit" });
+        let close = |a: &serde_json::Value, b: &serde_json::Value| {
+            let (a, b) = (a.as_array().unwrap(), b.as_array().unwrap());
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(a, b)| {
+                    a[index] == b[index]
+                        && (a[value].as_f64().unwrap() - b[value].as_f64().unwrap()).abs() <= 1e-5 * b[value].as_f64().unwrap().abs().max(1.0)
+                })
+        };
+        for (i, e) in streamed.iter().enumerate() {
+            assert_eq!(e["image"], if i < batch { png.to_str().unwrap() } else { "-" }, "{cmd}");
+            assert!(close(&e[key], &alone[0][key]), "{cmd}: image {i} answered as the file alone is: {} vs {}", e[key], alone[0][key]);
+        }
+    }
+}
+
 /// `--weights hf-hub:owner/name`, timm's own spelling, downloads the repository's
 /// model.safetensors from the hub (a local stand-in here, `TOKENMIX_HUB`) into the cache once,
 /// saying so, and answers as the file does; the next run reads the cache, with the server gone.
@@ -529,12 +606,24 @@ fn a_model_named_on_the_hub_is_downloaded_once_then_read_from_the_cache() {
         serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")[0]["predictions"].clone()
     };
     let want = answer(&run(fixture.to_str().unwrap(), &base));
+    // What downloads left in the model's folder: one killed an hour ago, one still writing.
+    let folder = cache.join("timm--poolformer_cli");
+    std::fs::create_dir_all(&folder).unwrap();
+    let (killed, running) = (folder.join("model.4242-0.part"), folder.join("model.4243-0.part"));
+    for part in [&killed, &running] {
+        std::fs::write(part, b"part of a model").unwrap();
+    }
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options().write(true).open(&killed).unwrap().set_modified(hour_ago).unwrap();
     let first = run("hf-hub:timm/poolformer_cli", &base);
     assert_eq!(answer(&first), want, "the downloaded model answers as its file");
     let note = String::from_utf8_lossy(&first.stderr);
     assert!(note.starts_with("note: hf-hub:timm/poolformer_cli: downloaded ") && note.trim_end().lines().count() == 1, "{note}");
     let cached = cache.join("timm--poolformer_cli/model.safetensors");
     assert_eq!(std::fs::read(&cached).unwrap(), std::fs::read(&fixture).unwrap(), "the file in the cache is the file served");
+    assert!(!killed.exists(), "a killed download's partial file is removed by the next download");
+    assert!(running.exists(), "one still being written to is not");
+    std::fs::remove_file(&running).unwrap();
     // Again, with nothing listening at the hub's address: the cache, quietly; timm's older spelling too.
     let gone = "http://127.0.0.1:9";
     for name in ["hf-hub:timm/poolformer_cli", "hf_hub:timm/poolformer_cli", "https://huggingface.co/timm/poolformer_cli/blob/main/model.safetensors"]
@@ -570,6 +659,20 @@ fn a_model_named_on_the_hub_is_downloaded_once_then_read_from_the_cache() {
     assert!(!out.status.success() && lines.len() == 2 && lines[0].starts_with("note: hf-hub:timm/poolformer_cut: downloaded 1000 B into "), "{err}");
     assert!(lines[1].starts_with("error: input: hf-hub:timm/poolformer_cut: ") && lines[1].ends_with("(removed from the hub cache)"), "{err}");
     assert!(!cache.join("timm--poolformer_cut/model.safetensors").exists());
+    // The desktop app's command line too (it loaded the file itself, and kept it).
+    #[cfg(feature = "desktop")]
+    {
+        let shot = tmp.path().join("view.png");
+        let out = Command::new(env!("CARGO_BIN_EXE_tokenmix"))
+            .args(["view", "--weights", "hf-hub:timm/poolformer_cut", "--screenshot", shot.to_str().unwrap()])
+            .env("TOKENMIX_HUB", &cut)
+            .env("TOKENMIX_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.trim_end().ends_with("(removed from the hub cache)") && !shot.exists(), "view: {err}");
+        assert!(!cache.join("timm--poolformer_cut/model.safetensors").exists(), "view: not kept");
+    }
     let left: Vec<_> = std::fs::read_dir(&cache)
         .unwrap()
         .map(|e| e.unwrap().path())
