@@ -131,6 +131,7 @@ fn fetch(url: &str, path: &Path, state: &Mutex<Progress>, cancelled: &AtomicBool
     // two windows, do not write one file) and renamed at the end: a cut download never looks
     // complete, and a failed or cancelled one is removed.
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    remove_stale_parts(path);
     let part = path.with_extension(format!("{}-{}.part", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
     let written = write_part(url, &part, response.body_mut().with_config().limit(MAX_BYTES).reader(), total, state, cancelled)
         .and_then(|()| std::fs::rename(&part, path).map_err(|e| Error::io(path, e)));
@@ -138,6 +139,26 @@ fn fetch(url: &str, path: &Path, state: &Mutex<Progress>, cancelled: &AtomicBool
         let _ = std::fs::remove_file(&part);
     }
     written
+}
+
+/// A partial file not written to for this long was left by a download that can no longer be
+/// running: a live one writes after every read, and a read waits at most [`READ_TIMEOUT`].
+const STALE_PART: Duration = Duration::from_secs(300);
+
+/// Removes the partial files of `path` that downloads killed part-way (Ctrl-C, a closed
+/// window, a crash) left beside it; those of downloads still running, in other processes too,
+/// are written to within [`STALE_PART`] and stay. Best effort: what cannot be removed stays.
+fn remove_stale_parts(path: &Path) {
+    let (Some(dir), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str())) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_part = name.to_str().is_some_and(|n| n.strip_prefix(stem).is_some_and(|rest| rest.starts_with('.') && rest.ends_with(".part")));
+        let idle = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        if is_part && idle.is_some_and(|d| d > STALE_PART) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 fn write_part(url: &str, part: &Path, mut reader: impl Read, total: Option<u64>, state: &Mutex<Progress>, cancelled: &AtomicBool) -> Result<()> {

@@ -300,10 +300,16 @@ impl Viewer {
     pub fn new(device: Device, backend_line: String, model: Option<(&str, &[u8])>) -> Result<Viewer> {
         let (name, bytes) = model.unwrap_or(SHIPPED[0]);
         let m = Model::load(device.clone(), bytes, None).map_err(|e| Error::Input(format!("{name}: {e}")))?;
+        Ok(Viewer::with_model(device, backend_line, name, m))
+    }
+
+    /// The app with `model`, loaded by the caller on `device` (the CLI's `view --weights`, which
+    /// loads as its other commands do) and named `name`.
+    pub fn with_model(device: Device, backend_line: String, name: &str, model: Model) -> Viewer {
         let mut v = Viewer {
             device,
             backend_line,
-            model: Arc::new(m),
+            model: Arc::new(model),
             model_name: name.to_string(),
             classified: None,
             evidence: None,
@@ -347,7 +353,7 @@ impl Viewer {
             v.insights.insert(0, Arc::new(first));
         }
         v.refresh_insight();
-        Ok(v)
+        v
     }
 
     /// Swaps in the model in `bytes`; on failure the error is shown and the previous model
