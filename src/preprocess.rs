@@ -238,8 +238,8 @@ mod native {
         Error::Input(format!("{}: {why}", path.display()))
     }
 
-    /// Decodes an image file (`IMAGE_FORMATS`, told by content, else by extension) to RGB. An
-    /// image larger than classification takes ([`check_image_size`]: the limits the page, the
+    /// Decodes an image file (`IMAGE_FORMATS`, told by content, else by extension) to RGB,
+    /// turned upright as its EXIF orientation says. An image larger than classification takes ([`check_image_size`]: the limits the page, the
     /// desktop app and `Model::classify_rgba` apply) is refused from its header, before a pixel
     /// is decoded.
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
@@ -263,13 +263,20 @@ mod native {
         limits.max_alloc = Some(MAX_IMAGE_PIXELS as u64 * 11);
         reader.limits(limits);
         let bad = |e| decode_error(path, named, e);
-        let decoder = reader.into_decoder().map_err(bad)?;
+        let mut decoder = reader.into_decoder().map_err(bad)?;
         let (w, h) = decoder.dimensions();
         check_image_size(w as usize, h as usize).map_err(|e| match e {
             Error::Input(why) => Error::Input(format!("{}: {why}", path.display())),
             e => e,
         })?;
-        Ok(image::DynamicImage::from_decoder(decoder).map_err(bad)?.to_rgb8())
+        // The image as it is shown: a phone's portrait photo is stored sideways with an EXIF
+        // orientation (JPEG, also WebP's and PNG's EXIF) that every viewer applies, and so do the
+        // browser's decoders the page and the package use (`createImageBitmap`'s default). Bad
+        // or missing EXIF: as stored, as browsers take it.
+        let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
+        let mut rgb = image::DynamicImage::ImageRgb8(image::DynamicImage::from_decoder(decoder).map_err(bad)?.to_rgb8());
+        rgb.apply_orientation(orientation);
+        Ok(rgb.into_rgb8())
     }
 
     /// timm eval transform of an RGB image to a CHW float tensor of the model's input size:

@@ -503,6 +503,92 @@ fn an_image_can_come_on_standard_input() {
     }
 }
 
+/// Whether two `--json` answers (lists of {"index", `value`, …}) name the same classes with the
+/// same `value`s to float rounding: an image in another place of a batch, whose sums run in
+/// another order.
+fn same_answer(a: &serde_json::Value, b: &serde_json::Value, value: &str) -> bool {
+    let (Some(a), Some(b)) = (a.as_array(), b.as_array()) else { return false };
+    let number = |v: &serde_json::Value| v[value].as_f64().unwrap_or(f64::NAN);
+    !a.is_empty()
+        && a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| a["index"] == b["index"] && (number(a) - number(b)).abs() <= 1e-5 * number(b).abs().max(1.0))
+}
+
+/// `jpeg` with an EXIF segment (APP1) saying `orientation` right after its start marker, as a
+/// camera writes it: a big-endian TIFF header and one IFD with the one entry, Orientation
+/// (tag 0x0112, a SHORT).
+fn with_exif_orientation(jpeg: &[u8], orientation: u16) -> Vec<u8> {
+    let mut exif = b"Exif\0\0MM\0\x2a\0\0\0\x08".to_vec();
+    exif.extend([0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1]);
+    exif.extend(orientation.to_be_bytes());
+    exif.extend([0, 0, 0, 0, 0, 0]);
+    let mut out = jpeg[..2].to_vec();
+    out.extend([0xFF, 0xE1]);
+    out.extend(u16::try_from(exif.len() + 2).unwrap().to_be_bytes());
+    out.extend(exif);
+    out.extend(&jpeg[2..]);
+    out
+}
+
+/// A photo is classified as it is shown: turned as its EXIF orientation says, as viewers and
+/// browsers turn it (the page's answers, e2e `o`). Each of the eight orientations must answer
+/// as the stored pixels turned by the table of EXIF 2.32 (written out here, pixel by pixel)
+/// and saved as a PNG, and the turns must answer apart.
+#[test]
+fn a_photo_is_classified_upright_as_its_exif_orientation_says() {
+    let tmp = scratch("cli");
+    let (w, h) = (37u32, 23u32);
+    let pattern = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 7) as u8, (y * 11) as u8, ((x * y * 3) % 256) as u8]));
+    let mut jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 95).encode_image(&pattern).unwrap();
+    // The pixels as stored: every copy below holds these, with only its EXIF told apart.
+    let stored = image::load_from_memory(&jpeg).unwrap().to_rgb8();
+    // Orientation k: where the stored row 0 and column 0 are shown (1: top, left; 2: top,
+    // right; 3: bottom, right; 4: bottom, left; 5: left, top; 6: right, top; 7: right,
+    // bottom; 8: left, bottom). The stored pixel shown at (x, y):
+    let source = |k: u16, x: u32, y: u32| match k {
+        1 => (x, y),
+        2 => (w - 1 - x, y),
+        3 => (w - 1 - x, h - 1 - y),
+        4 => (x, h - 1 - y),
+        5 => (y, x),
+        6 => (y, h - 1 - x),
+        7 => (w - 1 - y, h - 1 - x),
+        _ => (w - 1 - y, x),
+    };
+    let mut files = Vec::new();
+    for k in 1..=8u16 {
+        let (sw, sh) = if k >= 5 { (h, w) } else { (w, h) };
+        let shown = image::RgbImage::from_fn(sw, sh, |x, y| {
+            let (sx, sy) = source(k, x, y);
+            *stored.get_pixel(sx, sy)
+        });
+        let (photo, upright) = (tmp.path().join(format!("exif{k}.jpg")), tmp.path().join(format!("shown{k}.png")));
+        std::fs::write(&photo, with_exif_orientation(&jpeg, k)).unwrap();
+        shown.save(&upright).unwrap();
+        files.extend([photo, upright]);
+    }
+    let weights = fixtures().join("mixer_p4_rgb.safetensors");
+    let mut args = vec!["classify", "--weights", weights.to_str().unwrap(), "--json", "--top-k", "3"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    let out = tokenmix(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let arr: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let answer = |i: usize| &arr[i]["predictions"];
+    for k in 0..8 {
+        assert!(
+            same_answer(answer(2 * k), answer(2 * k + 1), "probability"),
+            "orientation {}: {} vs turned {}",
+            k + 1,
+            answer(2 * k),
+            answer(2 * k + 1)
+        );
+    }
+    for (a, b) in [(1, 2), (1, 3), (1, 6), (6, 8), (5, 7), (2, 4)] {
+        assert!(!same_answer(answer(2 * (a - 1) + 1), answer(2 * (b - 1) + 1), "probability"), "orientations {a} and {b} must answer apart");
+    }
+}
+
 /// `classify --json` and `explain --json` write each image's element as it is done, one per
 /// line, rather than the whole array at the end: a batch's answers are out while the next batch
 /// is still being read. Here the next batch's only image is standard input, which the test
@@ -564,18 +650,10 @@ fn json_results_come_out_batch_by_batch() {
         let key = if cmd == "classify" { "predictions" } else { "classes" };
         assert!(alone[0][key].as_array().is_some_and(|a| a.len() == 2), "{alone}");
         // The same classes; the numbers to float rounding (a batch of 64 sums in another order).
-        let (index, value) = ("index", if cmd == "classify" { "probability" } else { "logit" });
-        let close = |a: &serde_json::Value, b: &serde_json::Value| {
-            let (a, b) = (a.as_array().unwrap(), b.as_array().unwrap());
-            a.len() == b.len()
-                && a.iter().zip(b).all(|(a, b)| {
-                    a[index] == b[index]
-                        && (a[value].as_f64().unwrap() - b[value].as_f64().unwrap()).abs() <= 1e-5 * b[value].as_f64().unwrap().abs().max(1.0)
-                })
-        };
+        let value = if cmd == "classify" { "probability" } else { "logit" };
         for (i, e) in streamed.iter().enumerate() {
             assert_eq!(e["image"], if i < batch { png.to_str().unwrap() } else { "-" }, "{cmd}");
-            assert!(close(&e[key], &alone[0][key]), "{cmd}: image {i} answered as the file alone is: {} vs {}", e[key], alone[0][key]);
+            assert!(same_answer(&e[key], &alone[0][key], value), "{cmd}: image {i} answered as the file alone is: {} vs {}", e[key], alone[0][key]);
         }
     }
 }

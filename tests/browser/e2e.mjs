@@ -635,6 +635,22 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     out.localBlob = await settle(local.classify(new File([blob], sample, { type: 'image/png' })).then(pairs));
     out.localBad = await settle(local.classify(notImage));
     local.dispose();
+    // A photo turned by its EXIF orientation, as the browser shows it (createImageBitmap's
+    // default), which the CLI must match: the sample as a JPEG with an EXIF segment (APP1,
+    // Orientation = k) right after its start marker, as a camera writes it.
+    const bitmap = await createImageBitmap(blob);
+    const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
+    canvas.getContext('2d').drawImage(bitmap, 0, 0);
+    const jpeg = new Uint8Array(await (await canvas.convertToBlob({ type: 'image/jpeg', quality: 0.95 })).arrayBuffer());
+    const withExif = (k) => {
+      const exif = [...new TextEncoder().encode('Exif'), 0, 0, 0x4d, 0x4d, 0, 0x2a, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, k, 0, 0, 0, 0, 0, 0];
+      return new Uint8Array([...jpeg.subarray(0, 2), 0xff, 0xe1, 0, exif.length + 2, ...exif, ...jpeg.subarray(2)]);
+    };
+    out.exif = [];
+    for (const k of [1, 3, 6, 8]) {
+      const bytes = withExif(k);
+      out.exif.push({ k, bytes: Array.from(bytes), answer: await settle(api.classify(new Blob([bytes], { type: 'image/jpeg' })).then(pairs)) });
+    }
     // Whole numbers are checked, not wrapped (-1 would be 4294967295).
     out.crop = await settle(api.cropGeometry(-1, 100));
     out.topK = await settle(api.classify(img, 0));
@@ -735,7 +751,7 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     out.burst = { burst, shown: document.querySelector('#predictions').dataset.source, error: document.querySelector('#error-text').textContent };
     return out;
   }, SAMPLE);
-  console.log(`[o] ${JSON.stringify(r)}`);
+  console.log(`[o] ${JSON.stringify({ ...r, exif: r.exif.map(({ k, answer }) => ({ k, answer })) })}`);
   assert.equal(r.worker, true, 'the default page runs tokenmix in a worker');
   assert.deepEqual(r.relative, { ok: 'PoolFormer' }, 'a relative URL loads in the worker');
   assert.equal(r.cachedRelative, false);
@@ -746,6 +762,24 @@ test('o. the API on misuse and racing loads: a relative URL in the worker, an im
     assert.ok(got.ok, `${where}: a Blob classifies: ${JSON.stringify(got)}`);
     assert.deepEqual(got.ok.map(([i]) => i), cli.map((c) => c.index), `${where}: a Blob answered as the CLI answers its file`);
     got.ok.forEach(([, p], i) => assert.ok(Math.abs(p - cli[i].probability) <= 1e-3, `${where}: class ${cli[i].index}: ${p} vs CLI ${cli[i].probability}`));
+  }
+  // EXIF orientations: the page's answer (Chromium's decoder, which turns the photo) is the
+  // CLI's on the same bytes (another JPEG decoder: to 1e-2), and the turns answer apart.
+  const exifDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-exif-'));
+  const turned = r.exif.map(({ k, bytes, answer }) => {
+    assert.ok(answer.ok, `orientation ${k}: ${JSON.stringify(answer)}`);
+    const file = path.join(exifDir, `exif${k}.jpg`);
+    fs.writeFileSync(file, Buffer.from(bytes));
+    const cli = cliClassify(file);
+    assert.equal(answer.ok[0][0], cli[0].index, `orientation ${k}: the page's top class is the CLI's: ${JSON.stringify(answer.ok)} vs ${JSON.stringify(cli)}`);
+    assert.ok(Math.abs(answer.ok[0][1] - cli[0].probability) <= 1e-2, `orientation ${k}: ${answer.ok[0][1]} vs CLI ${cli[0].probability}`);
+    return { k, top: answer.ok[0] };
+  });
+  fs.rmSync(exifDir, { recursive: true, force: true });
+  console.log(`[o] EXIF orientations, page top class: ${JSON.stringify(turned)}`);
+  for (let i = 1; i < turned.length; i++) {
+    const [a, b] = [turned[0].top, turned[i].top];
+    assert.ok(a[0] !== b[0] || Math.abs(a[1] - b[1]) > 0.05, `orientation ${turned[i].k} must answer apart from 1: ${JSON.stringify(turned)}`);
   }
   for (const bad of [r.blobBad, r.localBad]) assert.match(bad.error ?? '', /^classify: the Blob \(notes\.txt, text\/plain\) is not an image this browser decodes/);
   assert.match(r.crop.error ?? '', /cropGeometry: width is -1: expected a whole number/);
