@@ -24,10 +24,23 @@ export async function blobBitmap(blob) {
   }
 }
 
-/** An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video, Blob). */
-export async function toImageData(image) {
+/**
+ * An ImageData from anything a page can hand over (ImageBitmap, canvases, img, video, Blob).
+ * A Blob or File is decoded by `decode` (the wasm module's `decodeImage`: the CLI's decoder, so
+ * a file gets the CLI's answer), and by the browser where that takes no such format (AVIF, SVG).
+ */
+export async function toImageData(image, decode = null) {
   if (typeof ImageData !== 'undefined' && image instanceof ImageData) return image;
   if (typeof Blob !== 'undefined' && image instanceof Blob) {
+    if (decode) {
+      let data;
+      try {
+        data = decode(new Uint8Array(await image.arrayBuffer()), image.name || null);
+      } catch (e) {
+        throw new Error(`classify: ${String(e?.message ?? e).replace(/^input: /, '')}`);
+      }
+      if (data) return data;
+    }
     const bitmap = await blobBitmap(image);
     try {
       return await toImageData(bitmap);
@@ -118,6 +131,7 @@ export async function createCore({ threads = defaultThreads() } = {}) {
   const oneThread = !tm;
   if (oneThread) ({ tm, reused } = await oneThreadModule());
   const adapterInfo = async () => ({ ...(await tm.adapterInfo()), threadsNote: note });
+  const decode = (bytes, name) => tm.decodeImage(bytes, name);
   return {
     async init({ backend = 'auto', precision = 'f32', autotune } = {}) {
       tm.setBackend(backend);
@@ -140,8 +154,8 @@ export async function createCore({ threads = defaultThreads() } = {}) {
     // cancelId (a cancellable call's id, from index.js): cancel(id) stops the load at its next tensor.
     loadModel: (source, options = {}, cancelId) => tm.loadModel(source ?? null, cancelId === undefined ? options : { ...options, cancelId }),
     // cancelId: a whole number naming this call for cancel(id) (index.js numbers its calls).
-    classify: async (image, topK = 5, cancelId) => tm.classify(await toImageData(image), topK, cancelId),
-    classifyDetailed: async (image, topK = 5, cancelId) => tm.classifyDetailed(await toImageData(image), topK, cancelId),
+    classify: async (image, topK = 5, cancelId) => tm.classify(await toImageData(image, decode), topK, cancelId),
+    classifyDetailed: async (image, topK = 5, cancelId) => tm.classifyDetailed(await toImageData(image, decode), topK, cancelId),
     tokenMixing: (layer) => tm.tokenMixing(layer),
     insight: (layer) => tm.insight(layer),
     explain: (topK = 5, cancelId) => tm.explain(topK, cancelId),

@@ -28,8 +28,10 @@ export interface ClassifierOptions {
   threads?: number;
 }
 
-/** What {@link Classifier.classify} accepts. A Blob or File (an upload, a fetch's body) is
- * decoded by the browser, without colour management; one it does not decode is an error. */
+/** What {@link Classifier.classify} accepts. A Blob or File (an upload, a fetch's body) in PNG,
+ * JPEG, WebP, GIF or BMP is decoded by tokenmix's own decoder, the native CLI's, so it gets the
+ * CLI's answer (EXIF orientation applied, alpha dropped, no colour management); another format
+ * by the browser; one neither decodes is an error. */
 export type ImageSource = ImageData | ImageBitmap | HTMLImageElement | HTMLCanvasElement | HTMLVideoElement | OffscreenCanvas | Blob;
 
 /** A model file: a URL (timm's model.safetensors, e.g. from the Hugging Face hub), its bytes, or null for the embedded default. */

@@ -1,7 +1,7 @@
 // tokenmix in a web page: createClassifier() loads the wasm build (./pkg) in a dedicated
 // worker (default) or on the calling thread, and returns one object whose methods all return
 // promises. See index.d.ts for the types and README.md for an example.
-import { blobBitmap, createCore, notReady, toImageData } from './core.js';
+import { createCore, notReady, toImageData } from './core.js';
 
 const BACKENDS = ['auto', 'gpu', 'cpu'];
 const PRECISIONS = ['f32', 'f16'];
@@ -25,12 +25,14 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     throw e;
   }
 
-  // In a worker an image travels as an ImageBitmap (transferred) or an ImageData (copied).
+  // In a worker an image travels as an ImageBitmap (transferred), an ImageData (copied) or a
+  // Blob (by reference).
   const image = async (img) => {
     if (!call.worker) return img;
     if (typeof ImageData !== 'undefined' && img instanceof ImageData) return img;
     if (typeof ImageBitmap !== 'undefined' && img instanceof ImageBitmap) return img;
-    if (typeof Blob !== 'undefined' && img instanceof Blob) return blobBitmap(img);
+    // A Blob is decoded in the worker, by the CLI's decoder (core.js toImageData).
+    if (typeof Blob !== 'undefined' && img instanceof Blob) return img;
     // An <img> still loading, a video without a frame: the same error as on this thread.
     if (notReady(img)) return toImageData(img);
     try {

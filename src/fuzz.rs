@@ -39,11 +39,11 @@ pub fn preprocess_image(data: &[u8]) {
     }
     let pixels = &data[10..];
     // The fuzzed bytes as the pixels (usually the wrong length) ...
-    let _ = pp.prepare_rgba(pixels, width, height);
+    let _ = pp.prepare_rgba(pixels, width, height, true);
     // ... and, when small enough to allocate, a buffer of the right length made from them.
     if data[10].is_multiple_of(2) && width * height <= 1 << 20 {
         let img: Vec<u8> = pixels.iter().copied().cycle().take(width * height * 4).collect();
-        if let Ok((words, w, h, g)) = pp.prepare_rgba(&img, width, height) {
+        if let Ok((words, w, h, g)) = pp.prepare_rgba(&img, width, height, true) {
             assert_eq!(words.len(), w * h, "one word per shrunk pixel");
             assert!(g.left + size[1] <= g.resized.0 && g.top + size[0] <= g.resized.1, "crop outside the resized image");
         }

@@ -133,18 +133,20 @@ pub fn check_image_size(width: usize, height: usize) -> Result<()> {
 
 impl Preprocess {
     /// The CPU half of classifying an RGBA8 image (a browser ImageData) of any size: checks
-    /// the size and the pixel count, computes the resize and crop, and — for images more than
-    /// 4x larger than the resize target — box-shrinks by an integer factor, which keeps the GPU
-    /// filter's footprint (and its run time) bounded. Returns the pixels as one u32 per RGBA
-    /// texel, their width and height, and the geometry for `preprocess.wgsl`.
-    pub fn prepare_rgba(&self, rgba: &[u8], width: usize, height: usize) -> Result<(Vec<u32>, usize, usize, Geometry)> {
+    /// the size and the pixel count, computes the resize and crop, and — with `shrink`, for
+    /// images more than 4x larger than the resize target — box-shrinks by an integer factor,
+    /// which keeps the GPU filter's footprint (and its run time) bounded. The CPU executor does
+    /// not shrink: its resize ([`WindowTaps`]) costs what the crop window's taps cost, and it
+    /// then gives the CLI's input byte for byte. Returns the pixels as one u32 per RGBA texel,
+    /// their width and height, and the geometry (for `preprocess.wgsl` on the GPU).
+    pub fn prepare_rgba(&self, rgba: &[u8], width: usize, height: usize, shrink: bool) -> Result<(Vec<u32>, usize, usize, Geometry)> {
         check_image_size(width, height)?;
         if rgba.len() != width * height * 4 {
             return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
         }
         let g = self.geometry(width, height)?;
         let scale = (width as f64 / g.resized.0 as f64).min(height as f64 / g.resized.1 as f64);
-        let k = if scale > 4.0 { (scale / 2.0).floor() as usize } else { 1 };
+        let k = if shrink && scale > 4.0 { (scale / 2.0).floor() as usize } else { 1 };
         let (pixels, sw, sh) = shrink_rgba(rgba, width, height, k);
         Ok((pixels, sw, sh, g))
     }
@@ -167,18 +169,86 @@ impl Preprocess {
     }
 }
 
+/// The image formats [`load_image`] decodes, in words, and their files' extensions (what a
+/// folder given to `classify` contributes). A GIF gives its first frame; alpha is dropped,
+/// as PIL's `convert("RGB")` drops it.
+pub const IMAGE_FORMATS: &str = "PNG, JPEG, WebP, GIF or BMP";
+pub const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
+
+/// `path` could not be decoded: said in tokenmix's words where the format is the fault (a
+/// TIFF, a text file) rather than the image crate's ("The file extension `."txt"` was not
+/// recognized as an image format"); any other decoding error as the crate says it.
+fn decode_error(path: &std::path::Path, named: bool, e: image::ImageError) -> Error {
+    use image::error::{ImageFormatHint, UnsupportedErrorKind};
+    let why = match &e {
+        image::ImageError::Unsupported(u) => match u.kind() {
+            UnsupportedErrorKind::Format(ImageFormatHint::Exact(format)) => {
+                let name = format.extensions_str().first().map_or_else(|| format!("{format:?}"), |x| x.to_uppercase());
+                format!("a {name} image; tokenmix reads {IMAGE_FORMATS}")
+            }
+            UnsupportedErrorKind::Format(_) if named => {
+                format!("not an image tokenmix reads ({IMAGE_FORMATS}): neither its first bytes nor its name say which")
+            }
+            UnsupportedErrorKind::Format(_) => format!("not an image tokenmix reads ({IMAGE_FORMATS}): its first bytes are none of theirs"),
+            _ => e.to_string(),
+        },
+        _ => e.to_string(),
+    };
+    Error::Input(format!("{}: {why}", path.display()))
+}
+
+/// [`load_image`] for an image already in memory (read from a pipe: `classify -`), told by
+/// its content alone; `name` is what its errors call it.
+pub fn decode_image(bytes: &[u8], name: &std::path::Path) -> Result<image::RgbImage> {
+    decode(image::ImageReader::new(std::io::Cursor::new(bytes)), name, false)
+}
+
+/// `named`: whether the image has a file name whose extension may say its format.
+fn decode<R: std::io::BufRead + std::io::Seek>(reader: image::ImageReader<R>, path: &std::path::Path, named: bool) -> Result<image::RgbImage> {
+    use image::ImageDecoder;
+    let mut reader = reader.with_guessed_format().map_err(|e| Error::io(path, e))?;
+    // The sides are checked below, with tokenmix's own words; the allocation bound holds the
+    // largest image taken, decoded at 16 bits a channel with alpha, and its RGB copy.
+    let mut limits = image::Limits::no_limits();
+    limits.max_alloc = Some(MAX_IMAGE_PIXELS as u64 * 11);
+    reader.limits(limits);
+    let bad = |e| decode_error(path, named, e);
+    let mut decoder = reader.into_decoder().map_err(bad)?;
+    let (w, h) = decoder.dimensions();
+    check_image_size(w as usize, h as usize).map_err(|e| match e {
+        Error::Input(why) => Error::Input(format!("{}: {why}", path.display())),
+        e => e,
+    })?;
+    // The image as it is shown: a phone's portrait photo is stored sideways with an EXIF
+    // orientation (JPEG, also WebP's and PNG's EXIF) that every viewer applies, and so do the
+    // browser's decoders the page and the package use (`createImageBitmap`'s default). Bad
+    // or missing EXIF: as stored, as browsers take it.
+    let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut rgb = image::DynamicImage::ImageRgb8(image::DynamicImage::from_decoder(decoder).map_err(bad)?.to_rgb8());
+    rgb.apply_orientation(orientation);
+    Ok(rgb.into_rgb8())
+}
+
+/// timm eval transform of an RGB image to a CHW float tensor of the model's input size:
+/// PIL's own resampling ([`WindowTaps`]), computed for the crop window only, so a
+/// 1x16384 strip costs what its crop costs, not the 256x4194304 image timm would resize it to.
+pub fn transform(img: &image::RgbImage, pp: &Preprocess) -> Result<Vec<f32>> {
+    pp.validate()?;
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let taps = WindowTaps::new(w, h, &pp.geometry(w, h)?, pp.size)?;
+    let src = img.as_raw();
+    Ok(pp.window_input(&taps, |x, y| {
+        let p = &src[(y * w + x) * 3..][..3];
+        u32::from_le_bytes([p[0], p[1], p[2], 255])
+    }))
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::*;
 
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
     use super::*;
-
-    /// The image formats [`load_image`] decodes, in words, and their files' extensions (what a
-    /// folder given to `classify` contributes). A GIF gives its first frame; alpha is dropped,
-    /// as PIL's `convert("RGB")` drops it.
-    pub const IMAGE_FORMATS: &str = "PNG, JPEG, WebP, GIF or BMP";
-    pub const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
 
     /// The image files in `dir` and its subfolders (by extension, [`IMAGE_EXTENSIONS`]) into
     /// `found`, the other files into `skipped`, depth first in name order. Hidden entries are
@@ -216,28 +286,6 @@ mod native {
         path.extension().and_then(|x| x.to_str()).is_some_and(|x| IMAGE_EXTENSIONS.iter().any(|i| x.eq_ignore_ascii_case(i)))
     }
 
-    /// `path` could not be decoded: said in tokenmix's words where the format is the fault (a
-    /// TIFF, a text file) rather than the image crate's ("The file extension `."txt"` was not
-    /// recognized as an image format"); any other decoding error as the crate says it.
-    fn decode_error(path: &std::path::Path, named: bool, e: image::ImageError) -> Error {
-        use image::error::{ImageFormatHint, UnsupportedErrorKind};
-        let why = match &e {
-            image::ImageError::Unsupported(u) => match u.kind() {
-                UnsupportedErrorKind::Format(ImageFormatHint::Exact(format)) => {
-                    let name = format.extensions_str().first().map_or_else(|| format!("{format:?}"), |x| x.to_uppercase());
-                    format!("a {name} image; tokenmix reads {IMAGE_FORMATS}")
-                }
-                UnsupportedErrorKind::Format(_) if named => {
-                    format!("not an image tokenmix reads ({IMAGE_FORMATS}): neither its first bytes nor its name say which")
-                }
-                UnsupportedErrorKind::Format(_) => format!("not an image tokenmix reads ({IMAGE_FORMATS}): its first bytes are none of theirs"),
-                _ => e.to_string(),
-            },
-            _ => e.to_string(),
-        };
-        Error::Input(format!("{}: {why}", path.display()))
-    }
-
     /// Decodes an image file (`IMAGE_FORMATS`, told by content, else by extension) to RGB,
     /// turned upright as its EXIF orientation says. An image larger than classification takes ([`check_image_size`]: the limits the page, the
     /// desktop app and `Model::classify_rgba` apply) is refused from its header, before a pixel
@@ -245,52 +293,6 @@ mod native {
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
         let reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?;
         decode(reader, path, true)
-    }
-
-    /// [`load_image`] for an image already in memory (read from a pipe: `classify -`), told by
-    /// its content alone; `name` is what its errors call it.
-    pub fn decode_image(bytes: &[u8], name: &std::path::Path) -> Result<image::RgbImage> {
-        decode(image::ImageReader::new(std::io::Cursor::new(bytes)), name, false)
-    }
-
-    /// `named`: whether the image has a file name whose extension may say its format.
-    fn decode<R: std::io::BufRead + std::io::Seek>(reader: image::ImageReader<R>, path: &std::path::Path, named: bool) -> Result<image::RgbImage> {
-        use image::ImageDecoder;
-        let mut reader = reader.with_guessed_format().map_err(|e| Error::io(path, e))?;
-        // The sides are checked below, with tokenmix's own words; the allocation bound holds the
-        // largest image taken, decoded at 16 bits a channel with alpha, and its RGB copy.
-        let mut limits = image::Limits::no_limits();
-        limits.max_alloc = Some(MAX_IMAGE_PIXELS as u64 * 11);
-        reader.limits(limits);
-        let bad = |e| decode_error(path, named, e);
-        let mut decoder = reader.into_decoder().map_err(bad)?;
-        let (w, h) = decoder.dimensions();
-        check_image_size(w as usize, h as usize).map_err(|e| match e {
-            Error::Input(why) => Error::Input(format!("{}: {why}", path.display())),
-            e => e,
-        })?;
-        // The image as it is shown: a phone's portrait photo is stored sideways with an EXIF
-        // orientation (JPEG, also WebP's and PNG's EXIF) that every viewer applies, and so do the
-        // browser's decoders the page and the package use (`createImageBitmap`'s default). Bad
-        // or missing EXIF: as stored, as browsers take it.
-        let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
-        let mut rgb = image::DynamicImage::ImageRgb8(image::DynamicImage::from_decoder(decoder).map_err(bad)?.to_rgb8());
-        rgb.apply_orientation(orientation);
-        Ok(rgb.into_rgb8())
-    }
-
-    /// timm eval transform of an RGB image to a CHW float tensor of the model's input size:
-    /// PIL's own resampling ([`WindowTaps`]), computed for the crop window only, so a
-    /// 1x16384 strip costs what its crop costs, not the 256x4194304 image timm would resize it to.
-    pub fn transform(img: &image::RgbImage, pp: &Preprocess) -> Result<Vec<f32>> {
-        pp.validate()?;
-        let (w, h) = (img.width() as usize, img.height() as usize);
-        let taps = WindowTaps::new(w, h, &pp.geometry(w, h)?, pp.size)?;
-        let src = img.as_raw();
-        Ok(pp.window_input(&taps, |x, y| {
-            let p = &src[(y * w + x) * 3..][..3];
-            u32::from_le_bytes([p[0], p[1], p[2], 255])
-        }))
     }
 }
 

@@ -26,6 +26,8 @@
 //!   the previous model stays loaded.
 //! - `isCached(url)`, `clearCache(url?)` → the model cache (`loadModel(url, {cache: true})`
 //!   reads and fills it; Cache API `tokenmix-models`)
+//! - `decodeImage(bytes, name?)` → an ImageData of the image file in `bytes` (a Uint8Array),
+//!   decoded as the CLI decodes it, or null where its format is none tokenmix reads
 //! - `cropGeometry(width, height)` → `{resized, left, top, size}`: where the model's input
 //!   comes from in an image of that size (the one implementation the page uses)
 //! - `modelInfo()` → description of the current model (the embedded default until one loads)
@@ -809,6 +811,30 @@ pub async fn crop_geometry(width: f64, height: f64) -> Result<JsValue, JsError> 
     let pp = &model.info.preprocess;
     let g = pp.geometry(width, height).map_err(js_err)?;
     json(&serde_json::json!({"resized": [g.resized.0, g.resized.1], "left": g.left, "top": g.top, "size": pp.size}))
+}
+
+/// The image file in `bytes` (named `name` in errors) as an ImageData, decoded as the CLI
+/// decodes a file (`preprocess::decode_image`: the same pixels, EXIF orientation applied, alpha
+/// dropped as PIL's `convert("RGB")` drops it, the same size limits), so that a file gets the
+/// CLI's answer: a browser's canvas premultiplies alpha (a transparent pixel's colour is lost)
+/// and its decoders differ in the last bits. `null` where the format is none tokenmix reads
+/// (`js/core.js` then lets the browser decode it: AVIF, SVG, …); an error where it is one but
+/// the file does not decode or is too large.
+#[wasm_bindgen(js_name = decodeImage)]
+pub fn decode_image(bytes: &[u8], name: Option<String>) -> Result<Option<web_sys::ImageData>, JsError> {
+    if !image::guess_format(bytes).is_ok_and(|f| f.reading_enabled()) {
+        return Ok(None);
+    }
+    let name = name.filter(|n| !n.is_empty()).unwrap_or_else(|| "the image".into());
+    let rgb = crate::preprocess::decode_image(bytes, std::path::Path::new(&name)).map_err(js_err)?;
+    let rgba: Vec<u8> = rgb.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
+    // Copied out of wasm memory: an ImageData made on a view of `rgba` would keep reading that
+    // memory after `rgba` is freed and reused.
+    let data = js_sys::Uint8ClampedArray::new_with_length(rgba.len() as u32);
+    data.copy_from(&rgba);
+    web_sys::ImageData::new_with_js_u8_clamped_array_and_sh(&data, rgb.width(), rgb.height())
+        .map(Some)
+        .map_err(|e| js_err(format!("{name}: {}x{} pixels: {e:?}", rgb.width(), rgb.height())))
 }
 
 /// Classifies a DOM ImageData of any size with the current model: the top `topK` (default 5)

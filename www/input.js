@@ -66,9 +66,13 @@ export async function classifyBlob(blob, name, sample = null) {
     showError(msg);
     throw new Error(msg);
   }
-  const data = drawOriginal(bitmap, bitmap.width, bitmap.height, name);
+  // Shown as the browser decodes it; classified as the CLI decodes the file (the package
+  // decodes a Blob with tokenmix's own decoder: a transparent pixel keeps its colour, the
+  // decoders' last bits agree) and at its full size, as the CLI takes it, however large.
+  drawOriginal(bitmap, bitmap.width, bitmap.height, name);
+  const size = { width: bitmap.width, height: bitmap.height };
   bitmap.close();
-  return classifyImageData(data, name);
+  return classifyImageData(blob, name, size);
 }
 
 export async function classifySample(name) {
@@ -89,10 +93,13 @@ export async function classifySample(name) {
 
 export let classifySeq = 0;
 
-/** Classifies an ImageData (already drawn on the original canvas) and shows the result. */
-export async function classifyImageData(imageData, source = 'image') {
+/**
+ * Classifies an image already drawn on the original canvas — an ImageData, or the file itself
+ * (a Blob) of `size` — and shows the result.
+ */
+export async function classifyImageData(imageData, source = 'image', size = imageData) {
   if (!tm) throw new Error('tokenmix is not running');
-  state.image = { imageData, source };
+  state.image = { imageData, source, size };
   const seq = ++classifySeq;
   // Only the newest image is drawn: the older image's classification (or explanation), if one
   // runs, stops at its next step, and frees the queue for this one.
@@ -117,7 +124,7 @@ export async function classifyImageData(imageData, source = 'image') {
     }
     throw new Error(msg);
   }
-  state.crop = await exclusive(() => tm.cropGeometry(imageData.width, imageData.height)).catch(() => null);
+  state.crop = await exclusive(() => tm.cropGeometry(size.width, size.height)).catch(() => null);
   const result = {
     predictions: Array.from(r.predictions, (p) => {
       return { index: p.index, label: state.labels[p.index] ?? p.label, probability: p.probability };

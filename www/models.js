@@ -194,7 +194,7 @@ export async function loadModelSource(source, { label, option, cacheable = false
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
     state.load = { status: 'ok', label, error: null };
     setStatus('ok', `Loaded ${info.family}${info.preset ? ` (${info.preset})` : ''} from ${label}${fromCache ? ' (browser cache)' : ''} in ${secs} s.`);
-    if (state.image) await classifyImageData(state.image.imageData, state.image.source).catch(() => {});
+    if (state.image) await classifyImageData(state.image.imageData, state.image.source, state.image.size).catch(() => {});
     return info;
   } catch (e) {
     if (e?.name === 'AbortError' || abort.signal.aborted) {

@@ -30,7 +30,7 @@ export const HUB_MODELS = [
 // the lemmas come from WordNet 3.0, WordNet licence, Princeton University).
 export const IMAGENET_LABELS_URL = new URL('./imagenet_labels.json', import.meta.url);
 
-export const MAX_IMAGE_SIDE = 2048; // larger photos are scaled down before classification
+export const MAX_IMAGE_SIDE = 2048; // larger photos are shown scaled down (a file is classified at full size)
 export const VIEW_BOX = 280; // CSS px for the image views
 
 // `?hub=http://127.0.0.1:PORT/hub` points hub downloads elsewhere (tests use a local server).
@@ -89,7 +89,7 @@ export const state = {
   layer: 0,
   layers: 0,
   tokenMixing: null, // {kind, layer, layers, rows, cols, grid} of the drawn layer
-  image: null, // {imageData, source}
+  image: null, // {imageData (an ImageData, or the image file: a Blob), source, size: {width, height}}
   imageWork: null, // the AbortController of the image's classification and explanation; a newer image aborts it
   result: null, // the last classify() result
   progress: { loaded: 0, total: null, calls: 0 },

@@ -352,7 +352,7 @@ impl CpuExec {
         slices: Option<&Slices>,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
-        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
+        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height, false)?;
         let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
         let t1 = now();
         let mut stages = Vec::new();

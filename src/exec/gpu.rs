@@ -503,7 +503,7 @@ impl GpuExec {
         cancel: &Cancel,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
-        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height)?;
+        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height, true)?;
         let buf = self.gpu.storage_words("image", &pixels)?;
         let plan = self.plan(1, false, cancel)?;
         let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.slots[Slot::Input.index()])?;
