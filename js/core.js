@@ -156,6 +156,7 @@ export async function createCore({ threads = defaultThreads() } = {}) {
     // cancelId: a whole number naming this call for cancel(id) (index.js numbers its calls).
     classify: async (image, topK = 5, cancelId) => tm.classify(await toImageData(image, decode), topK, cancelId),
     classifyDetailed: async (image, topK = 5, cancelId) => tm.classifyDetailed(await toImageData(image, decode), topK, cancelId),
+    decodeImage: (image) => toImageData(image, decode),
     tokenMixing: (layer) => tm.tokenMixing(layer),
     insight: (layer) => tm.insight(layer),
     explain: (topK = 5, cancelId) => tm.explain(topK, cancelId),

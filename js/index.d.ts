@@ -29,7 +29,7 @@ export interface ClassifierOptions {
 }
 
 /** What {@link Classifier.classify} accepts. A Blob or File (an upload, a fetch's body) in PNG,
- * JPEG, WebP, GIF or BMP is decoded by tokenmix's own decoder, the native CLI's, so it gets the
+ * JPEG, WebP, GIF, BMP or TIFF is decoded by tokenmix's own decoder, the native CLI's, so it gets the
  * CLI's answer (EXIF orientation applied, alpha dropped, no colour management); another format
  * by the browser; one neither decodes is an error. */
 export type ImageSource = ImageData | ImageBitmap | HTMLImageElement | HTMLCanvasElement | HTMLVideoElement | OffscreenCanvas | Blob;
@@ -277,6 +277,10 @@ export interface Classifier {
   stageEnergy(): Promise<StageEnergy[]>;
   /** Where the model's input comes from in a width x height image. */
   cropGeometry(width: number, height: number): Promise<CropGeometry>;
+  /** The pixels classify takes from `image`: for a Blob or File, as tokenmix decodes it (the
+   * CLI's decoder: PNG, JPEG, WebP, GIF, BMP, TIFF, EXIF orientation applied), else as the
+   * browser does; e.g. to show a TIFF, which browsers do not decode. */
+  decodeImage(image: ImageSource): Promise<ImageData>;
   info(): Promise<{ adapter: AdapterInfo; model: ModelDescription }>;
   adapterInfo(): Promise<AdapterInfo>;
   modelInfo(): Promise<ModelDescription>;

@@ -88,6 +88,7 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     },
     stageEnergy: () => call('stageEnergy', []),
     cropGeometry: (width, height) => call('cropGeometry', [width, height]),
+    decodeImage: async (img) => call('decodeImage', [await image(img)]),
     info: () => call('info', []),
     adapterInfo: () => call('adapterInfo', []),
     modelInfo: () => call('modelInfo', []),

@@ -47,7 +47,7 @@ enum Command {
         /// into a cache); the embedded default model when omitted
         #[arg(long)]
         weights: Option<PathBuf>,
-        /// Image files (PNG, JPEG, WebP, GIF, BMP), or folders: a folder stands for the image
+        /// Image files (PNG, JPEG, WebP, GIF, BMP, TIFF), or folders: a folder stands for the image
         /// files in it and in its subfolders, in name order; `-` is an image on standard input
         #[arg(required = true)]
         images: Vec<PathBuf>,

@@ -172,11 +172,11 @@ impl Preprocess {
 /// The image formats [`load_image`] decodes, in words, and their files' extensions (what a
 /// folder given to `classify` contributes). A GIF gives its first frame; alpha is dropped,
 /// as PIL's `convert("RGB")` drops it.
-pub const IMAGE_FORMATS: &str = "PNG, JPEG, WebP, GIF or BMP";
-pub const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "webp", "gif", "bmp"];
+pub const IMAGE_FORMATS: &str = "PNG, JPEG, WebP, GIF, BMP or TIFF";
+pub const IMAGE_EXTENSIONS: [&str; 8] = ["png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff"];
 
-/// `path` could not be decoded: said in tokenmix's words where the format is the fault (a
-/// TIFF, a text file) rather than the image crate's ("The file extension `."txt"` was not
+/// `path` could not be decoded: said in tokenmix's words where the format is the fault (an
+/// AVIF, a text file) rather than the image crate's ("The file extension `."txt"` was not
 /// recognized as an image format"); any other decoding error as the crate says it.
 fn decode_error(path: &std::path::Path, named: bool, e: image::ImageError) -> Error {
     use image::error::{ImageFormatHint, UnsupportedErrorKind};
@@ -184,7 +184,8 @@ fn decode_error(path: &std::path::Path, named: bool, e: image::ImageError) -> Er
         image::ImageError::Unsupported(u) => match u.kind() {
             UnsupportedErrorKind::Format(ImageFormatHint::Exact(format)) => {
                 let name = format.extensions_str().first().map_or_else(|| format!("{format:?}"), |x| x.to_uppercase());
-                format!("a {name} image; tokenmix reads {IMAGE_FORMATS}")
+                let article = if name.starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
+                format!("{article} {name} image; tokenmix reads {IMAGE_FORMATS}")
             }
             UnsupportedErrorKind::Format(_) if named => {
                 format!("not an image tokenmix reads ({IMAGE_FORMATS}): neither its first bytes nor its name say which")

@@ -491,7 +491,7 @@ fn an_image_can_come_on_standard_input() {
         (
             vec!["classify", "-"],
             &b"just some text\n"[..],
-            "-: not an image tokenmix reads (PNG, JPEG, WebP, GIF or BMP): its first bytes are none of theirs",
+            "-: not an image tokenmix reads (PNG, JPEG, WebP, GIF, BMP or TIFF): its first bytes are none of theirs",
         ),
         (vec!["explain", "-"], &b"\x89PNG\r\n\x1a\n broken"[..], "-: "),
         (vec!["classify", "-", png.to_str().unwrap(), "-"], &b""[..], "-: standard input holds one image and is read once"),

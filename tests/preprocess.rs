@@ -103,7 +103,7 @@ fn image_files_take_the_size_limits_of_pixels() {
 }
 
 /// Every format `load_image` reads gives back the pixels it was given (each saved losslessly:
-/// WebP's lossless mode, a GIF of fewer than 256 colours), whatever the file's name says, as
+/// WebP's lossless mode, a GIF of fewer than 256 colours, TIFF), whatever the file's name says, as
 /// the page does for what the browser decodes; and a format it does not read is said in
 /// tokenmix's words (it used to be "The image format Tiff is not supported", or "The file
 /// extension `."txt"` was not recognized as an image format").
@@ -114,7 +114,7 @@ fn every_image_format_read_gives_its_pixels() {
     // 12 colours in a 37x23 pattern: few enough for a GIF's palette.
     let img =
         image::RgbImage::from_fn(37, 23, |x, y| image::Rgb([((x / 10) * 60) as u8, ((y / 8) * 100) as u8, if (x + y) % 2 == 0 { 30 } else { 220 }]));
-    let formats = [ImageFormat::Png, ImageFormat::WebP, ImageFormat::Gif, ImageFormat::Bmp];
+    let formats = [ImageFormat::Png, ImageFormat::WebP, ImageFormat::Gif, ImageFormat::Bmp, ImageFormat::Tiff];
     for format in formats {
         let ext = format.extensions_str()[0];
         assert!(preprocess::IMAGE_EXTENSIONS.contains(&ext), "{ext} is listed for folders");
@@ -132,15 +132,15 @@ fn every_image_format_read_gives_its_pixels() {
     assert_eq!(got.dimensions(), img.dimensions());
     let far = got.as_raw().iter().zip(img.as_raw()).filter(|(a, b)| a.abs_diff(**b) > 64).count();
     assert!(far < got.as_raw().len() / 20, "JPEG: {far} channel values far off");
-    // Formats it does not read: a TIFF (its signature, told by content), and a text file.
-    let tiff = dir.path().join("scan.tif");
-    std::fs::write(&tiff, b"II*\0\x08\0\0\0\0\0\0\0").unwrap();
-    let err = preprocess::load_image(&tiff).expect_err("TIFF is not read").to_string();
-    assert!(err.contains("scan.tif: a TIFF image; tokenmix reads PNG, JPEG, WebP, GIF or BMP"), "{err}");
+    // Formats it does not read: an AVIF (its signature, told by content), and a text file.
+    let avif = dir.path().join("photo.avif");
+    std::fs::write(&avif, b"\0\0\0\x1cftypavif\0\0\0\0mif1").unwrap();
+    let err = preprocess::load_image(&avif).expect_err("AVIF is not read").to_string();
+    assert!(err.contains("photo.avif: an AVIF image; tokenmix reads PNG, JPEG, WebP, GIF, BMP or TIFF"), "{err}");
     let text = dir.path().join("notes.txt");
     std::fs::write(&text, b"hello").unwrap();
     let err = preprocess::load_image(&text).expect_err("text is not an image").to_string();
-    assert!(err.contains("notes.txt: not an image tokenmix reads (PNG, JPEG, WebP, GIF or BMP)"), "{err}");
+    assert!(err.contains("notes.txt: not an image tokenmix reads (PNG, JPEG, WebP, GIF, BMP or TIFF)"), "{err}");
 }
 
 fn bad_images_on(dev: Device) {

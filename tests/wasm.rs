@@ -308,6 +308,38 @@ fn sample_image() -> web_sys::ImageData {
     web_sys::ImageData::new_with_js_u8_clamped_array_and_sh(&data, 40, 30).expect("an ImageData")
 }
 
+/// `decodeImage`, through which the package decodes a Blob: an image file's pixels as the CLI
+/// decodes them (`preprocess::decode_image`), alpha 255 and a transparent pixel's colour kept,
+/// in an ImageData of its own (still right after more decodes and allocations: one first made
+/// on a view of wasm memory read it after it was freed); null for a format tokenmix does not
+/// read, so the browser may try; an error naming the file for a cut one.
+#[wasm_bindgen_test]
+async fn decode_image_gives_the_clis_pixels() {
+    use tokenmix::web;
+    pool().await;
+    let img = image::RgbaImage::from_fn(37, 23, |x, y| image::Rgba([(x * 7) as u8, (y * 11) as u8, 200, if x < 10 { 0 } else { 255 }]));
+    let mut png = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).expect("a PNG");
+    let want: Vec<u8> = tokenmix::preprocess::decode_image(&png, std::path::Path::new("a.png"))
+        .expect("the CLI's decode")
+        .pixels()
+        .flat_map(|p| [p[0], p[1], p[2], 255])
+        .collect();
+    let first = web::decode_image(&png, Some("a.png".into())).map_err(message).expect("decodes").expect("a PNG is read");
+    for _ in 0..4 {
+        let again = web::decode_image(&png, None).map_err(message).expect("decodes again");
+        let junk = vec![0xABu8; 1 << 20];
+        assert!(again.is_some() && junk.len() == 1 << 20);
+    }
+    assert_eq!((first.width(), first.height()), (37, 23));
+    let got = first.data().0;
+    assert!(got == want, "the CLI's pixels");
+    assert_eq!(&got[..4], &[0, 0, 200, 255], "a transparent pixel keeps its colour");
+    assert!(web::decode_image(b"just some text", None).map_err(message).expect("no error").is_none(), "text: for the browser to try");
+    let err = message(web::decode_image(&png[..100], Some("cut.png".into())).expect_err("a cut PNG"));
+    assert!(err.starts_with("input: cut.png: "), "{err}");
+}
+
 /// The page's API (`tokenmix::web`, what `js/pkg` exports) on what JavaScript callers hand it:
 /// a URL the Cache API rejects, bad whole numbers, an image too large, a load that fails with
 /// new settings, two loads at once. Each is a clear error or answer, and the module stays

@@ -62,9 +62,13 @@ export async function classifyBlob(blob, name, sample = null) {
     // No colour management: the pixels the file holds, as the native CLI reads them.
     bitmap = await createImageBitmap(blob, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
   } catch (e) {
-    const msg = `Could not read ${name} as an image: ${messageOf(e)}`;
-    showError(msg);
-    throw new Error(msg);
+    // A format the browser does not decode but tokenmix does (TIFF): shown as tokenmix decodes it.
+    bitmap = tm ? await tm.decodeImage(blob).then((data) => createImageBitmap(data), () => null) : null;
+    if (!bitmap) {
+      const msg = `Could not read ${name} as an image: ${messageOf(e)}`;
+      showError(msg);
+      throw new Error(msg);
+    }
   }
   // Shown as the browser decodes it; classified as the CLI decodes the file (the package
   // decodes a Blob with tokenmix's own decoder: a transparent pixel keeps its colour, the
@@ -370,8 +374,8 @@ export function wireInputs() {
 const MODEL_FILE = /\.(safetensors|bin|pth|pt|ckpt|gguf|h5)$/i;
 
 // What a folder stands for, as in the CLI and the desktop app: its image files by extension.
-const IMAGE_FILE = /\.(png|jpe?g|webp|gif|bmp)$/i;
-const IMAGE_FORMATS = 'PNG, JPEG, WebP, GIF or BMP';
+const IMAGE_FILE = /\.(png|jpe?g|webp|gif|bmp|tiff?)$/i;
+const IMAGE_FORMATS = 'PNG, JPEG, WebP, GIF, BMP or TIFF';
 // A folder given as images that holds none (the CLI's `preprocess::no_images_in`).
 const noImagesIn = (name) => new Error(`${name}: a folder with no image in it (${IMAGE_FORMATS}, by extension)`);
 
@@ -483,7 +487,7 @@ export function handleFile(f) {
   if (MODEL_FILE.test(f.name)) {
     loadModelFile(f).catch(() => {});
   } else if (f.type && !f.type.startsWith('image/')) {
-    showError(`${f.name} is not an image (${f.type}); drop a PNG, JPEG, WebP, GIF or BMP, or a .safetensors model.`);
+    showError(`${f.name} is not an image (${f.type}); drop a ${IMAGE_FORMATS}, or a .safetensors model.`);
   } else {
     classifyBlob(f, nameOf(f)).catch(() => {});
   }

@@ -205,6 +205,32 @@ function png(width, height, channels, pixel) {
   return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), chunk('IHDR', ihdr), chunk('IDAT', zlib.deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
 }
 
+/** A baseline TIFF (uncompressed RGB, 8 bits a channel, one strip) of `width` x `height`,
+ * pixel (x, y) `pixel(x, y)`: a format Chromium does not decode, tokenmix does. */
+function tiff(width, height, pixel) {
+  const entries = [[256, 4, width], [257, 4, height], [258, 3, null], [259, 3, 1], [262, 3, 2], [273, 4, null],
+    [277, 3, 3], [278, 4, height], [279, 4, width * height * 3], [284, 3, 1]];
+  const ifdEnd = 8 + 2 + entries.length * 12 + 4;
+  const [bitsAt, dataAt] = [ifdEnd, ifdEnd + 6];
+  const out = Buffer.alloc(dataAt + width * height * 3);
+  out.write('II', 0, 'latin1');
+  out.writeUInt16LE(42, 2);
+  out.writeUInt32LE(8, 4);
+  out.writeUInt16LE(entries.length, 8);
+  entries.forEach(([tag, type, value], i) => {
+    const at = 10 + i * 12;
+    out.writeUInt16LE(tag, at);
+    out.writeUInt16LE(type, at + 2);
+    out.writeUInt32LE(tag === 258 ? 3 : 1, at + 4);
+    const v = tag === 258 ? bitsAt : tag === 273 ? dataAt : value;
+    if (type === 3 && tag !== 258) out.writeUInt16LE(v, at + 8);
+    else out.writeUInt32LE(v, at + 8);
+  });
+  for (let i = 0; i < 3; i++) out.writeUInt16LE(8, bitsAt + 2 * i);
+  for (let y = 0; y < height; y++) for (let x = 0; x < width; x++) out.set(pixel(x, y), dataAt + (y * width + x) * 3);
+  return out;
+}
+
 const shownPredictions = (page) => page.$$eval('#predictions li', (lis) => lis.map((li) => ({
   index: Number(li.dataset.index), label: li.dataset.label, probability: Number(li.dataset.probability),
 })));
@@ -262,11 +288,14 @@ test('a. the default model classifies a sample as the native CLI does', { timeou
   // Image files picked on the page are answered as the CLI answers them, to float rounding:
   // decoded by the CLI's own decoder in the module, at full size. A PNG whose transparent
   // pixels hold colour (a canvas's decode loses it; PIL's convert("RGB") keeps it, and the
-  // CLI), and a photo-sized one (the page used to scale it to 2048 px, then box-shrink it).
+  // CLI), a photo-sized one (the page used to scale it to 2048 px, then box-shrink it), and a
+  // TIFF (Chromium does not decode one; the page said it "could not read" it).
   const files = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-files-'));
   const made = [
     ['transparent.png', png(64, 48, 4, (x, y) => [200 - 3 * x, 40 + 4 * y, 250 - 2 * x, x < 24 ? 0 : x < 30 ? 9 : 255])],
     ['large.png', png(2400, 1800, 3, (x, y) => [(x * 7 + y) & 255, (y * 3 + (x >> 4)) & 255, ((x ^ y) >> 3) & 255])],
+    // A TIFF, which Chromium does not decode: shown, and answered, as tokenmix decodes it.
+    ['scan.tif', tiff(300, 200, (x, y) => [(x * 5) & 255, (y * 9 + x) & 255, x > 150 ? 230 : 20])],
   ];
   for (const [name, bytes] of made) {
     const file = path.join(files, name);
@@ -275,6 +304,8 @@ test('a. the default model classifies a sample as the native CLI does', { timeou
     await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, name);
     const [want, got] = [cliClassify(file), await shownPredictions(page)];
     const timing = await page.textContent('#timings');
+    assert.match(await page.textContent('#original-caption'), new RegExp(`^Original · ${name} · \\d+×\\d+`), `${name}: shown`);
+    if (name === 'scan.tif') await shot(page, 'e2e-a-tiff');
     console.log(`[a] ${name}: page ${JSON.stringify(got.map((p) => [p.index, p.probability]))}, CLI ${JSON.stringify(want.map((p) => [p.index, p.probability]))}; ${timing}`);
     assert.deepEqual(got.map((p) => p.index), want.map((p) => p.index), `${name}: the CLI's classes`);
     got.forEach((p, i) => assert.ok(Math.abs(p.probability - want[i].probability) <= 1e-5, `${name}: class ${p.index}: ${p.probability} vs CLI ${want[i].probability}`));
@@ -628,7 +659,7 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   // A folder with no image in it: said as the CLI says it, and the image shown stays.
   await dropPaths([path.join(folder, 'empty')]);
   await page.waitForFunction(() => /a folder with no image in it/.test(document.querySelector('#error-text').textContent));
-  assert.equal((await page.textContent('#error-text')).trim(), 'empty: a folder with no image in it (PNG, JPEG, WebP, GIF or BMP, by extension)');
+  assert.equal((await page.textContent('#error-text')).trim(), 'empty: a folder with no image in it (PNG, JPEG, WebP, GIF, BMP or TIFF, by extension)');
   assert.equal(await page.$eval('#predictions', (o) => o.dataset.source), fromFolder);
   // ... picked: a folder of no images but a note.
   fs.writeFileSync(path.join(folder, 'empty', 'readme.txt'), 'no image here');
@@ -636,7 +667,7 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   await page.waitForSelector('#error', { state: 'hidden' });
   await page.setInputFiles('#folder-file', path.join(folder, 'empty'));
   await page.waitForFunction(() => /a folder with no image in it/.test(document.querySelector('#error-text').textContent) && !document.querySelector('#error').hidden);
-  assert.equal((await page.textContent('#error-text')).trim(), 'empty: a folder with no image in it (PNG, JPEG, WebP, GIF or BMP, by extension)');
+  assert.equal((await page.textContent('#error-text')).trim(), 'empty: a folder with no image in it (PNG, JPEG, WebP, GIF, BMP or TIFF, by extension)');
   await cdp.detach();
   fs.rmSync(folder, { recursive: true, force: true });
 
