@@ -221,9 +221,9 @@ fn decode<R: std::io::BufRead + std::io::Seek>(reader: image::ImageReader<R>, pa
         e => e,
     })?;
     // The image as it is shown: a phone's portrait photo is stored sideways with an EXIF
-    // orientation (JPEG, also WebP's and PNG's EXIF) that every viewer applies, and so do the
-    // browser's decoders the page and the package use (`createImageBitmap`'s default). Bad
-    // or missing EXIF: as stored, as browsers take it.
+    // orientation (JPEG, also WebP's, PNG's and TIFF's) that every viewer applies, browsers too
+    // (`createImageBitmap`'s default, with which the page shows it). Bad or missing EXIF: as
+    // stored, as browsers take it.
     let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
     let mut rgb = image::DynamicImage::ImageRgb8(image::DynamicImage::from_decoder(decoder).map_err(bad)?.to_rgb8());
     rgb.apply_orientation(orientation);
