@@ -58,25 +58,29 @@ export async function classifyBlob(blob, name, sample = null) {
   markSample(sample);
   clearError();
   let bitmap;
+  // What is classified: the file itself, which the package decodes with tokenmix's own decoder
+  // (the CLI's: a transparent pixel keeps its colour, the decoders' last bits agree), at its
+  // full size, as the CLI takes it, however large.
+  let image = blob;
   try {
-    // No colour management: the pixels the file holds, as the native CLI reads them.
+    // Shown as the browser decodes it. No colour management: the pixels the file holds, as the
+    // native CLI reads them.
     bitmap = await createImageBitmap(blob, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
   } catch (e) {
-    // A format the browser does not decode but tokenmix does (TIFF): shown as tokenmix decodes it.
-    bitmap = tm ? await tm.decodeImage(blob).then((data) => createImageBitmap(data), () => null) : null;
+    // A format the browser does not decode but tokenmix does (TIFF): shown as tokenmix decodes
+    // it, and those pixels classified, rather than the file decoded a second time.
+    image = tm ? await tm.decodeImage(blob).catch(() => null) : null;
+    bitmap = image ? await createImageBitmap(image).catch(() => null) : null;
     if (!bitmap) {
       const msg = `Could not read ${name} as an image: ${messageOf(e)}`;
       showError(msg);
       throw new Error(msg);
     }
   }
-  // Shown as the browser decodes it; classified as the CLI decodes the file (the package
-  // decodes a Blob with tokenmix's own decoder: a transparent pixel keeps its colour, the
-  // decoders' last bits agree) and at its full size, as the CLI takes it, however large.
   drawOriginal(bitmap, bitmap.width, bitmap.height, name);
   const size = { width: bitmap.width, height: bitmap.height };
   bitmap.close();
-  return classifyImageData(blob, name, size);
+  return classifyImageData(image, name, size);
 }
 
 export async function classifySample(name) {
