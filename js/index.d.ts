@@ -58,6 +58,10 @@ export interface LoadOptions {
   precision?: 'f32' | 'f16';
   /** Turn GEMM autotuning on or off for this and later loads (see {@link ClassifierOptions.autotune}). */
   autotune?: boolean;
+  /** Where the GPU backend resizes the images it classifies, for this and later loads: 'gpu'
+   * (preprocess.wgsl) or 'cpu'; by default 'gpu' on hardware adapters and 'cpu' on software
+   * ones (`adapterInfo().resample` says which). The same pixels either way. */
+  resample?: 'gpu' | 'cpu';
   /** Aborting it stops the download and the load, which then changes nothing and rejects with
    * the signal's reason (an `AbortError`), as `fetch` does. After the download, the load's
    * conversion and upload stop at the next tensor: at once in the threaded worker (the abort
@@ -138,6 +142,10 @@ export interface AdapterInfo {
    * chunks; hardware adapters) or 'invocation' (one per row, no barriers; software ones such
    * as SwiftShader); null on the CPU executor. */
   rows: 'workgroup' | 'invocation' | null;
+  /** Where the GPU executor resizes an image it classifies: 'gpu' (preprocess.wgsl, on real
+   * GPUs) or 'cpu' (on a software adapter such as SwiftShader, where the CPU code is faster);
+   * null on the CPU backend. Both give the same bytes. */
+  resample: 'gpu' | 'cpu' | null;
   /** How GEMM weights are stored: 'f32' or 'f16'. */
   precision: 'f32' | 'f16';
   /** Why the precision is not the one asked for, when it is not. */

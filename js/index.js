@@ -58,14 +58,15 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
 
   return {
     worker: call.worker,
-    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p, autotune, signal } = {}) {
+    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p, autotune, resample, signal } = {}) {
       if (b !== undefined && !BACKENDS.includes(b)) throw new Error(`backend ${b}: expected auto, gpu or cpu`);
       if (p !== undefined && !PRECISIONS.includes(p)) throw new Error(`precision ${p}: expected f32 or f16`);
+      if (resample !== undefined && !['gpu', 'cpu'].includes(resample)) throw new Error(`resample ${resample}: expected gpu or cpu`);
       checkAutotune(autotune);
       if (signal != null && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) throw new Error('signal: expected an AbortSignal');
       signal?.throwIfAborted();
       const src = source instanceof ArrayBuffer ? new Uint8Array(source) : typeof source === 'string' ? absolute(source) : source;
-      const options = { name, cache, backend: b, precision: p, autotune };
+      const options = { name, cache, backend: b, precision: p, autotune, resample };
       // Aborted, the load rejects as fetch does, with the signal's reason (an AbortError).
       // With a signal the load is cancellable too: an abort after the download stops the
       // conversion and upload at the next tensor (in the threaded worker from this thread; in

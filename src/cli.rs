@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokenmix::exec::{self, BackendChoice, Selected};
-use tokenmix::gpu::{GemmVariant, Precision, RowKernel};
+use tokenmix::gpu::{GemmVariant, Precision, Resample, RowKernel};
 use tokenmix::ops::{rel_diff, ActTexture, Gemm, Matrix, Op, Operand};
 use tokenmix::{labels, preprocess, Device, Error, Gpu, Model, Result};
 
@@ -730,6 +730,7 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
         v["backend_detail"] = sel.detail.clone().into();
         v["kernels"] = sel.device.kernels().into();
         v["rows"] = sel.device.rows().into();
+        v["resample"] = sel.device.resample().into();
         let (precision, note) = sel.device.precision();
         v["precision"] = precision.into();
         v["precision_note"] = note.into();
@@ -788,6 +789,13 @@ fn info(weights: Option<&Path>, json: bool) -> Result<()> {
             RowKernel::Subgroup => "one workgroup per row, reduced by subgroups first (LayerNorm, softmax); GroupNorm in chunks",
         };
         outln!("norm rows:   {how}");
+    }
+    if let Some(resample) = sel.device.resample().and_then(Resample::parse) {
+        let how = match resample {
+            Resample::Gpu => "an image classified is resampled by preprocess.wgsl, in the forward pass's submission",
+            Resample::Cpu => "an image classified is resampled on the CPU, its model input uploaded (a CPU rasteriser runs the shader slower)",
+        };
+        outln!("resize:      {how}");
     }
     let halves = model.f16_activations();
     let stored =
@@ -1042,7 +1050,7 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
             "{}",
             serde_json::json!({
                 "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
-                "rows": dev.rows(), "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
+                "rows": dev.rows(), "resample": dev.resample(), "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
                 "precision": precision, "precision_note": precision_note, "f16_activations": model.f16_activations(),
                 "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
             })

@@ -19,6 +19,10 @@ pub struct Env {
     /// `TOKENMIX_ROWS`: how the norms and softmax spread over the GPU (`gpu::RowKernel`),
     /// `invocation` or `workgroup`, instead of the adapter's default (checked when the device is made).
     pub rows: Option<String>,
+    /// `TOKENMIX_RESAMPLE`: where a GPU executor resamples an image it classifies
+    /// (`gpu::Resample`), `gpu` or `cpu`, instead of the adapter's default (checked when the
+    /// device is made).
+    pub resample: Option<String>,
     /// `TOKENMIX_PRECISION`: f32 (default) or f16 GEMM weights and hidden activations on the
     /// GPU (`--precision` wins).
     pub precision: Option<String>,
@@ -71,6 +75,7 @@ fn read() -> Env {
         backend: var("TOKENMIX_BACKEND"),
         gemm: var("TOKENMIX_GEMM"),
         rows: var("TOKENMIX_ROWS"),
+        resample: var("TOKENMIX_RESAMPLE"),
         autotune: var("TOKENMIX_AUTOTUNE"),
         precision: var("TOKENMIX_PRECISION"),
         gemm_tile: var("TOKENMIX_GEMM_TILE"),

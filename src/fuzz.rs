@@ -20,7 +20,7 @@ pub fn load_weights(data: &[u8]) {
 }
 
 /// The CPU half of classifying an image ([`Preprocess::prepare_rgba`]: size and length checks,
-/// resize/crop geometry, the box pre-shrink) with fuzzed image sizes, pixel buffers and
+/// resize/crop geometry, the taps and the window they read) with fuzzed image sizes, pixel buffers and
 /// preprocessing settings (validated first, as a model file's are). Bytes 0-9 choose the
 /// sizes and settings, the rest are the pixels.
 pub fn preprocess_image(data: &[u8]) {
@@ -39,13 +39,14 @@ pub fn preprocess_image(data: &[u8]) {
     }
     let pixels = &data[10..];
     // The fuzzed bytes as the pixels (usually the wrong length) ...
-    let _ = pp.prepare_rgba(pixels, width, height, true);
+    let _ = pp.prepare_rgba(pixels, width, height);
     // ... and, when small enough to allocate, a buffer of the right length made from them.
     if data[10].is_multiple_of(2) && width * height <= 1 << 20 {
         let img: Vec<u8> = pixels.iter().copied().cycle().take(width * height * 4).collect();
-        if let Ok((words, w, h, g)) = pp.prepare_rgba(&img, width, height, true) {
-            assert_eq!(words.len(), w * h, "one word per shrunk pixel");
-            assert!(g.left + size[1] <= g.resized.0 && g.top + size[0] <= g.resized.1, "crop outside the resized image");
+        if let Ok(win) = pp.prepare_rgba(&img, width, height) {
+            assert!(win.width == width && win.height <= height, "a window larger than its image");
+            assert!(win.taps_inside(), "taps read outside the window");
+            assert_eq!((win.taps.cols.len(), win.taps.rows.len()), (size[1], size[0]), "one tap per output column and row");
         }
     }
 }

@@ -113,6 +113,25 @@ pub struct Geometry {
     pub top: usize,
 }
 
+/// The rows of an RGBA image a resize's crop window reads ([`Preprocess::prepare_rgba`]),
+/// borrowed, not copied: `rgba` holds `height` whole rows of `width` pixels (4 bytes each, R
+/// first), and `taps` resample them, their columns the image's, their rows counted from the
+/// window's first.
+pub struct Window<'a> {
+    pub rgba: &'a [u8],
+    pub width: usize,
+    pub height: usize,
+    pub taps: WindowTaps,
+}
+
+impl Window<'_> {
+    /// Whether the taps read only pixels of the window (they do, made by `prepare_rgba`).
+    pub fn taps_inside(&self) -> bool {
+        let inside = |t: &[Tap], size: usize| t.iter().all(|(start, w)| start + w.len() <= size);
+        self.rgba.len() == self.width * self.height * 4 && inside(&self.taps.cols, self.width) && inside(&self.taps.rows, self.height)
+    }
+}
+
 /// The largest image [`Preprocess::prepare_rgba`] (and so `Model::classify_rgba`) takes, in
 /// pixels and per side.
 pub const MAX_IMAGE_PIXELS: usize = 1 << 26;
@@ -133,22 +152,27 @@ pub fn check_image_size(width: usize, height: usize) -> Result<()> {
 
 impl Preprocess {
     /// The CPU half of classifying an RGBA8 image (a browser ImageData) of any size: checks
-    /// the size and the pixel count, computes the resize and crop, and — with `shrink`, for
-    /// images more than 4x larger than the resize target — box-shrinks by an integer factor,
-    /// which keeps the GPU filter's footprint (and its run time) bounded. The CPU executor does
-    /// not shrink: its resize ([`WindowTaps`]) costs what the crop window's taps cost, and it
-    /// then gives the CLI's input byte for byte. Returns the pixels as one u32 per RGBA texel,
-    /// their width and height, and the geometry (for `preprocess.wgsl` on the GPU).
-    pub fn prepare_rgba(&self, rgba: &[u8], width: usize, height: usize, shrink: bool) -> Result<(Vec<u32>, usize, usize, Geometry)> {
+    /// the size and the pixel count, computes the resize and crop and PIL's taps for the crop
+    /// window ([`WindowTaps`]), and finds the rows of the image those taps read (a centre crop
+    /// reads about crop / resized of them). Both executors resample that [`Window`] exactly as
+    /// the CLI does: the CPU with [`Preprocess::window_input`], the GPU with `preprocess.wgsl`'s
+    /// two passes, which gets those rows uploaded as they are.
+    pub fn prepare_rgba<'a>(&self, rgba: &'a [u8], width: usize, height: usize) -> Result<Window<'a>> {
         check_image_size(width, height)?;
         if rgba.len() != width * height * 4 {
             return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
         }
         let g = self.geometry(width, height)?;
-        let scale = (width as f64 / g.resized.0 as f64).min(height as f64 / g.resized.1 as f64);
-        let k = if shrink && scale > 4.0 { (scale / 2.0).floor() as usize } else { 1 };
-        let (pixels, sw, sh) = shrink_rgba(rgba, width, height, k);
-        Ok((pixels, sw, sh, g))
+        let mut taps = WindowTaps::new(width, height, &g, self.size)?;
+        let span = |t: &[Tap]| {
+            let first = t.iter().map(|t| t.0).min().unwrap_or(0);
+            (first, t.iter().map(|t| t.0 + t.1.len()).max().unwrap_or(first).clamp(first + 1, height))
+        };
+        let (y0, y1) = span(&taps.rows);
+        for t in &mut taps.rows {
+            t.0 -= y0;
+        }
+        Ok(Window { rgba: &rgba[y0 * width * 4..y1 * width * 4], width, height: y1 - y0, taps })
     }
 
     /// The resize and centre crop (torchvision's CenterCrop: offsets rounded half to even, as
@@ -237,11 +261,7 @@ pub fn transform(img: &image::RgbImage, pp: &Preprocess) -> Result<Vec<f32>> {
     pp.validate()?;
     let (w, h) = (img.width() as usize, img.height() as usize);
     let taps = WindowTaps::new(w, h, &pp.geometry(w, h)?, pp.size)?;
-    let src = img.as_raw();
-    Ok(pp.window_input(&taps, |x, y| {
-        let p = &src[(y * w + x) * 3..][..3];
-        u32::from_le_bytes([p[0], p[1], p[2], 255])
-    }))
+    Ok(pp.window_input(&taps, img.as_raw(), w, 3))
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -388,25 +408,56 @@ impl WindowTaps {
 
     /// The window, byte for byte what PIL's `Image.resize(resized, BICUBIC)` makes there:
     /// its horizontal pass, rounded and clipped to 8 bits, over the source rows the vertical
-    /// pass reads, then the vertical pass, rounded and clipped again. `sample(x, y, c)` is
-    /// channel `c` of source pixel (x, y). Row-major, `channels` bytes per pixel.
-    pub fn resample(&self, channels: usize, sample: impl Fn(usize, usize, usize) -> u8) -> Vec<u8> {
+    /// pass reads, then the vertical pass, rounded and clipped again. The source's pixel
+    /// (x, y) is the `bpp` bytes at `(y * width + x) * bpp` of `bytes`, R, G and B first;
+    /// `grey`: PIL's "L" of each pixel is resampled (as timm converts before the resize), else
+    /// its RGB. Row-major, 1 or 3 bytes per pixel.
+    ///
+    /// As PIL computes it, in 32-bit sums (|sum| stays under 2^31: 255 times the weights'
+    /// absolute sum, which is under 1.2 × 2^22 for the bicubic), each pass a run of dot
+    /// products over contiguous bytes: a source row is unpacked once into a plane per channel.
+    pub fn resample(&self, grey: bool, bytes: &[u8], width: usize, bpp: usize) -> Vec<u8> {
+        let ch = if grey { 1 } else { 3 };
         let (ow, oh) = (self.cols.len(), self.rows.len());
-        let first = self.rows.iter().map(|t| t.0).min().unwrap_or(0);
-        let last = self.rows.iter().map(|t| t.0 + t.1.len()).max().unwrap_or(0);
-        let mut mid = vec![0u8; last.saturating_sub(first) * ow * channels];
-        for y in first..last {
-            for (ox, t) in self.cols.iter().enumerate() {
-                for c in 0..channels {
-                    mid[((y - first) * ow + ox) * channels + c] = pil_pass(t, |x| sample(x, y, c));
+        let span = |t: &[Tap]| {
+            let first = t.iter().map(|t| t.0).min().unwrap_or(0);
+            (first, t.iter().map(|t| t.0 + t.1.len()).max().unwrap_or(first).max(first))
+        };
+        let ((x0, x1), (y0, y1)) = (span(&self.cols), span(&self.rows));
+        let n = x1 - x0;
+        let mut line = vec![0u8; n * ch];
+        // The horizontal pass's rows, a plane per channel in each: mid[row][c][ox].
+        let mut mid = vec![0u8; (y1 - y0) * ow * ch];
+        for (y, m) in (y0..y1).zip(mid.chunks_exact_mut(ow * ch)) {
+            let row = &bytes[(y * width + x0) * bpp..(y * width + x1) * bpp];
+            if grey {
+                for (l, p) in line.iter_mut().zip(row.chunks_exact(bpp)) {
+                    *l = pil_l(u32::from_le_bytes([p[0], p[1], p[2], 0]));
+                }
+            } else {
+                let (r, gb) = line.split_at_mut(n);
+                let (g, b) = gb.split_at_mut(n);
+                for (x, p) in row.chunks_exact(bpp).enumerate() {
+                    (r[x], g[x], b[x]) = (p[0], p[1], p[2]);
+                }
+            }
+            for (plane, m) in line.chunks_exact(n.max(1)).zip(m.chunks_exact_mut(ow)) {
+                for ((start, w), out) in self.cols.iter().zip(m.iter_mut()) {
+                    *out = clip8(dot(&plane[start - x0..][..w.len()], w));
                 }
             }
         }
-        let mut out = vec![0u8; ow * oh * channels];
-        for (oy, t) in self.rows.iter().enumerate() {
-            for ox in 0..ow {
-                for c in 0..channels {
-                    out[(oy * ow + ox) * channels + c] = pil_pass(t, |y| mid[((y - first) * ow + ox) * channels + c]);
+        let mut out = vec![0u8; ow * oh * ch];
+        let mut acc = vec![0i32; ow * ch];
+        for ((start, w), o) in self.rows.iter().zip(out.chunks_exact_mut(ow * ch)) {
+            acc.fill(1 << (PIL_PRECISION_BITS - 1));
+            for (j, &k) in w.iter().enumerate() {
+                let r = &mid[(start + j - y0) * ow * ch..][..ow * ch];
+                acc.iter_mut().zip(r).for_each(|(a, &v)| *a += v as i32 * k);
+            }
+            for (i, px) in o.chunks_exact_mut(ch).enumerate() {
+                for (c, v) in px.iter_mut().enumerate() {
+                    *v = clip8(acc[c * ow + i]);
                 }
             }
         }
@@ -414,24 +465,24 @@ impl WindowTaps {
     }
 }
 
-/// One output of a PIL pass: the weighted sum from half a unit, clipped to a byte (`clip8`).
-fn pil_pass((start, weights): &Tap, sample: impl Fn(usize) -> u8) -> u8 {
-    let half = 1i64 << (PIL_PRECISION_BITS - 1);
-    let sum = weights.iter().enumerate().fold(half, |acc, (i, &w)| acc + sample(start + i) as i64 * w as i64);
+/// A PIL pass's sum for one output: half a unit plus the weighted samples.
+fn dot(samples: &[u8], weights: &[i32]) -> i32 {
+    samples.iter().zip(weights).fold(1 << (PIL_PRECISION_BITS - 1), |acc, (&v, &w)| acc + v as i32 * w)
+}
+
+/// PIL's `clip8`: a fixed-point sum back to a byte.
+fn clip8(sum: i32) -> u8 {
     (sum >> PIL_PRECISION_BITS).clamp(0, 255) as u8
 }
 
 impl Preprocess {
     /// The model input (CHW, normalised) of the crop window `taps` resamples from an image
-    /// whose pixel (x, y) is `rgba(x, y)` (RGBA8 in a u32, R in the low byte): the resize of
-    /// the CLI and of the CPU executor's page path. One channel: PIL's "L" of each source
+    /// whose pixel (x, y) is the `bpp` bytes at `(y * width + x) * bpp` of `pixels`, R, G and B
+    /// first ([`WindowTaps::resample`]): the resize of the CLI (RGB) and of the CPU executor's
+    /// page path (RGBA). One channel: PIL's "L" of each source
     /// pixel, before the resize, as timm's pipeline converts first.
-    pub fn window_input(&self, taps: &WindowTaps, rgba: impl Fn(usize, usize) -> u32) -> Vec<f32> {
-        let bytes = if self.channels == 1 {
-            taps.resample(1, |x, y, _| pil_l(rgba(x, y)))
-        } else {
-            taps.resample(3, |x, y, c| (rgba(x, y) >> (8 * c)) as u8)
-        };
+    pub fn window_input(&self, taps: &WindowTaps, pixels: &[u8], width: usize, bpp: usize) -> Vec<f32> {
+        let bytes = taps.resample(self.channels == 1, pixels, width, bpp);
         let plane = bytes.len() / self.channels;
         let mut out = vec![0f32; bytes.len()];
         for (i, px) in bytes.chunks_exact(self.channels).enumerate() {
@@ -441,31 +492,4 @@ impl Preprocess {
         }
         out
     }
-}
-
-/// RGBA8 bytes as one u32 per pixel, box-averaged over k x k blocks first when k > 1
-/// (a partial block at the right or bottom edge is dropped).
-fn shrink_rgba(rgba: &[u8], width: usize, height: usize, k: usize) -> (Vec<u32>, usize, usize) {
-    let word = |p: [u8; 4]| u32::from_le_bytes(p);
-    if k <= 1 {
-        return (rgba.chunks_exact(4).map(|p| word([p[0], p[1], p[2], p[3]])).collect(), width, height);
-    }
-    let (sw, sh) = (width / k, height / k);
-    let mut out = Vec::with_capacity(sw * sh);
-    for y in 0..sh {
-        for x in 0..sw {
-            let mut acc = [0u32; 4];
-            for dy in 0..k {
-                let row = ((y * k + dy) * width + x * k) * 4;
-                for px in rgba[row..row + 4 * k].chunks_exact(4) {
-                    for c in 0..4 {
-                        acc[c] += px[c] as u32;
-                    }
-                }
-            }
-            let n = (k * k) as u32;
-            out.push(word(acc.map(|v| ((v + n / 2) / n) as u8)));
-        }
-    }
-    (out, sw, sh)
 }

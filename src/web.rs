@@ -6,7 +6,7 @@
 //! - `setPrecision('f32' | 'f16')`: storage of GEMM weights and MLP hidden activations of GPU
 //!   devices made from then on
 //! - `adapterInfo()` → `{backend: 'gpu'|'cpu', reason, requested, name, apiBackend, deviceType,
-//!   gemm, precision, precisionNote, threads, cancelled: {beforeStart, midPass, loads}, slices:
+//!   gemm, rows, resample, precision, precisionNote, threads, cancelled: {beforeStart, midPass, loads}, slices:
 //!   {on, every, pauses, pausedMs}}`: which executor runs and why (`js/core.js` adds
 //!   `threadsNote`), how many cancelled calls stopped before their pass began, during it, and
 //!   how many loads stopped early, and whether CPU passes (and loads' copies and conversions)
@@ -14,10 +14,11 @@
 //!   those were away. `auto` takes
 //!   the CPU (WebAssembly SIMD) where WebGPU is missing, gives no adapter, or gives a software
 //!   one (SwiftShader, the fallback adapter), else the GPU
-//! - `loadModel(source, {onProgress, name, backend, precision, cache, signal, cancelId})` →
+//! - `loadModel(source, {onProgress, name, backend, precision, autotune, resample, cache, signal, cancelId})` →
 //!   description (with `fromCache`); `source` is a URL,
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
-//!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage; an aborted
+//!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage; `resample`
+//!   ('gpu' | 'cpu') where the GPU executor resizes an image (`gpu::Resample`); an aborted
 //!   `signal` (AbortSignal) stops the download and the load, which then changes nothing; a
 //!   cancelled `cancelId` (see `cancelCall`) stops the load at its next tensor or weight (in
 //!   the one-thread build, whose copy into wasm memory and conversion run in slices, at the
@@ -386,6 +387,9 @@ thread_local! {
     static LOADS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// The backend the state is first made with (`setBackend`).
     static CHOICE: RefCell<BackendChoice> = const { RefCell::new(BackendChoice::Auto) };
+    /// Where models loaded from now on resample images on the GPU (`loadModel`'s `resample`);
+    /// None: the adapter's default.
+    static RESAMPLE: Cell<Option<crate::gpu::Resample>> = const { Cell::new(None) };
 }
 
 fn js_err(e: impl std::fmt::Display) -> JsError {
@@ -552,6 +556,7 @@ fn describe(model: &Model, name: &str) -> Result<JsValue, JsError> {
 pub async fn adapter_info() -> Result<JsValue, JsError> {
     let s = state().await?;
     let sel = s.borrow().sel.clone();
+    let resample = s.borrow().model.resample().map(|r| r.name());
     let d = &sel.device;
     let (name, api, device_type) = match d {
         Device::Gpu(g) => (g.info.name.clone(), format!("{:?}", g.info.backend), format!("{:?}", g.info.device_type)),
@@ -567,6 +572,7 @@ pub async fn adapter_info() -> Result<JsValue, JsError> {
         "deviceType": device_type,
         "gemm": d.kernels(),
         "rows": d.rows(),
+        "resample": resample,
         "autotune": d.gpu().is_some_and(|g| g.tuning.enabled()),
         "gemmTimed": d.gpu().map_or(0, |g| g.tuning.timed()),
         "precision": d.precision().0,
@@ -644,6 +650,11 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
         })
         .transpose()?;
     let autotune = given("autotune").map(|v| v.as_bool().ok_or_else(|| js_err("loadModel: options.autotune must be true or false"))).transpose()?;
+    let resample = given("resample")
+        .map(|v| {
+            v.as_string().and_then(|t| crate::gpu::Resample::parse(&t)).ok_or_else(|| js_err("loadModel: options.resample must be 'gpu' or 'cpu'"))
+        })
+        .transpose()?;
     let given_name = option("name").as_string();
     let label = || given_name.clone().or_else(|| source.as_string()).unwrap_or_else(|| "the model".into());
     if aborted() {
@@ -700,7 +711,9 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     let before_precision = crate::gpu::precision_override();
     let before_autotune = crate::gpu::tune::autotune_override();
     let before_enabled = old.device.gpu().map(|g| g.tuning.enabled());
+    let before_resample = RESAMPLE.get();
     let restore = || {
+        RESAMPLE.set(before_resample);
         crate::gpu::set_precision_override(before_precision);
         crate::gpu::tune::request_autotune(before_autotune);
         if let (Some(g), Some(on)) = (old.device.gpu(), before_enabled) {
@@ -729,7 +742,11 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
                 g.tuning.set_enabled(on);
             }
         }
-        let model = match load_tuned(&sel.device, &bytes, &cancel).await {
+        // A resample option applies to this model and those loaded later.
+        if resample.is_some() {
+            RESAMPLE.set(resample);
+        }
+        let mut model = match load_tuned(&sel.device, &bytes, &cancel).await {
             Ok(m) => m,
             Err(Error::Cancelled) => {
                 count_stop(|s| s.loads += 1);
@@ -737,6 +754,9 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
             }
             Err(e) => return Err(js_err(format!("{name}: {e}"))),
         };
+        if let Some(r) = RESAMPLE.get() {
+            model.set_resample(r);
+        }
         let desc = describe(&model, &name)?;
         Ok::<_, JsError>((sel, model, desc))
     };

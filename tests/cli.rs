@@ -905,7 +905,12 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
     let _ = std::fs::remove_dir_all(&cache);
     let run = |args: &[&str], envs: &[(&str, &str)]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenmix"));
-        cmd.args(args).env("TOKENMIX_CACHE_DIR", &cache).env_remove("TOKENMIX_GEMM").env_remove("TOKENMIX_AUTOTUNE").env_remove("TOKENMIX_ROWS");
+        cmd.args(args)
+            .env("TOKENMIX_CACHE_DIR", &cache)
+            .env_remove("TOKENMIX_GEMM")
+            .env_remove("TOKENMIX_AUTOTUNE")
+            .env_remove("TOKENMIX_ROWS")
+            .env_remove("TOKENMIX_RESAMPLE");
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -972,6 +977,27 @@ fn autotuned_gemm_choices_are_reported_and_cached() {
     assert_clean_error(&out);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("TOKENMIX_ROWS=warp: expected invocation, workgroup or subgroup"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Where an image is resized: on the CPU by default on a CPU rasteriser, TOKENMIX_RESAMPLE's
+    // when set (`info --json` too), a name that is neither a one-line error.
+    let resample_of = |args: &[&str], envs: &[(&str, &str)]| {
+        let out = run(args, envs);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["resample"].as_str().map(str::to_string)
+    };
+    let info = ["info", "--backend", "gpu", "--weights", weights.to_str().unwrap(), "--json"];
+    assert_eq!(resample_of(&bench, &[]).as_deref(), Some("cpu"), "lavapipe is a CPU rasteriser");
+    assert_eq!(resample_of(&bench, &[("TOKENMIX_RESAMPLE", "gpu")]).as_deref(), Some("gpu"));
+    assert_eq!(resample_of(&info, &[("TOKENMIX_RESAMPLE", "gpu")]).as_deref(), Some("gpu"));
+    assert_eq!(resample_of(&["info", "--backend", "cpu", "--json"], &[]), None, "the CPU executor has no GPU resampling");
+    let out = run(&info, &[("TOKENMIX_RESAMPLE", "shader")]);
+    assert!(!out.status.success());
+    assert_clean_error(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("TOKENMIX_RESAMPLE=shader: expected gpu or cpu"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

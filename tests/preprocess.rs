@@ -1,18 +1,40 @@
-//! The preprocessing the page uses (`Model::classify_rgba`: `preprocess.wgsl` on the GPU, the
-//! same taps on the CPU executor) against the native CLI transform (`preprocess::transform`):
-//! the same model input from the same pixels, and therefore the same classification; and all
-//! three against timm's own transform (tests/fixtures/preprocess.json, written by
+//! The preprocessing the page uses (`Model::classify_rgba`: on the WGSL executor
+//! `preprocess.wgsl` or the CPU's resampling, `gpu::Resample`; the CPU's on the CPU executor)
+//! against the native CLI transform (`preprocess::transform`): the same model input from the
+//! same pixels, and therefore the same classification; and all of them against timm's own transform (tests/fixtures/preprocess.json, written by
 //! tools/make_preprocess_goldens.py): the resize and crop of 87 cases exactly, the model input
 //! of eleven byte for byte (PIL's resampling, done as PIL does it).
 
 mod common;
 
 use common::{fixtures, gpu, max_abs_diff};
+use tokenmix::gpu::Resample;
 use tokenmix::{preprocess, Device, Model};
 
-/// Both executors: the WGSL path on the test adapter, and the CPU.
-fn executors() -> [Device; 2] {
-    [gpu().into(), common::cpu()]
+/// A way the page classifies an image: an executor and, on the GPU, where it resamples.
+type PagePath = (Device, Option<Resample>);
+
+/// The page's three paths: the WGSL executor resampling with `preprocess.wgsl` and on the
+/// CPU (both forced, whichever the test adapter's default is), and the CPU executor.
+fn page_paths() -> [PagePath; 3] {
+    [(gpu().into(), Some(Resample::Gpu)), (gpu().into(), Some(Resample::Cpu)), (common::cpu(), None)]
+}
+
+/// `bytes` loaded on `path`'s executor, resampling where it says.
+fn load_on(path: &PagePath, bytes: &[u8], img_size: Option<[usize; 2]>) -> Model {
+    let mut model = Model::load(path.0.clone(), bytes, img_size).unwrap();
+    if let Some(r) = path.1 {
+        model.set_resample(r);
+    }
+    assert_eq!(model.resample(), path.1);
+    model
+}
+
+fn path_name(model: &Model) -> String {
+    match model.resample() {
+        Some(r) => format!("gpu, resampled on the {}", r.name()),
+        None => model.backend().to_string(),
+    }
 }
 
 fn now() -> f64 {
@@ -34,36 +56,56 @@ fn synthetic(w: u32, h: u32) -> image::RgbImage {
 #[test]
 fn gpu_preprocessing_matches_the_cpu_transform() {
     // (fixture, image size): no resize (28x28 grey model on its own samples), upscaling,
-    // downscaling by 2.6x and by > 4x (the CPU box pre-shrink path), non-square both ways.
+    // downscaling by 2.6x, by 8x and by 43x (PIL's filter 4 x 43 taps wide), non-square both
+    // ways. Byte for byte on both executors, whatever the scale.
     let default = tokenmix::DEFAULT_MODEL.to_vec();
     let rgb = std::fs::read(fixtures().join("mixer_p4_rgb.safetensors")).unwrap();
     let sample = image::open(concat!(env!("CARGO_MANIFEST_DIR"), "/www/samples/fmnist-0000-boot.png")).unwrap().to_rgb8();
-    let cases: Vec<(&[u8], image::RgbImage, f32)> =
-        vec![(&default, sample, 1e-6), (&rgb, synthetic(11, 9), 1e-6), (&rgb, synthetic(47, 61), 1e-6), (&rgb, synthetic(150, 90), 0.0)];
-    for ((i, (bytes, img, tol)), dev) in cases.into_iter().enumerate().flat_map(|c| executors().map(move |d| (c.clone(), d))) {
-        let model = Model::load(dev, bytes, None).unwrap();
+    let cases: Vec<(&[u8], image::RgbImage)> =
+        vec![(&default, sample), (&rgb, synthetic(11, 9)), (&rgb, synthetic(47, 61)), (&rgb, synthetic(150, 90)), (&rgb, synthetic(1100, 780))];
+    for ((i, (bytes, img)), path) in cases.into_iter().enumerate().flat_map(|c| page_paths().map(move |p| (c.clone(), p))) {
+        let model = load_on(&path, bytes, None);
         let want = preprocess::transform(&img, &model.info.preprocess).unwrap();
         let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), img.width() as usize, img.height() as usize, now)).unwrap();
         let diff = max_abs_diff(&run.input, &want);
-        eprintln!("case {i} ({}x{}) on {}: max |Δinput| = {diff:.2e}", img.width(), img.height(), model.backend());
-        if tol > 0.0 {
-            assert!(diff <= tol, "case {i} on {}: the page's preprocessing and the CPU transform differ by {diff}", model.backend());
-        } else {
-            // The box pre-shrink is a different (coarser) antialiasing than PIL's wide bicubic:
-            // close on average, not per pixel.
-            let mean = run.input.iter().zip(&want).map(|(a, b)| (a - b).abs()).sum::<f32>() / want.len() as f32;
-            assert!(mean < 0.1, "case {i}: mean |Δinput| {mean}");
-        }
+        eprintln!("case {i} ({}x{}) on {}: max |Δinput| = {diff:.2e}", img.width(), img.height(), path_name(&model));
+        assert!(common::within(diff, 1e-6), "case {i} on {}: the page's preprocessing and the CPU transform differ by {diff}", path_name(&model));
         // The model input is what the forward pass saw.
         let direct = model.forward_blocking(&run.input).unwrap();
         assert!(max_abs_diff(&direct.logits, &run.output.logits) < 1e-5);
     }
 }
 
+/// `preprocess.wgsl` binds an image too large for one binding (over 128 MiB on a WebGPU
+/// default) in bands of rows, one horizontal dispatch each: every banding of a window, down to
+/// a row per band and bands that do not divide it, gives the CPU's input byte for byte.
+#[test]
+fn an_image_bound_in_bands_is_resampled_as_a_whole() {
+    let gpu = gpu();
+    for (channels, (w, h)) in [(3, (301, 233)), (1, (90, 170))] {
+        let pp = preprocess::Preprocess::half_normalised(channels, [16, 16]);
+        let img = synthetic(w, h);
+        let rgba = rgba_of(&img);
+        let window = pp.prepare_rgba(&rgba, w as usize, h as usize).unwrap();
+        assert!(window.height > 16, "a window of {} rows is no test of banding", window.height);
+        let want = preprocess::transform(&img, &pp).unwrap();
+        let out = gpu.storage("input", want.len()).unwrap();
+        for band_rows in [1, 7, window.height - 1, window.height, 10 * window.height] {
+            let op = tokenmix::ops::preprocess::rgba_to_input_in_bands(&gpu, &pp, &window, &out, band_rows).unwrap();
+            gpu.run_ops(&[op]).unwrap();
+            let got = pollster::block_on(gpu.read_buffer(&out, want.len())).unwrap();
+            let diff = max_abs_diff(&got, &want);
+            eprintln!("{w}x{h}, {channels} channel(s), window {}x{}, bands of {band_rows} rows: max |Δ| {diff:.2e}", window.width, window.height);
+            assert!(common::within(diff, 1e-6), "bands of {band_rows} rows: max |Δ| {diff}");
+        }
+        assert!(tokenmix::ops::preprocess::rgba_to_input_in_bands(&gpu, &pp, &window, &out, 0).is_err(), "bands of no rows");
+    }
+}
+
 #[test]
 fn bad_images_are_errors_and_the_model_keeps_working() {
-    for dev in executors() {
-        bad_images_on(dev);
+    for path in page_paths() {
+        bad_images_on(&path);
     }
 }
 
@@ -143,8 +185,8 @@ fn every_image_format_read_gives_its_pixels() {
     assert!(err.contains("notes.txt: not an image tokenmix reads (PNG, JPEG, WebP, GIF, BMP or TIFF)"), "{err}");
 }
 
-fn bad_images_on(dev: Device) {
-    let model = Model::load(dev, tokenmix::DEFAULT_MODEL, None).unwrap();
+fn bad_images_on(path: &PagePath) {
+    let model = load_on(path, tokenmix::DEFAULT_MODEL, None);
     let run = |rgba: &[u8], w: usize, h: usize| pollster::block_on(model.classify_rgba(rgba, w, h, now));
     assert!(run(&[], 0, 0).is_err(), "zero size");
     assert!(run(&[0; 12], 2, 2).is_err(), "wrong byte count");
@@ -159,16 +201,16 @@ fn bad_images_on(dev: Device) {
 
 #[test]
 fn poolformer_reports_each_stage_energy() {
-    for dev in executors() {
-        stage_energy_on(dev);
+    for path in page_paths() {
+        stage_energy_on(&path);
     }
 }
 
-fn stage_energy_on(dev: Device) {
+fn stage_energy_on(path: &PagePath) {
     // A 4-stage PoolFormer on 64x64: the stage grids are 16, 8, 4 and 2 tokens a side; each
     // token's energy is the L2 norm of its channels, so non-negative and not all zero.
     let bytes = std::fs::read(fixtures().join("poolformer_rgb.safetensors")).unwrap();
-    let model = Model::load(dev.clone(), &bytes, Some([64, 64])).unwrap();
+    let model = load_on(path, &bytes, Some([64, 64]));
     let img = synthetic(80, 64);
     let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), 80, 64, now)).unwrap();
     let grids: Vec<(usize, usize)> = run.stage_energy.iter().map(|(g, _)| *g).collect();
@@ -178,7 +220,7 @@ fn stage_energy_on(dev: Device) {
         assert!(e.iter().all(|v| v.is_finite() && *v >= 0.0) && e.iter().any(|v| *v > 0.0));
     }
     // The isotropic models have no stages to report.
-    let mixer = Model::load(dev, tokenmix::DEFAULT_MODEL, None).unwrap();
+    let mixer = load_on(path, tokenmix::DEFAULT_MODEL, None);
     let run = pollster::block_on(mixer.classify_rgba(&[90; 28 * 28 * 4], 28, 28, now)).unwrap();
     assert!(run.stage_energy.is_empty());
 }
@@ -219,21 +261,21 @@ fn the_resize_and_crop_are_timms() {
     assert!(wrong.is_empty(), "{} of {} differ from timm:\n{}", wrong.len(), cases.len(), wrong.join("\n"));
 }
 
-/// The model input itself, from the same pixels, on all three paths (the CLI's transform, the
-/// page's through the CPU executor and through `preprocess.wgsl`) against timm's: the same
+/// The model input itself, from the same pixels, on all four paths (the CLI's transform, the
+/// page's through the CPU executor, and through the WGSL executor resampling on the CPU and
+/// with `preprocess.wgsl`) against timm's: the same
 /// bytes (PIL's fixed-point resampling, rounded and clipped between its two passes; the
 /// reference keeps 7 decimals), where a crop one pixel off is tens of grey levels off here.
 /// Downscaling, upscaling, strips, one and three channels; one-channel cases check PIL's "L"
-/// conversion, which timm applies before the resize. The GPU's page path box-shrinks an image
-/// more than 4x larger than its resize first (a bounded footprint): there it is close on
-/// average, not byte for byte; the CLI and the CPU executor's page path stay exact.
+/// conversion, which timm applies before the resize. Among them, images downscaled more than
+/// 4x (PIL's filter then spans more than 16 source pixels each way).
 #[test]
 fn the_model_input_is_timms_on_every_path() {
     let reference = timm_reference();
     let cases = reference["inputs"].as_array().expect("input cases");
     assert!(cases.len() >= 11, "only {} input cases", cases.len());
     let mut failures = Vec::new();
-    let (mut checked, mut shrunk_checked) = (0, 0);
+    let (mut checked, mut wide) = (0, 0);
     for (i, c) in cases.iter().enumerate() {
         let (size, image) = (usizes(&c["size"]), usizes(&c["image"]));
         let channels = c["channels"].as_u64().unwrap() as usize;
@@ -247,7 +289,8 @@ fn the_model_input_is_timms_on_every_path() {
         let want = floats(&c["input"]);
         let level = 1.0 / 255.0 / pp.std.iter().fold(f32::INFINITY, |m, &s| m.min(s));
         let img = synthetic(image[0] as u32, image[1] as u32);
-        let shrunk = pp.prepare_rgba(&rgba_of(&img), image[0], image[1], true).expect("a usable image").1 != image[0];
+        let g = pp.geometry(image[0], image[1]).expect("a usable image");
+        wide += (image[0] as f64 / g.resized.0 as f64 > 4.0) as usize;
         let cli = preprocess::transform(&img, &pp).expect("the CLI's transform");
         // A golden fixture of this input shape carries the preprocessing under test.
         let fixture = match (channels, size[0], size[1]) {
@@ -259,32 +302,23 @@ fn the_model_input_is_timms_on_every_path() {
         };
         let bytes = std::fs::read(fixtures().join(format!("{fixture}.safetensors"))).unwrap();
         let mut paths = vec![("cli".to_string(), cli)];
-        for dev in executors() {
-            let mut model = Model::load(dev, &bytes, None).unwrap();
+        for path in page_paths() {
+            let mut model = load_on(&path, &bytes, None);
             model.info.preprocess = pp.clone();
             let run = pollster::block_on(model.classify_rgba(&rgba_of(&img), image[0], image[1], now)).unwrap();
-            paths.push((format!("page, {}", model.backend()), run.input));
+            paths.push((format!("page, {}", path_name(&model)), run.input));
         }
         for (path, got) in paths {
-            let (diff, mean) = (max_abs_diff(&got, &want), got.iter().zip(&want).map(|(a, b)| (a - b).abs()).sum::<f32>() / want.len() as f32);
-            // Only the GPU's preprocessing shrinks; the CPU executor's page path is the CLI's.
-            let approximate = shrunk && path == "page, gpu";
-            // Byte for byte: under a millionth (a grey level is 1 / 255 / std); box-shrunk
-            // first: within 2 grey levels on average.
-            let (measured, bound, what) = if approximate { (mean, 2.0 * level, "mean") } else { (diff, 1e-6, "max") };
-            eprintln!(
-                "case {i} ({channels}x{size:?} / {} from {image:?}) {path}: max|Δ| {diff:.2e}, mean {mean:.2e} ({what} bound {bound:.2e})",
-                pp.crop_pct
-            );
-            if !common::within(measured, bound) {
-                failures.push(format!("case {i} {path}: {what} |Δ| {measured} > {bound}"));
+            let diff = max_abs_diff(&got, &want);
+            // Byte for byte: under a millionth (a grey level is 1 / 255 / std).
+            eprintln!("case {i} ({channels}x{size:?} / {} from {image:?}) {path}: max|Δ| {diff:.2e} (a grey level {level:.2e})", pp.crop_pct);
+            if !common::within(diff, 1e-6) {
+                failures.push(format!("case {i} {path}: max |Δ| {diff} > 1e-6"));
             }
             checked += 1;
-            shrunk_checked += approximate as usize;
         }
     }
-    assert_eq!(checked, 3 * cases.len());
-    // The reference has a case for each regime: exact everywhere, and box-shrunk on the GPU.
-    assert!(shrunk_checked > 0 && shrunk_checked < checked, "{shrunk_checked} of {checked} paths box-shrunk");
+    assert_eq!(checked, 4 * cases.len());
+    assert!(wide > 0, "no case downscales more than 4x");
     assert!(failures.is_empty(), "{}", failures.join("; "));
 }

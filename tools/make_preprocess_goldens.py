@@ -84,7 +84,7 @@ def main():
         (1, [12, 20], 0.875, [0.449], [0.226], (47, 61)),
         (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (70, 60)),   # downscaled 3.3x: the widened filter
         (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (9, 7)),     # upscaled 2.6x: PIL clips between passes
-        (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (200, 150)), # 9.5x: the page path box-shrinks first
+        (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (200, 150)), # 9.5x: PIL's filter 38 taps wide
         (3, [16, 16], 0.875, [0.5] * 3, [0.5] * 3, (1, 3000)),  # a strip: resized to 18x54000
         (1, [24, 40], 0.875, [0.5], [0.5], (300, 7)),           # a non-square strip, one channel
     ]:

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, SlotSizes, Step};
-use crate::preprocess::{Geometry, Preprocess, WindowTaps};
+use crate::preprocess::{Preprocess, Window};
 
 use super::{Cancel, Output, Profile, RunTimes, MAX_BATCH};
 
@@ -352,8 +352,8 @@ impl CpuExec {
         slices: Option<&Slices>,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
-        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height, false)?;
-        let input = rgba_to_input(pp, &g, &pixels, sw, sh)?;
+        let window = pp.prepare_rgba(rgba, width, height)?;
+        let input = rgba_to_input(pp, &window)?;
         let t1 = now();
         let mut stages = Vec::new();
         let (out, _) = self.run_chunks(&input, &[], cancel, slices, Some(&mut stages)).await?;
@@ -1182,16 +1182,20 @@ fn softmax(row: &[f32], out: &mut Vec<f32>) {
     out.extend(row.iter().map(|&v| (((v - max) as f64).exp() / sum) as f32));
 }
 
-/// timm's eval transform of RGBA pixels (one u32 per pixel, R in the low byte) on the CPU:
-/// PIL's resampling of the crop window ([`WindowTaps`], the same taps `preprocess.wgsl` gets),
-/// normalised, CHW ([`Preprocess::window_input`], as the CLI's transform).
-pub fn rgba_to_input(pp: &Preprocess, g: &Geometry, pixels: &[u32], width: usize, height: usize) -> Result<Vec<f32>> {
+/// timm's eval transform of the part of an RGBA image a crop window reads
+/// ([`Preprocess::prepare_rgba`]) on the CPU: PIL's resampling with its taps (the ones
+/// `preprocess.wgsl` gets), normalised, CHW ([`Preprocess::window_input`], as the CLI's transform).
+pub fn rgba_to_input(pp: &Preprocess, window: &Window) -> Result<Vec<f32>> {
     pp.validate()?;
-    if width == 0 || height == 0 || pixels.len() != width * height {
-        return Err(Error::Input(format!("{} pixels for a {width}x{height} image", pixels.len())));
+    if !window.taps_inside() {
+        return Err(Error::Input(format!(
+            "{} bytes for a {}x{} RGBA window, or taps that read outside it",
+            window.rgba.len(),
+            window.width,
+            window.height
+        )));
     }
-    let taps = WindowTaps::new(width, height, g, pp.size)?;
-    Ok(pp.window_input(&taps, |x, y| pixels[y * width + x]))
+    Ok(pp.window_input(&window.taps, window.rgba, window.width, 4))
 }
 
 impl CpuExec {

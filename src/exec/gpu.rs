@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
-use crate::gpu::{GemmVariant, Gpu, Precision};
+use crate::gpu::{GemmVariant, Gpu, Precision, Resample};
 use crate::net::{GemmKind, Net, Slot, SlotSizes, Step, Tensor, View, W};
 use crate::ops::{self, norm::Rows, ActTexture, Axis, Matrix, Op, Operand};
 use crate::preprocess::Preprocess;
@@ -418,7 +418,7 @@ impl GpuExec {
             let batch = chunk.len() / per;
             let plan = self.plan(batch, explain, cancel)?;
             cancel.check()?;
-            let staging = self.submit(&plan, Some(chunk), None, None)?;
+            let staging = self.submit(&plan, Some(chunk), None, false, None)?;
             // Logits, probabilities, then (explaining) the evidence and pooled slots, whole.
             let mut data = self.gpu.read_back(&staging).await?;
             let mut rest = data.split_off(2 * batch * classes);
@@ -434,8 +434,8 @@ impl GpuExec {
     }
 
     /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the
-    /// forward pass, and copies logits, probabilities and — with a prologue — the input and
-    /// stage snapshots into a fresh staging buffer, returned for mapping. A fresh staging
+    /// forward pass, and copies logits, probabilities and — for one `image` classified — the
+    /// input and stage snapshots into a fresh staging buffer, returned for mapping. A fresh staging
     /// buffer per call keeps concurrent calls (the web's async classify) independent. `record`,
     /// if given, records the forward pass's ops in place of [`ops::encode_all`] (a profile's
     /// timed passes).
@@ -444,13 +444,14 @@ impl GpuExec {
         plan: &Plan,
         input: Option<&[f32]>,
         prologue: Option<&Op>,
+        image: bool,
         record: Option<&mut dyn FnMut(&mut wgpu::CommandEncoder)>,
     ) -> Result<wgpu::Buffer> {
         let gpu = &self.gpu;
         gpu.check()?;
         let n = (plan.batch * self.classes) as u64 * 4;
-        let input_bytes = if prologue.is_some() { (plan.batch * self.input) as u64 * 4 } else { 0 };
-        let snapshot = prologue.and(plan.stages.as_ref());
+        let input_bytes = if image { (plan.batch * self.input) as u64 * 4 } else { 0 };
+        let snapshot = plan.stages.as_ref().filter(|_| image);
         let stage_bytes = snapshot.map_or(0, |st| st.size());
         // Explanations also bring back the evidence and the pooled vectors, whole slots.
         let extra: Vec<Slot> = if plan.explain { vec![Slot::Evidence, Slot::Pooled] } else { Vec::new() };
@@ -491,24 +492,35 @@ impl GpuExec {
         Ok(staging)
     }
 
-    /// One RGBA8 image, preprocessed by `preprocess.wgsl` in the same submission as the
-    /// forward pass. Returns the output, the model input, the stage snapshots and the timings.
+    /// One RGBA8 image, resampled where `resample` says: by `preprocess.wgsl` in the same
+    /// submission as the forward pass, or on the CPU with the input uploaded. Returns the
+    /// output, the model input, the stage snapshots and the timings.
+    #[allow(clippy::too_many_arguments)]
     pub async fn classify_rgba(
         &self,
         pp: &Preprocess,
         rgba: &[u8],
         width: usize,
         height: usize,
+        resample: Resample,
         now: fn() -> f64,
         cancel: &Cancel,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
-        let (pixels, sw, sh, g) = pp.prepare_rgba(rgba, width, height, true)?;
-        let buf = self.gpu.storage_words("image", &pixels)?;
+        let window = pp.prepare_rgba(rgba, width, height)?;
         let plan = self.plan(1, false, cancel)?;
-        let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &g, &buf, sw, sh, &plan.slots[Slot::Input.index()])?;
-        cancel.check()?;
-        let staging = self.submit(&plan, None, Some(&op), None)?;
+        let staging = match resample {
+            Resample::Gpu => {
+                let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &window, &plan.slots[Slot::Input.index()])?;
+                cancel.check()?;
+                self.submit(&plan, None, Some(&op), true, None)?
+            }
+            Resample::Cpu => {
+                let input = super::cpu::rgba_to_input(pp, &window)?;
+                cancel.check()?;
+                self.submit(&plan, Some(&input), None, true, None)?
+            }
+        };
         let t1 = now();
         self.gpu.map_read(&staging).await?;
         let t2 = now();
@@ -534,7 +546,7 @@ impl GpuExec {
             return Err(Error::Input(format!("a resident rerun takes 1 to {} images, not {batch}", self.max_batch())));
         }
         let plan = self.plan(batch, false, &Cancel::new())?;
-        let staging = self.submit(&plan, None, None, None)?;
+        let staging = self.submit(&plan, None, None, false, None)?;
         pollster::block_on(self.gpu.read_back(&staging))?;
         Ok(())
     }
@@ -566,6 +578,7 @@ impl GpuExec {
             &plan,
             Some(input),
             None,
+            false,
             Some(&mut |encoder: &mut wgpu::CommandEncoder| {
                 timed = ops::encode_timed(encoder, &plan.ops, &queries, copies);
                 encoder.resolve_query_set(&queries, 0..count, &resolved, 0);

@@ -296,6 +296,15 @@ impl Device {
         }
     }
 
+    /// Where the GPU executor resamples an image it classifies by default (`gpu::Resample`):
+    /// "gpu" or "cpu"; None on the CPU executor.
+    pub fn resample(&self) -> Option<&'static str> {
+        match self {
+            Device::Gpu(g) => Some(g.resample.name()),
+            Device::Cpu(_) => None,
+        }
+    }
+
     /// The GEMM autotuner's choices (shape class → kernel) and whether it is on; empty and
     /// false on the CPU executor and wherever the kernel is fixed.
     pub fn gemm_tuning(&self) -> (bool, std::collections::BTreeMap<String, String>) {

@@ -109,6 +109,32 @@ impl RowKernel {
     }
 }
 
+/// Where a GPU executor resamples an image it classifies (`Model::classify_rgba`, the page's
+/// and the desktop app's path). Both give PIL's bytes, the CLI's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resample {
+    /// `preprocess.wgsl`, recorded in the forward pass's submission; the image's rows are
+    /// uploaded as they are. The default on real GPUs, where it costs the upload.
+    Gpu,
+    /// On the CPU, as the CPU executor does (`WindowTaps::resample`); the model input is
+    /// uploaded. The default on CPU rasterisers (SwiftShader, lavapipe), which run the shader's
+    /// taps loop ten times slower than the CPU code runs it (README, "Performance").
+    Cpu,
+}
+
+impl Resample {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resample::Gpu => "gpu",
+            Resample::Cpu => "cpu",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Resample::Gpu, Resample::Cpu].into_iter().find(|r| r.name() == s)
+    }
+}
+
 /// Which GEMM kernel runs (see `ops::gemm`). The adapter has a default ([`Gpu::gemm`]); on
 /// real GPUs the autotuner ([`tune`]) picks one per shape class among [`Gpu::gemm_variants`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -318,6 +344,9 @@ pub struct Gpu {
     /// How LayerNorm and softmax cover their rows (and GroupNorm its images): by workgroup on
     /// real GPUs, by invocation on CPU rasterisers.
     pub rows: RowKernel,
+    /// Where an image is resampled for classifying ([`Resample`]): `TOKENMIX_RESAMPLE`, else
+    /// on the CPU for a CPU rasteriser, else here.
+    pub resample: Resample,
     /// How GEMM weights and hidden activations are stored (f16 only where the device has
     /// `SHADER_F16`).
     pub precision: Precision,
@@ -445,6 +474,11 @@ impl Gpu {
             None if lanes.is_some() && !cfg!(target_arch = "wasm32") => RowKernel::Subgroup,
             None => RowKernel::Workgroup,
         };
+        let resample = match crate::env::env().resample.as_deref() {
+            Some(s) => Resample::parse(s).ok_or_else(|| Error::Input(format!("TOKENMIX_RESAMPLE={s}: expected gpu or cpu")))?,
+            None if crate::exec::is_software(&info) => Resample::Cpu,
+            None => Resample::Gpu,
+        };
         let gpu = Gpu {
             instance,
             adapter,
@@ -454,6 +488,7 @@ impl Gpu {
             limits,
             gemm,
             rows,
+            resample,
             precision,
             precision_note,
             tuning,
@@ -689,6 +724,20 @@ impl Gpu {
 
     pub fn storage_init(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
         self.storage_from(label, data, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
+    }
+
+    /// A read-only storage buffer holding `bytes` (RGBA8 pixels, read as one u32 each), which
+    /// must be whole 4-byte words.
+    pub fn storage_bytes(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
+            return Err(Error::Gpu(format!("{label}: {} bytes are not whole 4-byte words", bytes.len())));
+        }
+        self.checked_size(label, bytes.len() / 4)?;
+        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytes,
+            usage: wgpu::BufferUsages::STORAGE,
+        }))
     }
 
     /// A read-only storage buffer holding `words` (e.g. RGBA8 pixels, one per u32).

@@ -106,6 +106,9 @@ pub struct Model {
     exec: Executor,
     /// Where CPU passes give their thread back (see [`Model::run_in_slices`]).
     slices: Option<crate::exec::cpu::Slices>,
+    /// Where the GPU executor resamples an image ([`Model::set_resample`]); the adapter's
+    /// default ([`crate::Gpu::resample`]) when unset.
+    resample: Option<crate::gpu::Resample>,
 }
 
 /// What the adapter must hold, checked before any conversion or upload: one image's widest
@@ -177,7 +180,7 @@ impl Model {
                 Executor::Cpu(CpuExec::new(net)?)
             }
         };
-        Ok(Model { device, info, mixing, stages, explain, init_figures: Default::default(), exec, slices: None })
+        Ok(Model { device, info, mixing, stages, explain, init_figures: Default::default(), exec, slices: None, resample: None })
     }
 
     /// [`Self::load`] inside out-of-memory and validation error scopes on the GPU (see
@@ -320,10 +323,25 @@ impl Model {
         }
     }
 
+    /// Where this model's GPU executor resamples an image it classifies; None on the CPU
+    /// executor, which resamples on the CPU.
+    pub fn resample(&self) -> Option<crate::gpu::Resample> {
+        match &self.exec {
+            Executor::Gpu(g) => Some(self.resample.unwrap_or(g.gpu.resample)),
+            Executor::Cpu(_) => None,
+        }
+    }
+
+    /// Makes the GPU executor resample images where `r` says rather than where its adapter's
+    /// default does (no effect on the CPU executor). Both give the same bytes.
+    pub fn set_resample(&mut self, r: crate::gpu::Resample) {
+        self.resample = Some(r);
+    }
+
     /// Classifies one RGBA8 image (a browser ImageData) of any size with the model's
     /// preprocessing — on the GPU in the same submission as the forward pass, on the CPU with
-    /// the same resampling. Images more than 4x larger than the resize target are first
-    /// box-shrunk by an integer factor. `now` is a millisecond clock (performance.now on the web).
+    /// the same resampling, which is the CLI's byte for byte (PIL's). `now` is a millisecond
+    /// clock (performance.now on the web).
     pub async fn classify_rgba(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64) -> Result<ImageRun> {
         self.classify_rgba_cancellable(rgba, width, height, now, &Cancel::new()).await
     }
@@ -332,7 +350,7 @@ impl Model {
     pub async fn classify_rgba_cancellable(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64, cancel: &Cancel) -> Result<ImageRun> {
         let pp = &self.info.preprocess;
         let (output, input, stages, t): (Output, Vec<f32>, Vec<f32>, RunTimes) = match &self.exec {
-            Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, now, cancel).await?,
+            Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, self.resample.unwrap_or(g.gpu.resample), now, cancel).await?,
             Executor::Cpu(c) => c.classify_rgba(pp, rgba, width, height, now, cancel, self.slices.as_ref()).await?,
         };
         Ok(ImageRun {

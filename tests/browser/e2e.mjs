@@ -242,6 +242,23 @@ function cliClassify(image) {
   return json[0].predictions;
 }
 
+/**
+ * `bytes` written to `dir/name` and picked on the page: shown, and answered as `tokenmix
+ * classify` answers the file (the same classes, probabilities to 1e-5).
+ */
+async function pickedAnswersAsTheCli(page, tag, dir, name, bytes) {
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, bytes);
+  await page.setInputFiles('#image-file', file);
+  await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, name);
+  const [want, got] = [cliClassify(file), await shownPredictions(page)];
+  const timing = await page.textContent('#timings');
+  assert.match(await page.textContent('#original-caption'), new RegExp(`^Original · ${name} · \\d+×\\d+`), `${name}: shown`);
+  console.log(`[${tag}] ${name}: page ${JSON.stringify(got.map((p) => [p.index, p.probability]))}, CLI ${JSON.stringify(want.map((p) => [p.index, p.probability]))}; ${timing}`);
+  assert.deepEqual(got.map((p) => p.index), want.map((p) => p.index), `${name}: the CLI's classes`);
+  got.forEach((p, i) => assert.ok(Math.abs(p.probability - want[i].probability) <= 1e-5, `${name}: class ${p.index}: ${p.probability} vs CLI ${want[i].probability}`));
+}
+
 test('a. the default model classifies a sample as the native CLI does', { timeout: 4 * TIMEOUT }, async () => {
   const cli = cliClassify(`www/samples/${SAMPLE}`);
   const { page, pageErrors, status } = await openPage('a');
@@ -288,7 +305,8 @@ test('a. the default model classifies a sample as the native CLI does', { timeou
   // Image files picked on the page are answered as the CLI answers them, to float rounding:
   // decoded by the CLI's own decoder in the module, at full size. A PNG whose transparent
   // pixels hold colour (a canvas's decode loses it; PIL's convert("RGB") keeps it, and the
-  // CLI), a photo-sized one (the page used to scale it to 2048 px, then box-shrink it), and a
+  // CLI), a photo-sized one (the page used to scale it to 2048 px, then box-shrink it; e2e `i` picks it
+  // on the WGSL path), and a
   // TIFF (Chromium does not decode one; the page said it "could not read" it).
   const files = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-files-'));
   const made = [
@@ -298,17 +316,8 @@ test('a. the default model classifies a sample as the native CLI does', { timeou
     ['scan.tif', tiff(300, 200, (x, y) => [(x * 5) & 255, (y * 9 + x) & 255, x > 150 ? 230 : 20])],
   ];
   for (const [name, bytes] of made) {
-    const file = path.join(files, name);
-    fs.writeFileSync(file, bytes);
-    await page.setInputFiles('#image-file', file);
-    await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, name);
-    const [want, got] = [cliClassify(file), await shownPredictions(page)];
-    const timing = await page.textContent('#timings');
-    assert.match(await page.textContent('#original-caption'), new RegExp(`^Original · ${name} · \\d+×\\d+`), `${name}: shown`);
+    await pickedAnswersAsTheCli(page, 'a', files, name, bytes);
     if (name === 'scan.tif') await shot(page, 'e2e-a-tiff');
-    console.log(`[a] ${name}: page ${JSON.stringify(got.map((p) => [p.index, p.probability]))}, CLI ${JSON.stringify(want.map((p) => [p.index, p.probability]))}; ${timing}`);
-    assert.deepEqual(got.map((p) => p.index), want.map((p) => p.index), `${name}: the CLI's classes`);
-    got.forEach((p, i) => assert.ok(Math.abs(p.probability - want[i].probability) <= 1e-5, `${name}: class ${p.index}: ${p.probability} vs CLI ${want[i].probability}`));
   }
   fs.rmSync(files, { recursive: true, force: true });
   assert.deepEqual(pageErrors, []);
@@ -1132,6 +1141,23 @@ test('i. ?backend=gpu still runs the WGSL path on SwiftShader and classifies as 
   console.log(`[i] page (gpu): ${JSON.stringify(r.predictions)}; timings ${JSON.stringify(r.timings)}; adapter ${adapter}`);
   assert.equal(r.predictions[0].index, cli[0].index);
   assert.ok(Math.abs(r.predictions[0].probability - cli[0].probability) <= 1e-3);
+  // A photo-sized file, 2400x1800 (10x its resize), resized as the CLI resizes it, to float
+  // rounding (this path box-shrank an image over 4x its resize first): on the CPU, SwiftShader's
+  // default, and by preprocess.wgsl once a load asks for it; a bad option is refused.
+  const files = fs.mkdtempSync(path.join(os.tmpdir(), 'tokenmix-files-'));
+  const large = png(2400, 1800, 3, (x, y) => [(x * 7 + y) & 255, (y * 3 + (x >> 4)) & 255, ((x ^ y) >> 3) & 255]);
+  const resample = (options) => page.evaluate(async (o) => {
+    const api = window.tokenmixApp.api;
+    let refused = null;
+    if (o) await api.loadModel(null, o).catch((e) => { refused = e.message; });
+    return { resample: (await api.adapterInfo()).resample, refused };
+  }, options);
+  assert.deepEqual(await resample(null), { resample: 'cpu', refused: null }, 'SwiftShader resizes on the CPU by default');
+  await pickedAnswersAsTheCli(page, 'i', files, 'large-cpu.png', large);
+  assert.deepEqual(await resample({ resample: 'shader' }), { resample: 'cpu', refused: 'resample shader: expected gpu or cpu' });
+  assert.deepEqual(await resample({ resample: 'gpu' }), { resample: 'gpu', refused: null });
+  await pickedAnswersAsTheCli(page, 'i', files, 'large-gpu.png', large);
+  fs.rmSync(files, { recursive: true, force: true });
   // f16 weights are asked for: SwiftShader has no shader-f16, so the new device stays f32 and
   // says why; a bad precision is refused and the model keeps working.
   const p = await page.evaluate(async () => {
