@@ -113,22 +113,55 @@ pub struct Geometry {
     pub top: usize,
 }
 
-/// The rows of an RGBA image a resize's crop window reads ([`Preprocess::prepare_rgba`]),
-/// borrowed, not copied: `rgba` holds `height` whole rows of `width` pixels (4 bytes each, R
-/// first), and `taps` resample them, their columns the image's, their rows counted from the
-/// window's first.
-pub struct Window<'a> {
-    pub rgba: &'a [u8],
+/// An image's pixels as they are in memory: `height` rows of `width` pixels, `bpp` bytes each
+/// (3: RGB, as a file decodes; 4: RGBA, a browser's ImageData), R first, row-major.
+#[derive(Clone, Copy, Debug)]
+pub struct Pixels<'a> {
+    pub bytes: &'a [u8],
     pub width: usize,
     pub height: usize,
+    pub bpp: usize,
+}
+
+impl<'a> Pixels<'a> {
+    pub fn rgba(bytes: &'a [u8], width: usize, height: usize) -> Self {
+        Pixels { bytes, width, height, bpp: 4 }
+    }
+
+    pub fn rgb(image: &'a image::RgbImage) -> Self {
+        Pixels { bytes: image.as_raw(), width: image.width() as usize, height: image.height() as usize, bpp: 3 }
+    }
+}
+
+/// The rows of an image a resize's crop window reads ([`Preprocess::prepare`]), borrowed, not
+/// copied: `pixels` holds `height` whole rows of `width` pixels, `bpp` bytes each (3: RGB, as
+/// decoded from a file; 4: RGBA, a browser's ImageData), R first; `taps` resample them, their
+/// columns the image's, their rows counted from the window's first.
+pub struct Window<'a> {
+    pub pixels: &'a [u8],
+    pub width: usize,
+    pub height: usize,
+    pub bpp: usize,
     pub taps: WindowTaps,
 }
 
 impl Window<'_> {
-    /// Whether the taps read only pixels of the window (they do, made by `prepare_rgba`).
+    /// Whether the taps read only pixels of the window (they do, made by `prepare`).
     pub fn taps_inside(&self) -> bool {
         let inside = |t: &[Tap], size: usize| t.iter().all(|(start, w)| start + w.len() <= size);
-        self.rgba.len() == self.width * self.height * 4 && inside(&self.taps.cols, self.width) && inside(&self.taps.rows, self.height)
+        matches!(self.bpp, 3 | 4)
+            && self.pixels.len() == self.width * self.height * self.bpp
+            && inside(&self.taps.cols, self.width)
+            && inside(&self.taps.rows, self.height)
+    }
+
+    /// The window's pixels as RGBA8 bytes (alpha 255 where the image has none): borrowed when
+    /// they are, else copied.
+    pub fn rgba(&self) -> std::borrow::Cow<'_, [u8]> {
+        if self.bpp == 4 {
+            return std::borrow::Cow::Borrowed(self.pixels);
+        }
+        std::borrow::Cow::Owned(self.pixels.chunks_exact(self.bpp).flat_map(|p| [p[0], p[1], p[2], 255]).collect())
     }
 }
 
@@ -151,16 +184,30 @@ pub fn check_image_size(width: usize, height: usize) -> Result<()> {
 }
 
 impl Preprocess {
-    /// The CPU half of classifying an RGBA8 image (a browser ImageData) of any size: checks
-    /// the size and the pixel count, computes the resize and crop and PIL's taps for the crop
-    /// window ([`WindowTaps`]), and finds the rows of the image those taps read (a centre crop
-    /// reads about crop / resized of them). Both executors resample that [`Window`] exactly as
-    /// the CLI does: the CPU with [`Preprocess::window_input`], the GPU with `preprocess.wgsl`'s
-    /// two passes, which gets those rows uploaded as they are.
+    /// [`Self::prepare`] for an RGBA8 image (a browser ImageData).
     pub fn prepare_rgba<'a>(&self, rgba: &'a [u8], width: usize, height: usize) -> Result<Window<'a>> {
+        self.prepare(Pixels::rgba(rgba, width, height))
+    }
+
+    /// The CPU half of classifying an image of any size, RGB or RGBA: checks the size and the
+    /// byte count, computes the resize and crop and PIL's taps
+    /// for the crop window ([`WindowTaps`]), and finds the rows of the image those taps read (a
+    /// centre crop reads about crop / resized of them). Both executors resample that [`Window`]
+    /// exactly as the CLI does: the CPU with [`Preprocess::window_input`], the GPU with
+    /// `preprocess.wgsl`'s two passes, which gets those rows uploaded as RGBA.
+    pub fn prepare<'a>(&self, image: Pixels<'a>) -> Result<Window<'a>> {
+        let Pixels { bytes: pixels, width, height, bpp } = image;
         check_image_size(width, height)?;
-        if rgba.len() != width * height * 4 {
-            return Err(Error::Input(format!("{} bytes of pixels for a {width}x{height} RGBA image (needs {})", rgba.len(), width * height * 4)));
+        if !matches!(bpp, 3 | 4) {
+            return Err(Error::Input(format!("{bpp} bytes a pixel: tokenmix takes RGB (3) or RGBA (4)")));
+        }
+        if pixels.len() != width * height * bpp {
+            let kind = if bpp == 4 { "RGBA" } else { "RGB" };
+            return Err(Error::Input(format!(
+                "{} bytes of pixels for a {width}x{height} {kind} image (needs {})",
+                pixels.len(),
+                width * height * bpp
+            )));
         }
         let g = self.geometry(width, height)?;
         let mut taps = WindowTaps::new(width, height, &g, self.size)?;
@@ -172,7 +219,7 @@ impl Preprocess {
         for t in &mut taps.rows {
             t.0 -= y0;
         }
-        Ok(Window { rgba: &rgba[y0 * width * 4..y1 * width * 4], width, height: y1 - y0, taps })
+        Ok(Window { pixels: &pixels[y0 * width * bpp..y1 * width * bpp], width, height: y1 - y0, bpp, taps })
     }
 
     /// The resize and centre crop (torchvision's CenterCrop: offsets rounded half to even, as

@@ -36,6 +36,9 @@
 //!   preprocessing runs in `preprocess.wgsl` in the same GPU submission as the forward pass
 //! - `classifyDetailed(imageData, topK = 5, cancelId?)` → `{predictions, timings, input}` (the
 //!   page's view: latency split and the model's-eye input)
+//! - `classifyFileDetailed(bytes, name?, topK = 5, cancelId?)` → the same for an image file's
+//!   bytes, decoded and classified in one call (how `js/core.js` classifies a Blob), or null
+//!   where its format is none tokenmix reads
 //! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
 //! - `insight(layer)` → everything the views show of one layer, computed in Rust
 //!   (`crate::insight`): the weights, Mixer `units`/`groups`/`pairs`, `offsetKernel`,
@@ -842,7 +845,7 @@ pub async fn crop_geometry(width: f64, height: f64) -> Result<JsValue, JsError> 
 /// the file does not decode or is too large.
 #[wasm_bindgen(js_name = decodeImage)]
 pub fn decode_image(bytes: &[u8], name: Option<String>) -> Result<Option<web_sys::ImageData>, JsError> {
-    if !image::guess_format(bytes).is_ok_and(|f| f.reading_enabled()) {
+    if !readable(bytes) {
         return Ok(None);
     }
     let name = name.filter(|n| !n.is_empty()).unwrap_or_else(|| "the image".into());
@@ -882,12 +885,51 @@ pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, ca
     let pixels = image.data();
     let run = model.classify_rgba_cancellable(&pixels, w, h, now, &cancel).await;
     drop(turn);
-    note_stop(&run, &cancel);
+    detailed(&s, &model, run, &cancel, top_k)
+}
+
+/// As `classifyDetailed`, for an image file's bytes (`bytes`, a Uint8Array; `name` for errors),
+/// decoded inside the module as `decodeImage` decodes it and classified as decoded (RGB): no
+/// ImageData is copied out of wasm memory and back in. `null` where the format is none
+/// tokenmix reads (`js/core.js` then lets the browser decode it).
+#[wasm_bindgen(js_name = classifyFileDetailed)]
+pub async fn classify_file_detailed(bytes: Vec<u8>, name: Option<String>, top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsValue, JsError> {
+    if !readable(&bytes) {
+        return Ok(JsValue::NULL);
+    }
+    let top_k = top_k.map(|k| whole("topK", k, 1)).transpose()?;
+    let cancel = cancel_token(cancel_id)?;
+    let s = state().await?;
+    let model = s.borrow().model.clone();
+    // Decoded once it is this call's turn, as an ImageData's pixels are copied in then.
+    let turn = turn(&model).await;
+    let name = name.filter(|n| !n.is_empty()).unwrap_or_else(|| "the image".into());
+    let rgb = crate::preprocess::decode_image(&bytes, std::path::Path::new(&name)).map_err(js_err)?;
+    drop(bytes);
+    let run = model.classify_pixels_cancellable(crate::preprocess::Pixels::rgb(&rgb), now, &cancel).await;
+    drop(turn);
+    detailed(&s, &model, run, &cancel, top_k)
+}
+
+/// Whether `bytes` are an image file of a format tokenmix decodes (told by its first bytes).
+fn readable(bytes: &[u8]) -> bool {
+    image::guess_format(bytes).is_ok_and(|f| f.reading_enabled())
+}
+
+/// `classifyDetailed`'s object for `run`, the state told of its stage energy and input.
+fn detailed(
+    s: &Rc<RefCell<State>>,
+    model: &Rc<Model>,
+    run: crate::error::Result<crate::models::ImageRun>,
+    cancel: &Cancel,
+    top_k: Option<usize>,
+) -> Result<JsValue, JsError> {
+    note_stop(&run, cancel);
     let mut run = run.map_err(js_err)?;
     {
         // Only if the model was not swapped while this call ran.
         let mut st = s.borrow_mut();
-        if Rc::ptr_eq(&st.model, &model) {
+        if Rc::ptr_eq(&st.model, model) {
             st.energy = std::mem::take(&mut run.stage_energy);
             st.last_input = Some(run.input.clone());
         }

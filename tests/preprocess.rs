@@ -73,6 +73,10 @@ fn gpu_preprocessing_matches_the_cpu_transform() {
         // The model input is what the forward pass saw.
         let direct = model.forward_blocking(&run.input).unwrap();
         assert!(max_abs_diff(&direct.logits, &run.output.logits) < 1e-5);
+        // A decoded file's RGB, classified as it is (the page's Blobs, the desktop app): the
+        // same input and answer as its RGBA.
+        let rgb = pollster::block_on(model.classify_pixels_cancellable(preprocess::Pixels::rgb(&img), now, &tokenmix::Cancel::new())).unwrap();
+        assert!(rgb.input == run.input && rgb.output.logits == run.output.logits, "case {i} on {}: RGB and RGBA differ", path_name(&model));
     }
 }
 
@@ -91,14 +95,14 @@ fn an_image_bound_in_bands_is_resampled_as_a_whole() {
         let want = preprocess::transform(&img, &pp).unwrap();
         let out = gpu.storage("input", want.len()).unwrap();
         for band_rows in [1, 7, window.height - 1, window.height, 10 * window.height] {
-            let op = tokenmix::ops::preprocess::rgba_to_input_in_bands(&gpu, &pp, &window, &out, band_rows).unwrap();
+            let op = tokenmix::ops::preprocess::window_to_input_in_bands(&gpu, &pp, &window, &out, band_rows).unwrap();
             gpu.run_ops(&[op]).unwrap();
             let got = pollster::block_on(gpu.read_buffer(&out, want.len())).unwrap();
             let diff = max_abs_diff(&got, &want);
             eprintln!("{w}x{h}, {channels} channel(s), window {}x{}, bands of {band_rows} rows: max |Δ| {diff:.2e}", window.width, window.height);
             assert!(common::within(diff, 1e-6), "bands of {band_rows} rows: max |Δ| {diff}");
         }
-        assert!(tokenmix::ops::preprocess::rgba_to_input_in_bands(&gpu, &pp, &window, &out, 0).is_err(), "bands of no rows");
+        assert!(tokenmix::ops::preprocess::window_to_input_in_bands(&gpu, &pp, &window, &out, 0).is_err(), "bands of no rows");
     }
 }
 

@@ -340,6 +340,46 @@ async fn decode_image_gives_the_clis_pixels() {
     assert!(err.starts_with("input: cut.png: "), "{err}");
 }
 
+/// `classifyFileDetailed` (how the package classifies a Blob: decoded and classified in one
+/// call, the decoded RGB resampled as it is) answers as `classifyDetailed` answers
+/// `decodeImage`'s ImageData of the same file, to the bit, and its model input is the CLI's
+/// (`preprocess::transform` of the CLI's decode); null for a format tokenmix does not read; an
+/// error naming the file for a cut one; and the module classifies after each.
+#[wasm_bindgen_test]
+async fn a_file_is_classified_in_the_module_as_its_decoded_pixels() {
+    use tokenmix::web;
+    pool().await;
+    let get = |v: &wasm_bindgen::JsValue, k: &str| js_sys::Reflect::get(v, &k.into()).expect(k);
+    let answers = |out: &wasm_bindgen::JsValue| -> Vec<(f64, f64)> {
+        js_sys::Array::from(&get(out, "predictions"))
+            .iter()
+            .map(|p| (get(&p, "index").as_f64().expect("index"), get(&p, "probability").as_f64().expect("probability")))
+            .collect()
+    };
+    let input = |out: &wasm_bindgen::JsValue| js_sys::Float32Array::from(get(&get(out, "input"), "data")).to_vec();
+    let img = image::RgbImage::from_fn(300, 200, |x, y| image::Rgb([(x * 7 + y) as u8, (y * 3 + x / 16) as u8, ((x ^ y) >> 3) as u8]));
+    let mut png = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).expect("a PNG");
+    let file = web::classify_file_detailed(png.clone(), Some("a.png".into()), Some(10.0), None).await.map_err(message).expect("classifies");
+    let decoded = web::decode_image(&png, None).map_err(message).expect("decodes").expect("a PNG is read");
+    let via_image_data = web::classify_detailed(decoded, Some(10.0), None).await.map_err(message).expect("classifies");
+    assert_eq!(answers(&file).len(), 10);
+    assert_eq!(answers(&file), answers(&via_image_data), "the same answer as through an ImageData");
+    assert_eq!(input(&file), input(&via_image_data));
+    let info = web::model_info().await.map_err(message).expect("model info");
+    let pp = String::from(js_sys::JSON::stringify(&get(&info, "preprocess")).expect("JSON"));
+    let pp: tokenmix::preprocess::Preprocess = serde_json::from_str(&pp).expect("the model's preprocessing");
+    let cli = tokenmix::preprocess::transform(&img, &pp).expect("the CLI's transform");
+    let worst = input(&file).iter().zip(&cli).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(input(&file).len() == cli.len() && worst <= 1e-6, "the CLI's model input: max |Δ| {worst}");
+    let text = web::classify_file_detailed(b"just some text".to_vec(), None, None, None).await.map_err(message).expect("no error");
+    assert!(text.is_null(), "text: for the browser to try");
+    let err = message(web::classify_file_detailed(png[..100].to_vec(), Some("cut.png".into()), None, None).await.expect_err("a cut PNG"));
+    assert!(err.starts_with("input: cut.png: "), "{err}");
+    let again = web::classify_file_detailed(png, None, Some(10.0), None).await.map_err(message).expect("classifies after an error");
+    assert_eq!(answers(&again), answers(&file));
+}
+
 /// The page's API (`tokenmix::web`, what `js/pkg` exports) on what JavaScript callers hand it:
 /// a URL the Cache API rejects, bad whole numbers, an image too large, a load that fails with
 /// new settings, two loads at once. Each is a clear error or answer, and the module stays

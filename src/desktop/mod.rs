@@ -238,8 +238,7 @@ fn received<T>(rx: &std::sync::mpsc::Receiver<T>, lost: impl FnOnce() -> T) -> O
 
 /// `image` through `model`: the top five classes, the times, the per-stage energy.
 fn classify_image(model: &Model, serial: u64, source: String, image: RgbImage, cancel: &Cancel) -> Result<Classified> {
-    let rgba: Vec<u8> = image.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
-    let run = pollster::block_on(model.classify_rgba_cancellable(&rgba, image.width() as usize, image.height() as usize, millis, cancel))?;
+    let run = pollster::block_on(model.classify_pixels_cancellable(crate::preprocess::Pixels::rgb(&image), millis, cancel))?;
     let out = &run.output;
     let predictions = out
         .top_k(0, 5)

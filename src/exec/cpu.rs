@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::net::{ConvGeometry, Gemm, GemmKind, Net, Slot, SlotSizes, Step};
-use crate::preprocess::{Preprocess, Window};
+use crate::preprocess::{Pixels, Preprocess, Window};
 
 use super::{Cancel, Output, Profile, RunTimes, MAX_BATCH};
 
@@ -338,22 +338,20 @@ impl CpuExec {
         Ok((out, kept))
     }
 
-    /// One RGBA8 image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`),
-    /// then the forward pass (in `slices`, where given). Returns the output, the model input,
-    /// the stage snapshots and the timings.
-    pub async fn classify_rgba(
+    /// One image: preprocessing on the CPU (the same resampling as `preprocess.wgsl`), then
+    /// the forward pass (in `slices`, where given). Returns the output, the model input, the
+    /// stage snapshots and the timings.
+    pub async fn classify_image(
         &self,
         pp: &Preprocess,
-        rgba: &[u8],
-        width: usize,
-        height: usize,
+        image: Pixels<'_>,
         now: fn() -> f64,
         cancel: &Cancel,
         slices: Option<&Slices>,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
-        let window = pp.prepare_rgba(rgba, width, height)?;
-        let input = rgba_to_input(pp, &window)?;
+        let window = pp.prepare(image)?;
+        let input = window_to_input(pp, &window)?;
         let t1 = now();
         let mut stages = Vec::new();
         let (out, _) = self.run_chunks(&input, &[], cancel, slices, Some(&mut stages)).await?;
@@ -1182,20 +1180,21 @@ fn softmax(row: &[f32], out: &mut Vec<f32>) {
     out.extend(row.iter().map(|&v| (((v - max) as f64).exp() / sum) as f32));
 }
 
-/// timm's eval transform of the part of an RGBA image a crop window reads
+/// timm's eval transform of the part of an image a crop window reads
 /// ([`Preprocess::prepare_rgba`]) on the CPU: PIL's resampling with its taps (the ones
 /// `preprocess.wgsl` gets), normalised, CHW ([`Preprocess::window_input`], as the CLI's transform).
-pub fn rgba_to_input(pp: &Preprocess, window: &Window) -> Result<Vec<f32>> {
+pub fn window_to_input(pp: &Preprocess, window: &Window) -> Result<Vec<f32>> {
     pp.validate()?;
     if !window.taps_inside() {
         return Err(Error::Input(format!(
-            "{} bytes for a {}x{} RGBA window, or taps that read outside it",
-            window.rgba.len(),
+            "{} bytes for a {}x{} window of {} bytes a pixel, or taps that read outside it",
+            window.pixels.len(),
             window.width,
-            window.height
+            window.height,
+            window.bpp
         )));
     }
-    Ok(pp.window_input(&window.taps, window.rgba, window.width, 4))
+    Ok(pp.window_input(&window.taps, window.pixels, window.width, window.bpp))
 }
 
 impl CpuExec {

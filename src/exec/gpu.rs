@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GemmVariant, Gpu, Precision, Resample};
 use crate::net::{GemmKind, Net, Slot, SlotSizes, Step, Tensor, View, W};
 use crate::ops::{self, norm::Rows, ActTexture, Axis, Matrix, Op, Operand};
-use crate::preprocess::Preprocess;
+use crate::preprocess::{Pixels, Preprocess};
 
 use super::{Cancel, Output, RunTimes};
 
@@ -492,31 +492,28 @@ impl GpuExec {
         Ok(staging)
     }
 
-    /// One RGBA8 image, resampled where `resample` says: by `preprocess.wgsl` in the same
+    /// One image, resampled where `resample` says: by `preprocess.wgsl` in the same
     /// submission as the forward pass, or on the CPU with the input uploaded. Returns the
     /// output, the model input, the stage snapshots and the timings.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn classify_rgba(
+    pub async fn classify_image(
         &self,
         pp: &Preprocess,
-        rgba: &[u8],
-        width: usize,
-        height: usize,
+        image: Pixels<'_>,
         resample: Resample,
         now: fn() -> f64,
         cancel: &Cancel,
     ) -> Result<(Output, Vec<f32>, Vec<f32>, RunTimes)> {
         let t0 = now();
-        let window = pp.prepare_rgba(rgba, width, height)?;
+        let window = pp.prepare(image)?;
         let plan = self.plan(1, false, cancel)?;
         let staging = match resample {
             Resample::Gpu => {
-                let op = ops::preprocess::rgba_to_input(&self.gpu, pp, &window, &plan.slots[Slot::Input.index()])?;
+                let op = ops::preprocess::window_to_input(&self.gpu, pp, &window, &plan.slots[Slot::Input.index()])?;
                 cancel.check()?;
                 self.submit(&plan, None, Some(&op), true, None)?
             }
             Resample::Cpu => {
-                let input = super::cpu::rgba_to_input(pp, &window)?;
+                let input = super::cpu::window_to_input(pp, &window)?;
                 cancel.check()?;
                 self.submit(&plan, Some(&input), None, true, None)?
             }

@@ -348,10 +348,16 @@ impl Model {
 
     /// [`Self::classify_rgba`] that stops early with [`Error::Cancelled`] once `cancel` is set.
     pub async fn classify_rgba_cancellable(&self, rgba: &[u8], width: usize, height: usize, now: fn() -> f64, cancel: &Cancel) -> Result<ImageRun> {
+        self.classify_pixels_cancellable(crate::preprocess::Pixels::rgba(rgba, width, height), now, cancel).await
+    }
+
+    /// [`Self::classify_rgba_cancellable`] for an RGB or RGBA image ([`crate::preprocess::Pixels`]):
+    /// a decoded file (`Pixels::rgb`) is classified as it is, without an RGBA copy.
+    pub async fn classify_pixels_cancellable(&self, image: crate::preprocess::Pixels<'_>, now: fn() -> f64, cancel: &Cancel) -> Result<ImageRun> {
         let pp = &self.info.preprocess;
         let (output, input, stages, t): (Output, Vec<f32>, Vec<f32>, RunTimes) = match &self.exec {
-            Executor::Gpu(g) => g.classify_rgba(pp, rgba, width, height, self.resample.unwrap_or(g.gpu.resample), now, cancel).await?,
-            Executor::Cpu(c) => c.classify_rgba(pp, rgba, width, height, now, cancel, self.slices.as_ref()).await?,
+            Executor::Gpu(g) => g.classify_image(pp, image, self.resample.unwrap_or(g.gpu.resample), now, cancel).await?,
+            Executor::Cpu(c) => c.classify_image(pp, image, now, cancel, self.slices.as_ref()).await?,
         };
         Ok(ImageRun {
             output,

@@ -9,32 +9,35 @@ use super::{check_extent, groups, Op};
 const SOURCE: &str = include_str!("../../shaders/preprocess.wgsl");
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::ReadWrite, Binding::Read];
 
-/// Writes the model input for the part of an RGBA image a crop window reads
-/// ([`Preprocess::prepare_rgba`]) into `out`: PIL's resampling with the window's taps, as two
-/// dispatches (horizontal, then vertical), the pixels uploaded in as few bands of rows as the
-/// adapter's binding limit allows (one, unless the window is over 128 MiB on a WebGPU default).
-pub fn rgba_to_input(gpu: &Gpu, pp: &Preprocess, window: &Window, out: &wgpu::Buffer) -> Result<Op> {
+/// Writes the model input for the part of an image a crop window reads
+/// ([`Preprocess::prepare`]) into `out`: PIL's resampling with the window's taps, as two
+/// dispatches (horizontal, then vertical), the pixels uploaded as RGBA in as few bands of rows as
+/// the adapter's binding limit allows (one, unless the window is over 128 MiB on a WebGPU default).
+pub fn window_to_input(gpu: &Gpu, pp: &Preprocess, window: &Window, out: &wgpu::Buffer) -> Result<Op> {
     let row_bytes = (window.width.max(1) * 4) as u64;
     let band_rows = (gpu.binding_limit() / row_bytes).max(1) as usize;
-    rgba_to_input_in_bands(gpu, pp, window, out, band_rows)
+    window_to_input_in_bands(gpu, pp, window, out, band_rows)
 }
 
-/// [`rgba_to_input`] with the pixels bound `band_rows` rows at a time (the tests' way to run
+/// [`window_to_input`] with the pixels bound `band_rows` rows at a time (the tests' way to run
 /// the banded path on an adapter whose binding limit a test image does not reach).
-pub fn rgba_to_input_in_bands(gpu: &Gpu, pp: &Preprocess, window: &Window, out: &wgpu::Buffer, band_rows: usize) -> Result<Op> {
+pub fn window_to_input_in_bands(gpu: &Gpu, pp: &Preprocess, window: &Window, out: &wgpu::Buffer, band_rows: usize) -> Result<Op> {
     pp.validate()?;
     let [h, w] = pp.size;
-    let Window { rgba, width, height, taps } = window;
+    let Window { width, height, taps, .. } = window;
     let (width, height) = (*width, *height);
     check_extent("preprocess output", out, 0, (pp.channels * h * w) as u64)?;
     if width == 0 || height == 0 || band_rows == 0 || !window.taps_inside() || taps.cols.len() != w || taps.rows.len() != h {
         return Err(Error::Input(format!(
-            "{} bytes and the taps of a {}x{} crop for a {width}x{height} RGBA window in bands of {band_rows} rows",
-            rgba.len(),
+            "{} bytes and the taps of a {}x{} crop for a {width}x{height} window of {} bytes a pixel in bands of {band_rows} rows",
+            window.pixels.len(),
             taps.cols.len(),
-            taps.rows.len()
+            taps.rows.len(),
+            window.bpp
         )));
     }
+    // The shader reads a u32 per pixel: an RGB window is widened (only the rows it reads).
+    let rgba = window.rgba();
     let table = gpu.storage_words("preprocess taps", bytemuck::cast_slice(&taps.table()))?;
     let mid = gpu.storage("preprocess rows", height * w)?;
     let params = |src_w: usize, rows: usize, row0: usize| {
