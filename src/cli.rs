@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokenmix::exec::{self, BackendChoice, Selected};
 use tokenmix::gpu::{GemmVariant, Precision, Resample, RowKernel};
 use tokenmix::ops::{rel_diff, ActTexture, Gemm, Matrix, Op, Operand};
-use tokenmix::{labels, preprocess, Device, Error, Gpu, Model, Result};
+use tokenmix::{labels, preprocess, Cancel, Device, Error, Gpu, Model, Result};
 
 #[derive(Parser)]
 #[command(name = "tokenmix", version, about = "MLP-Mixer and friends: every layer a WGSL compute shader on the GPU, or SIMD kernels on the CPU")]
@@ -180,6 +180,11 @@ enum Command {
         /// clock) and print where the time goes, by kind of step (in --json: each run's "profile")
         #[arg(long)]
         profile: bool,
+        /// Also time classifying this image file, decoded once: its resize and one forward
+        /// pass, as the page and the desktop app classify an image; on the GPU, resized by
+        /// preprocess.wgsl and on the CPU (in --json: "image")
+        #[arg(long)]
+        image: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -299,10 +304,11 @@ fn run(cmd: Command) -> Result<()> {
             }
         },
         Command::Eval { weights, data, batch, json } => eval(weights.as_deref(), &data, batch, json),
-        Command::Bench { weights, batch, iters, gemm, profile, json } => match gemm {
+        Command::Bench { weights, batch, iters, gemm, profile, image, json } => match gemm {
             Some(_) if profile => Err(Error::Input("--profile times a model's steps; it does not go with --gemm".into())),
+            Some(_) if image.is_some() => Err(Error::Input("--image times a model classifying it; it does not go with --gemm".into())),
             Some(shape) => bench_gemm(&shape, iters, json),
-            None => bench_model(weights.as_deref(), &batch, iters, profile, json),
+            None => bench_model(weights.as_deref(), &batch, iters, profile, image.as_deref(), json),
         },
     }
 }
@@ -969,11 +975,13 @@ fn progress(len: usize, what: &str) -> ProgressBar {
     bar
 }
 
-fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile: bool, json: bool) -> Result<()> {
+fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile: bool, image: Option<&Path>, json: bool) -> Result<()> {
     let start = Instant::now();
     let sel = device()?;
     let dev = &sel.device;
-    let model = load_or_default(dev.clone(), weights)?;
+    // Read first: a bad file is refused before anything is timed.
+    let image = image.map(|p| read_image(p).map(|img| (p, img))).transpose()?;
+    let mut model = load_or_default(dev.clone(), weights)?;
     let per = model.input_len();
     let first_input: Vec<f32> = (0..per).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     model.forward_blocking(&first_input)?;
@@ -1041,22 +1049,75 @@ fn bench_model(weights: Option<&Path>, batches: &[usize], iters: usize, profile:
         }
         rows.push(row);
     }
+    let image = match image {
+        Some((path, img)) => Some(bench_image(&mut model, path, &img, iters, json)?),
+        None => None,
+    };
     if !json && dev.gemm_tuning().0 {
         outln!("gemm (autotuned per shape class): {}", dev.kernels());
     }
     if json {
         let ((autotune, tuning), (precision, precision_note)) = (dev.gemm_tuning(), dev.precision());
-        outln!(
-            "{}",
-            serde_json::json!({
-                "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
-                "rows": dev.rows(), "resample": dev.resample(), "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
-                "precision": precision, "precision_note": precision_note, "f16_activations": model.f16_activations(),
-                "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
-            })
-        );
+        let mut v = serde_json::json!({
+            "backend": dev.backend(), "backend_reason": sel.reason, "adapter": dev.describe(), "gemm": dev.kernels(),
+            "rows": dev.rows(), "resample": dev.resample(), "gemm_autotune": autotune, "gemm_tuning": tuning, "model": model.info.preset,
+            "precision": precision, "precision_note": precision_note, "f16_activations": model.f16_activations(),
+            "first_result_ms": first.as_secs_f64() * 1e3, "runs": rows,
+        });
+        if let Some(image) = image {
+            v["image"] = image;
+        }
+        outln!("{v}");
     }
     Ok(())
+}
+
+/// `bench --image`: `iters` classifications of `img` (decoded once), after one untimed, by
+/// each route the executor has: on the GPU resized by `preprocess.wgsl` ("gpu") and on the CPU
+/// ("cpu"), on the CPU executor its own ("cpu"). Each: the median of the whole call and of its
+/// preprocessing (the CPU half and, on the GPU, the recording; the shader runs in the pass),
+/// and the top class, which must be the same for every route.
+fn bench_image(model: &mut Model, path: &Path, img: &image::RgbImage, iters: usize, json: bool) -> Result<serde_json::Value> {
+    use tokenmix::gpu::Resample;
+    use tokenmix::preprocess::Pixels;
+    fn now() -> f64 {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed().as_secs_f64() * 1e3
+    }
+    let before = model.resample();
+    let routes: Vec<Option<Resample>> = if before.is_some() { vec![Some(Resample::Gpu), Some(Resample::Cpu)] } else { vec![None] };
+    let mut out = serde_json::Map::new();
+    for route in routes {
+        if let Some(r) = route {
+            model.set_resample(r);
+        }
+        let classify = || pollster::block_on(model.classify_pixels_cancellable(Pixels::rgb(img), now, &Cancel::new()));
+        let warm = classify()?;
+        let (mut total, mut pre) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+        for _ in 0..iters {
+            let t = Instant::now();
+            let run = classify()?;
+            total.push(t.elapsed());
+            pre.push(Duration::from_secs_f64(run.preprocess_ms.max(0.0) / 1e3));
+        }
+        let top = warm.output.top_k(0, 1).first().copied().unwrap_or(0);
+        let (total, pre) = (median(total).as_secs_f64() * 1e3, median(pre).as_secs_f64() * 1e3);
+        let name = route.map_or("cpu", |r| r.name());
+        if !json {
+            outln!(
+                "image {} ({}x{}), resized on the {name}: median {total:.2} ms, of it {pre:.2} ms preprocessing on the CPU; top class {top} ({:.4})",
+                path.display(),
+                img.width(),
+                img.height(),
+                warm.output.probs[top]
+            );
+        }
+        out.insert(name.into(), serde_json::json!({ "median_ms": total, "preprocess_ms": pre, "top1": top, "probability": warm.output.probs[top] }));
+    }
+    if let Some(r) = before {
+        model.set_resample(r);
+    }
+    Ok(serde_json::json!({ "file": path.display().to_string(), "width": img.width(), "height": img.height(), "routes": out }))
 }
 
 fn bench_gemm(shape: &str, iters: usize, json: bool) -> Result<()> {

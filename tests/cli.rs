@@ -893,6 +893,46 @@ fn bench_profile_says_where_the_time_goes() {
     assert_clean_error(&tokenmix(&["bench", "--gemm", "33x17x65", "--profile"]));
 }
 
+/// `bench --image`: a file classified as the page and the desktop app classify one, timed by
+/// each route of the executor (on the GPU: resized by `preprocess.wgsl` and on the CPU; the
+/// CPU executor its own), each giving `classify`'s answer for the file; a file that is no
+/// image, or `--image` with `--gemm`, is a one-line error.
+#[test]
+fn bench_times_an_image_by_each_resize_route() {
+    let tmp = scratch("cli");
+    let file = tmp.path().join("photo.png");
+    image::RgbImage::from_fn(640, 480, |x, y| image::Rgb([(x * 7 + y) as u8, (y * 3 + x / 16) as u8, ((x ^ y) >> 3) as u8])).save(&file).unwrap();
+    let f = file.to_str().unwrap();
+    let classify = tokenmix(&["classify", "--json", "--top-k", "1", f]);
+    assert!(classify.status.success(), "{}", String::from_utf8_lossy(&classify.stderr));
+    let want: serde_json::Value = serde_json::from_slice(&classify.stdout).unwrap();
+    let want = &want[0]["predictions"][0];
+    for (backend, routes) in [("gpu", vec!["cpu", "gpu"]), ("cpu", vec!["cpu"])] {
+        let out = tokenmix(&["--backend", backend, "bench", "--batch", "1", "--iters", "2", "--image", f, "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let image = &v["image"];
+        assert_eq!((image["width"].as_u64(), image["height"].as_u64()), (Some(640), Some(480)), "{v}");
+        let got = image["routes"].as_object().expect("routes");
+        assert_eq!(got.keys().map(String::as_str).collect::<Vec<_>>(), routes, "{backend}: {v}");
+        for (route, r) in got {
+            assert!(r["median_ms"].as_f64().unwrap() > 0.0 && r["preprocess_ms"].as_f64().unwrap() >= 0.0, "{backend} {route}: {r}");
+            assert_eq!(r["top1"], want["index"], "{backend} {route}: {r} vs classify's {want}");
+            let (p, q) = (r["probability"].as_f64().unwrap(), want["probability"].as_f64().unwrap());
+            assert!((p - q).abs() <= 1e-5, "{backend} {route}: {p} vs classify's {q}");
+        }
+    }
+    let text = tokenmix(&["--backend", "gpu", "bench", "--batch", "1", "--iters", "1", "--image", f]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("(640x480), resized on the gpu: median") && stdout.contains("resized on the cpu: median"), "{stdout}");
+    let notes = tmp.path().join("notes.txt");
+    std::fs::write(&notes, "hello").unwrap();
+    let out = tokenmix(&["bench", "--image", notes.to_str().unwrap()]);
+    assert_clean_error(&out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("notes.txt: not an image tokenmix reads"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_clean_error(&tokenmix(&["bench", "--gemm", "33x17x65", "--image", f]));
+}
+
 /// With the autotuner on (`TOKENMIX_AUTOTUNE=1`: by default it tunes real GPUs only), `bench
 /// --json` and `info --json` report its choice per shape class, the choices persist in
 /// `TOKENMIX_CACHE_DIR`, and a second run reads them; `TOKENMIX_GEMM` fixes the kernel and

@@ -103,6 +103,18 @@ if [ "${SESSION:-kernels}" = kernels ]; then
     fi
     rm -f "/tmp/$m.safetensors"
   done 2>&1 | tee "$OUT/bench.txt"
+  # An image classified as the page and the desktop app classify one: a 4000x3000 photo-sized
+  # PNG (written here, no imaging library needed), resized by preprocess.wgsl and on the CPU,
+  # with the default model (its forward pass is small, so the resize dominates).
+  stamp "image resize routes"
+  python3 - <<'PY'
+import struct, zlib
+w, h = 4000, 3000
+rows = b"".join(b"\0" + bytes((((x * 7 + y) & 255), ((y * 3 + (x >> 4)) & 255), (((x ^ y) >> 3) & 255)) [i % 3] for x in range(w) for i in range(3)) for y in range(h))
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+open("/tmp/photo4000.png", "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(rows, 1)) + chunk(b"IEND", b""))
+PY
+  t $TM --backend gpu bench --batch 1 --iters $ITERS --image /tmp/photo4000.png 2>&1 | grep -E "image|error" | tee "$OUT/image.txt"
   stamp "done"
   cat "$OUT/tuning/gemm-tuning.json" 2>/dev/null | tee "$OUT/tuning.txt"
   exit 0
