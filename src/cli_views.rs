@@ -151,8 +151,8 @@ pub fn insight(model: &Model, name: &str, layer: Option<usize>, json: bool, png:
     // PoolFormer's per-stage token energy needs an image.
     let energy = match (&image, &model.info.arch) {
         (Some(img), tokenmix::models::Arch::MetaFormer(_)) => {
-            let rgba: Vec<u8> = img.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
-            let run = pollster::block_on(model.classify_rgba(&rgba, img.width() as usize, img.height() as usize, || 0.0))?;
+            let image = tokenmix::preprocess::Pixels::rgb(img);
+            let run = pollster::block_on(model.classify_pixels_cancellable(image, || 0.0, &tokenmix::Cancel::new()))?;
             run.stage_energy
         }
         _ => Vec::new(),

@@ -161,7 +161,7 @@ impl Window<'_> {
         if self.bpp == 4 {
             return std::borrow::Cow::Borrowed(self.pixels);
         }
-        std::borrow::Cow::Owned(self.pixels.chunks_exact(self.bpp).flat_map(|p| [p[0], p[1], p[2], 255]).collect())
+        std::borrow::Cow::Owned(rgba_from_rgb(self.pixels))
     }
 }
 
@@ -211,11 +211,9 @@ impl Preprocess {
         }
         let g = self.geometry(width, height)?;
         let mut taps = WindowTaps::new(width, height, &g, self.size)?;
-        let span = |t: &[Tap]| {
-            let first = t.iter().map(|t| t.0).min().unwrap_or(0);
-            (first, t.iter().map(|t| t.0 + t.1.len()).max().unwrap_or(first).clamp(first + 1, height))
-        };
-        let (y0, y1) = span(&taps.rows);
+        // At least one row (the taps end within the image: `WindowTaps::new` clamps them).
+        let (y0, y1) = tap_span(&taps.rows);
+        let y1 = y1.max(y0 + 1);
         for t in &mut taps.rows {
             t.0 -= y0;
         }
@@ -466,11 +464,7 @@ impl WindowTaps {
     pub fn resample(&self, grey: bool, bytes: &[u8], width: usize, bpp: usize) -> Vec<u8> {
         let ch = if grey { 1 } else { 3 };
         let (ow, oh) = (self.cols.len(), self.rows.len());
-        let span = |t: &[Tap]| {
-            let first = t.iter().map(|t| t.0).min().unwrap_or(0);
-            (first, t.iter().map(|t| t.0 + t.1.len()).max().unwrap_or(first).max(first))
-        };
-        let ((x0, x1), (y0, y1)) = (span(&self.cols), span(&self.rows));
+        let ((x0, x1), (y0, y1)) = (tap_span(&self.cols), tap_span(&self.rows));
         let n = x1 - x0;
         let mut line = vec![0u8; n * ch];
         // The horizontal pass's rows, a plane per channel in each: mid[row][c][ox].
@@ -510,6 +504,17 @@ impl WindowTaps {
         }
         out
     }
+}
+
+/// The source samples `taps` read, as (first, end); end ≥ first.
+fn tap_span(taps: &[Tap]) -> (usize, usize) {
+    let first = taps.iter().map(|t| t.0).min().unwrap_or(0);
+    (first, taps.iter().map(|t| t.0 + t.1.len()).max().unwrap_or(first).max(first))
+}
+
+/// RGB8 bytes as RGBA8, alpha 255.
+pub fn rgba_from_rgb(rgb: &[u8]) -> Vec<u8> {
+    rgb.chunks_exact(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect()
 }
 
 /// A PIL pass's sum for one output: half a unit plus the weighted samples.

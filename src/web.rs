@@ -850,7 +850,7 @@ pub fn decode_image(bytes: &[u8], name: Option<String>) -> Result<Option<web_sys
     }
     let name = name.filter(|n| !n.is_empty()).unwrap_or_else(|| "the image".into());
     let rgb = crate::preprocess::decode_image(bytes, std::path::Path::new(&name)).map_err(js_err)?;
-    let rgba: Vec<u8> = rgb.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
+    let rgba = crate::preprocess::rgba_from_rgb(rgb.as_raw());
     // Copied out of wasm memory: an ImageData made on a view of `rgba` would keep reading that
     // memory after `rgba` is freed and reused.
     let data = js_sys::Uint8ClampedArray::new_with_length(rgba.len() as u32);

@@ -1181,7 +1181,7 @@ fn softmax(row: &[f32], out: &mut Vec<f32>) {
 }
 
 /// timm's eval transform of the part of an image a crop window reads
-/// ([`Preprocess::prepare_rgba`]) on the CPU: PIL's resampling with its taps (the ones
+/// ([`Preprocess::prepare`]) on the CPU: PIL's resampling with its taps (the ones
 /// `preprocess.wgsl` gets), normalised, CHW ([`Preprocess::window_input`], as the CLI's transform).
 pub fn window_to_input(pp: &Preprocess, window: &Window) -> Result<Vec<f32>> {
     pp.validate()?;
