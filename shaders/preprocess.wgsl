@@ -1,4 +1,5 @@
-// timm's eval transform on the GPU, for RGBA pixels (a browser ImageData): bicubic resize of
+// timm's eval transform on the GPU, for RGBA pixels (a browser ImageData) or packed RGB ones (a
+// decoded file, RGB defined): bicubic resize of
 // the shorter side to size / crop_pct, centre crop, [0, 1] scaling, per-channel normalisation,
 // written as the model's CHW input.
 //
@@ -6,10 +7,11 @@
 // when downscaling, so it antialiases) as two 1-D passes in PIL's fixed point, each rounded and
 // clipped to 8 bits. The taps (first source sample, count and 22-bit weights of each output
 // column and row) come from the CPU (`WindowTaps`, in f64 as PIL computes them), for the crop
-// window only, and so does the part of the image they read (`Preprocess::prepare_rgba`).
+// window only, and so does the part of the image they read (`Preprocess::prepare`), uploaded
+// as it is in memory: no widening of RGB to RGBA on the CPU.
 // Two dispatches, as PIL runs them:
 // - the horizontal pass (this file without VERTICAL): every source row of the window, each
-//   output column, into `mid` (one u32 per pixel, as the source). A source too large for one
+//   output column, into `mid` (one u32 per pixel, RGB in its low bytes). A source too large for one
 //   binding is bound in bands of rows, one dispatch each, `row0` saying where a band starts;
 // - the vertical pass (VERTICAL): each output pixel from the `mid` rows its taps read,
 //   normalised and written as the model input.
@@ -33,7 +35,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> mid: array<u32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 #else
-// A band of the window's RGBA8 pixels, one per u32 (R in the low byte), row-major.
+// A band of the window's pixels, row-major, R first: RGBA8, one per u32 (R in the low byte), or
+// with RGB packed RGB8, pixel i's bytes at 3i..3i+3, the buffer padded by two words past them.
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> mid: array<u32>;
 #endif
@@ -79,6 +82,41 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
 }
 #else
+#if RGB
+// The four bytes from byte 8s / 8 of words (a, b) on: a funnel shift.
+fn funnel(a: u32, b: u32, s: u32) -> u32 {
+    return select((a >> s) | (b << (32u - s)), a, s == 0u);
+}
+
+// Pixel i of the band, R in the low byte (the high byte is the next pixel's: `unpack` drops it).
+fn pixel(i: u32) -> u32 {
+    let at = 3u * i;
+    let w = at >> 2u;
+    return funnel(src[w], src[w + 1u], (at & 3u) * 8u);
+}
+
+// Pixels i..i+4: their 12 bytes lie in the 4 words from byte 3i's, read once each.
+fn quad(i: u32) -> vec4<u32> {
+    let at = 3u * i;
+    let w = at >> 2u;
+    let s = (at & 3u) * 8u;
+    let w1 = src[w + 1u];
+    let w2 = src[w + 2u];
+    let a = funnel(src[w], w1, s);
+    let b = funnel(w1, w2, s);
+    let c = funnel(w2, src[w + 3u], s);
+    return vec4<u32>(a, (a >> 24u) | (b << 8u), (b >> 16u) | (c << 16u), c >> 8u);
+}
+#else
+fn pixel(i: u32) -> u32 {
+    return src[i];
+}
+
+fn quad(i: u32) -> vec4<u32> {
+    return vec4<u32>(src[i], src[i + 1u], src[i + 2u], src[i + 3u]);
+}
+#endif
+
 // A source pixel as the resize reads it: its RGB, or PIL's "L" of it in all three.
 fn texel(t: u32) -> vec3<i32> {
     let b = unpack(t);
@@ -107,11 +145,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var i = 0;
     for (; i < quads; i += 4) {
         let w = vec4<i32>(taps[xw + i], taps[xw + i + 1], taps[xw + i + 2], taps[xw + i + 3]);
-        let a = at + u32(i);
-        row += texel(src[a]) * w.x + texel(src[a + 1u]) * w.y + texel(src[a + 2u]) * w.z + texel(src[a + 3u]) * w.w;
+        let q = quad(at + u32(i));
+        row += texel(q.x) * w.x + texel(q.y) * w.y + texel(q.z) * w.z + texel(q.w) * w.w;
     }
     for (; i < xn; i++) {
-        row += texel(src[at + u32(i)]) * taps[xw + i];
+        row += texel(pixel(at + u32(i))) * taps[xw + i];
     }
     let v = clip8(row);
     mid[(p.row0 + y) * p.out_w + ox] = u32(v.x) | (u32(v.y) << 8u) | (u32(v.z) << 16u);

@@ -154,15 +154,6 @@ impl Window<'_> {
             && inside(&self.taps.cols, self.width)
             && inside(&self.taps.rows, self.height)
     }
-
-    /// The window's pixels as RGBA8 bytes (alpha 255 where the image has none): borrowed when
-    /// they are, else copied.
-    pub fn rgba(&self) -> std::borrow::Cow<'_, [u8]> {
-        if self.bpp == 4 {
-            return std::borrow::Cow::Borrowed(self.pixels);
-        }
-        std::borrow::Cow::Owned(rgba_from_rgb(self.pixels))
-    }
 }
 
 /// The largest image [`Preprocess::prepare_rgba`] (and so `Model::classify_rgba`) takes, in
@@ -194,7 +185,8 @@ impl Preprocess {
     /// for the crop window ([`WindowTaps`]), and finds the rows of the image those taps read (a
     /// centre crop reads about crop / resized of them). Both executors resample that [`Window`]
     /// exactly as the CLI does: the CPU with [`Preprocess::window_input`], the GPU with
-    /// `preprocess.wgsl`'s two passes, which gets those rows uploaded as RGBA.
+    /// `preprocess.wgsl`'s two passes, which gets those rows uploaded as they are (RGBA, or
+    /// packed RGB).
     pub fn prepare<'a>(&self, image: Pixels<'a>) -> Result<Window<'a>> {
         let Pixels { bytes: pixels, width, height, bpp } = image;
         check_image_size(width, height)?;

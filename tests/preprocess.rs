@@ -90,19 +90,26 @@ fn an_image_bound_in_bands_is_resampled_as_a_whole() {
         let pp = preprocess::Preprocess::half_normalised(channels, [16, 16]);
         let img = synthetic(w, h);
         let rgba = rgba_of(&img);
-        let window = pp.prepare_rgba(&rgba, w as usize, h as usize).unwrap();
-        assert!(window.height > 16, "a window of {} rows is no test of banding", window.height);
         let want = preprocess::transform(&img, &pp).unwrap();
         let out = gpu.storage("input", want.len()).unwrap();
-        for band_rows in [1, 7, window.height - 1, window.height, 10 * window.height] {
-            let op = tokenmix::ops::preprocess::window_to_input_in_bands(&gpu, &pp, &window, &out, band_rows).unwrap();
-            gpu.run_ops(&[op]).unwrap();
-            let got = pollster::block_on(gpu.read_buffer(&out, want.len())).unwrap();
-            let diff = max_abs_diff(&got, &want);
-            eprintln!("{w}x{h}, {channels} channel(s), window {}x{}, bands of {band_rows} rows: max |Δ| {diff:.2e}", window.width, window.height);
-            assert!(common::within(diff, 1e-6), "bands of {band_rows} rows: max |Δ| {diff}");
+        // As uploaded: RGBA (an ImageData), and packed RGB (a decoded file), whose rows of
+        // 3w bytes start mid-word (w odd, and w = 90: 270 bytes) and whose bands do too.
+        for window in [pp.prepare_rgba(&rgba, w as usize, h as usize).unwrap(), pp.prepare(preprocess::Pixels::rgb(&img)).unwrap()] {
+            assert!(window.height > 16, "a window of {} rows is no test of banding", window.height);
+            let bpp = window.bpp;
+            for band_rows in [1, 7, window.height - 1, window.height, 10 * window.height] {
+                let op = tokenmix::ops::preprocess::window_to_input_in_bands(&gpu, &pp, &window, &out, band_rows).unwrap();
+                gpu.run_ops(&[op]).unwrap();
+                let got = pollster::block_on(gpu.read_buffer(&out, want.len())).unwrap();
+                let diff = max_abs_diff(&got, &want);
+                eprintln!(
+                    "{w}x{h}, {channels} channel(s), {bpp} bytes a pixel, window {}x{}, bands of {band_rows} rows: max |Δ| {diff:.2e}",
+                    window.width, window.height
+                );
+                assert!(common::within(diff, 1e-6), "{bpp} bytes a pixel, bands of {band_rows} rows: max |Δ| {diff}");
+            }
+            assert!(tokenmix::ops::preprocess::window_to_input_in_bands(&gpu, &pp, &window, &out, 0).is_err(), "bands of no rows");
         }
-        assert!(tokenmix::ops::preprocess::window_to_input_in_bands(&gpu, &pp, &window, &out, 0).is_err(), "bands of no rows");
     }
 }
 

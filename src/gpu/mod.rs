@@ -726,18 +726,26 @@ impl Gpu {
         self.storage_from(label, data, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
     }
 
-    /// A read-only storage buffer holding `bytes` (RGBA8 pixels, read as one u32 each), which
-    /// must be whole 4-byte words.
-    pub fn storage_bytes(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
-        if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
-            return Err(Error::Gpu(format!("{label}: {} bytes are not whole 4-byte words", bytes.len())));
+    /// A read-only storage buffer holding `bytes` (pixels, read as u32 words), then zeros: to
+    /// whole 4-byte words and `pad_words` more (a shader reading packed RGB reads past the last
+    /// pixel's word). The bytes are written into the mapped buffer as they are, not copied first.
+    pub fn storage_bytes(&self, label: &str, bytes: &[u8], pad_words: usize) -> Result<wgpu::Buffer> {
+        if bytes.is_empty() {
+            return Err(Error::Gpu(format!("{label}: no bytes")));
         }
-        self.checked_size(label, bytes.len() / 4)?;
-        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        let size = self.checked_size(label, bytes.len().div_ceil(4).saturating_add(pad_words))?;
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            contents: bytes,
+            size,
             usage: wgpu::BufferUsages::STORAGE,
-        }))
+            mapped_at_creation: true,
+        });
+        {
+            let mut view = buffer.slice(..).get_mapped_range_mut().map_err(|e| Error::Gpu(format!("{label}: {e}")))?;
+            view.slice(..bytes.len()).copy_from_slice(bytes);
+        }
+        buffer.unmap();
+        Ok(buffer)
     }
 
     /// A read-only storage buffer holding `words` (e.g. RGBA8 pixels, one per u32).

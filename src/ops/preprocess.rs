@@ -1,4 +1,5 @@
-//! `preprocess.wgsl`: RGBA8 pixels → the model's normalised CHW input (resize, crop, normalise).
+//! `preprocess.wgsl`: RGBA8 or RGB8 pixels → the model's normalised CHW input (resize, crop,
+//! normalise).
 
 use crate::error::{Error, Result};
 use crate::gpu::{Binding, Gpu, Kernel, Resource};
@@ -8,14 +9,18 @@ use super::{check_extent, groups, Op};
 
 const SOURCE: &str = include_str!("../../shaders/preprocess.wgsl");
 const BINDINGS: &[Binding] = &[Binding::Uniform, Binding::Read, Binding::ReadWrite, Binding::Read];
+/// Words of zeros after a band's pixels: the shader's packed-RGB reads go up to two words past
+/// the last pixel's first byte's word.
+const PAD_WORDS: usize = 2;
 
 /// Writes the model input for the part of an image a crop window reads
 /// ([`Preprocess::prepare`]) into `out`: PIL's resampling with the window's taps, as two
-/// dispatches (horizontal, then vertical), the pixels uploaded as RGBA in as few bands of rows as
-/// the adapter's binding limit allows (one, unless the window is over 128 MiB on a WebGPU default).
+/// dispatches (horizontal, then vertical), the pixels uploaded as they are (RGBA, or packed RGB)
+/// in as few bands of rows as the adapter's binding limit allows (one, unless the window is over
+/// 128 MiB on a WebGPU default).
 pub fn window_to_input(gpu: &Gpu, pp: &Preprocess, window: &Window, out: &wgpu::Buffer) -> Result<Op> {
-    let row_bytes = (window.width.max(1) * 4) as u64;
-    let band_rows = (gpu.binding_limit() / row_bytes).max(1) as usize;
+    let row_bytes = (window.width.max(1) * window.bpp.max(1)) as u64;
+    let band_rows = (gpu.binding_limit().saturating_sub(4 * (PAD_WORDS as u64 + 1)) / row_bytes).max(1) as usize;
     window_to_input_in_bands(gpu, pp, window, out, band_rows)
 }
 
@@ -36,8 +41,6 @@ pub fn window_to_input_in_bands(gpu: &Gpu, pp: &Preprocess, window: &Window, out
             window.bpp
         )));
     }
-    // The shader reads a u32 per pixel: an RGB window is widened (only the rows it reads).
-    let rgba = window.rgba();
     let table = gpu.storage_words("preprocess taps", bytemuck::cast_slice(&taps.table()))?;
     let mid = gpu.storage("preprocess rows", height * w)?;
     let params = |src_w: usize, rows: usize, row0: usize| {
@@ -49,10 +52,12 @@ pub fn window_to_input_in_bands(gpu: &Gpu, pp: &Preprocess, window: &Window, out
         }
         p
     };
-    let bands = rgba
-        .chunks(band_rows * width * 4)
+    let row_bytes = width * window.bpp;
+    let bands = window
+        .pixels
+        .chunks(band_rows * row_bytes)
         .enumerate()
-        .map(|(i, band)| Ok((i * band_rows, band.len() / (width * 4), gpu.storage_bytes("image", band)?)))
+        .map(|(i, band)| Ok((i * band_rows, band.len() / row_bytes, gpu.storage_bytes("image", band, PAD_WORDS)?)))
         .collect::<Result<Vec<_>>>()?;
     let each: Vec<(Vec<u32>, Vec<Resource>, [u32; 3])> = bands
         .iter()
@@ -61,7 +66,7 @@ pub fn window_to_input_in_bands(gpu: &Gpu, pp: &Preprocess, window: &Window, out
             (params(width, *rows, *row0), vec![Resource::Buffer(buf), Resource::Buffer(&mid), Resource::Buffer(&table)], groups_xy)
         })
         .collect();
-    let kernel = Kernel::new("preprocess", SOURCE, BINDINGS).flag("GREY", pp.channels == 1);
+    let kernel = Kernel::new("preprocess", SOURCE, BINDINGS).flag("GREY", pp.channels == 1).flag("RGB", window.bpp == 3);
     let horizontal = Op::dispatches(gpu, gpu.pipeline(&kernel)?, &each)?;
     let vertical = Op::new(
         gpu,
