@@ -435,7 +435,8 @@ impl GpuExec {
 
     /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the
     /// forward pass, and copies logits, probabilities and — for one `image` classified — the
-    /// input and stage snapshots into a fresh staging buffer, returned for mapping. A fresh staging
+    /// input (unless it was uploaded: the caller has it) and stage snapshots into a fresh
+    /// staging buffer, returned for mapping. A fresh staging
     /// buffer per call keeps concurrent calls (the web's async classify) independent. `record`,
     /// if given, records the forward pass's ops in place of [`ops::encode_all`] (a profile's
     /// timed passes).
@@ -450,7 +451,7 @@ impl GpuExec {
         let gpu = &self.gpu;
         gpu.check()?;
         let n = (plan.batch * self.classes) as u64 * 4;
-        let input_bytes = if image { (plan.batch * self.input) as u64 * 4 } else { 0 };
+        let input_bytes = if image && input.is_none() { (plan.batch * self.input) as u64 * 4 } else { 0 };
         let snapshot = plan.stages.as_ref().filter(|_| image);
         let stage_bytes = snapshot.map_or(0, |st| st.size());
         // Explanations also bring back the evidence and the pooled vectors, whole slots.
@@ -506,16 +507,17 @@ impl GpuExec {
         let t0 = now();
         let window = pp.prepare(image)?;
         let plan = self.plan(1, false, cancel)?;
-        let staging = match resample {
+        // The input resampled on the CPU is kept, not read back after its upload.
+        let (staging, uploaded) = match resample {
             Resample::Gpu => {
                 let op = ops::preprocess::window_to_input(&self.gpu, pp, &window, &plan.slots[Slot::Input.index()])?;
                 cancel.check()?;
-                self.submit(&plan, None, Some(&op), true, None)?
+                (self.submit(&plan, None, Some(&op), true, None)?, None)
             }
             Resample::Cpu => {
                 let input = super::cpu::window_to_input(pp, &window)?;
                 cancel.check()?;
-                self.submit(&plan, Some(&input), None, true, None)?
+                (self.submit(&plan, Some(&input), None, true, None)?, Some(input))
             }
         };
         let t1 = now();
@@ -523,8 +525,14 @@ impl GpuExec {
         let t2 = now();
         let mut data = self.gpu.copy_mapped(&staging)?;
         let classes = self.classes;
-        let mut input = data.split_off(2 * classes);
-        let stages = input.split_off(self.input);
+        let mut rest = data.split_off(2 * classes);
+        let (input, stages) = match uploaded {
+            Some(input) => (input, rest),
+            None => {
+                let stages = rest.split_off(self.input);
+                (rest, stages)
+            }
+        };
         let probs = data.split_off(classes);
         let t3 = now();
         let times = RunTimes { preprocess_ms: t1 - t0, forward_ms: t2 - t1, readback_ms: t3 - t2 };
