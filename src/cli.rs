@@ -332,7 +332,7 @@ fn load(dev: Device, path: &Path, img_size: Option<[usize; 2]>) -> Result<Model>
 /// [`load`], the hub's address taken from `hub` where given (`view --hub`).
 fn load_from(dev: Device, path: &Path, hub: Option<&str>, img_size: Option<[usize; 2]>) -> Result<Model> {
     let file = model_file(path, hub)?;
-    let bytes = read(&file, "a model file")?;
+    let bytes = tokenmix::file::read_model(&file)?;
     Model::load(dev, &bytes, img_size).map_err(|e| match e {
         Error::Io { .. } => e,
         other => {

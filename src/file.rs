@@ -33,6 +33,58 @@ pub fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
     read_at_most(file, max, if meta.is_file() { meta.len() as usize } else { 0 }, path)?.ok_or_else(too_big)
 }
 
+/// A model file's bytes (safetensors), at most [`MAX_MODEL_BYTES`]: a regular file or a device
+/// as [`read_bounded`] takes them; a stream (a pipe, a FIFO, `<(curl …)`) as far as its header
+/// says the file goes ([`read_safetensors_stream`]), where it used to be read up to the bound.
+pub fn read_model(path: &Path) -> Result<Vec<u8>> {
+    let what = "a model file";
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    #[cfg(unix)]
+    let stream = {
+        use std::os::unix::fs::FileTypeExt;
+        meta.file_type().is_fifo() || meta.file_type().is_socket()
+    };
+    #[cfg(not(unix))]
+    let stream = !meta.is_file();
+    if !stream {
+        return read_bounded(path, MAX_MODEL_BYTES, what);
+    }
+    read_safetensors_stream(file, MAX_MODEL_BYTES, path)?
+        .ok_or_else(|| Error::Input(format!("{}: more than the {MAX_MODEL_BYTES} bytes {what} may have", path.display())))
+}
+
+/// The largest header safetensors reads (its own bound).
+const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+
+/// A safetensors file from a stream that may never end: its 8-byte header length, its header,
+/// then as many bytes as the header's tensors reach and one more (to tell a stream that goes
+/// on: the parser then refuses the file as it refuses a regular file with bytes past its
+/// tensors), or None if that is more than `max`. What is not a safetensors header (no JSON,
+/// over safetensors' 100 MB bound, tensors without `data_offsets`) stops the reading there:
+/// the bytes read so far are returned for the parser to name what they are. `path` names the
+/// source in an I/O error.
+pub fn read_safetensors_stream(mut reader: impl Read, max: u64, path: &Path) -> Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    let mut more = |bytes: &mut Vec<u8>, n: u64| (&mut reader).take(n).read_to_end(bytes).map_err(|e| Error::io(path, e));
+    more(&mut bytes, 8)?;
+    let Some(n) = bytes.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes) else {
+        return Ok(Some(bytes));
+    };
+    if n > MAX_SAFETENSORS_HEADER {
+        return Ok(Some(bytes));
+    }
+    more(&mut bytes, n)?;
+    let Some(end) = bytes.get(8..).and_then(crate::weights::tensors_end) else {
+        return Ok(Some(bytes));
+    };
+    if (8 + n).saturating_add(end) > max {
+        return Ok(None);
+    }
+    more(&mut bytes, end + 1)?;
+    Ok(Some(bytes))
+}
+
 /// `reader`'s bytes to its end, or None once there are more than `max` (one past it is read to
 /// tell); `capacity` is the size expected, `path` names the source in an I/O error. The bound of
 /// [`read_bounded`], for a stream too (standard input, `classify -`).
@@ -55,6 +107,40 @@ mod tests {
         let err = read_bounded(&path, 9, "a test file").expect_err("10 bytes do not fit 9").to_string();
         assert!(err.contains("more than the 9 bytes a test file may have"), "{err}");
         assert!(read_bounded(&dir.path().join("missing.bin"), 10, "a test file").is_err());
+    }
+
+    /// A safetensors file of two tensors, 24 bytes of data.
+    fn small_safetensors() -> Vec<u8> {
+        let header = br#"{"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}"#;
+        [&(header.len() as u64).to_le_bytes()[..], header, &[1u8; 24]].concat()
+    }
+
+    /// A stream is read as far as its header says, and one byte more: a file followed by a
+    /// stream that never ends (`repeat`) is not read past that, nor is one that is no
+    /// safetensors file past its first 8 bytes, where the old reading went on to the bound.
+    #[test]
+    fn a_stream_is_read_as_far_as_its_header_says() {
+        let file = small_safetensors();
+        let path = Path::new("stream");
+        let read = |r: &mut dyn Read, max| read_safetensors_stream(r, max, path).expect("no I/O error");
+        assert_eq!(read(&mut &file[..], MAX_MODEL_BYTES), Some(file.clone()), "the whole file, and no more there is");
+        let endless = || std::io::Cursor::new(file.clone()).chain(std::io::repeat(7));
+        let got = read(&mut endless(), MAX_MODEL_BYTES).expect("within the bound");
+        assert_eq!(got.len(), file.len() + 1, "one byte past the tensors");
+        assert_eq!(got[..file.len()], file[..]);
+        assert_eq!(read(&mut endless(), file.len() as u64 - 1), None, "over the bound: refused from the header");
+        assert_eq!(read(&mut endless(), file.len() as u64).map(|b| b.len()), Some(file.len() + 1));
+        // Not a safetensors header: 8 bytes (a length over safetensors' bound), or the length
+        // and the header it gives (not JSON, or tensors without offsets).
+        assert_eq!(read(&mut std::io::repeat(0xff), MAX_MODEL_BYTES).map(|b| b.len()), Some(8));
+        assert_eq!(
+            read(&mut [&5u64.to_le_bytes()[..], b"hello"].concat().as_slice().chain(std::io::repeat(0)), MAX_MODEL_BYTES).map(|b| b.len()),
+            Some(13)
+        );
+        let no_offsets = br#"{"a":{"dtype":"F32","shape":[2]}}"#;
+        let stream = [&(no_offsets.len() as u64).to_le_bytes()[..], no_offsets].concat();
+        assert_eq!(read(&mut stream.as_slice().chain(std::io::repeat(0)), MAX_MODEL_BYTES).map(|b| b.len()), Some(stream.len()));
+        assert_eq!(read(&mut &b"abc"[..], MAX_MODEL_BYTES), Some(b"abc".to_vec()), "shorter than a length");
     }
 
     /// `/dev/zero` never ends: it is refused at once, not read up to the bound (the old

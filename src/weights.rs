@@ -40,6 +40,24 @@ fn other_format(bytes: &[u8]) -> Option<String> {
     }
 }
 
+/// Where a safetensors header's tensors end in the data after it: the largest end of their
+/// `data_offsets`, or None if `header` (the JSON) is no such header.
+pub fn tensors_end(header: &[u8]) -> Option<u64> {
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(header).ok()?;
+    header
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .try_fold(0u64, |end, (_, tensor)| Some(end.max(tensor.get("data_offsets")?.get(1)?.as_u64()?)))
+}
+
+/// The size a safetensors file's header gives it (its length field, header and tensors' data),
+/// from its first bytes.
+fn file_size(bytes: &[u8]) -> Option<u64> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let header = bytes.get(8..8usize.checked_add(usize::try_from(n).ok()?)?)?;
+    (8 + n).checked_add(tensors_end(header)?)
+}
+
 /// A parsed safetensors file. Tensors are converted to f32 when taken, so a model file is
 /// never held twice in memory as f32 (or all at once ahead of the build, in slices:
 /// [`Self::convert_in_slices`]).
@@ -67,9 +85,14 @@ const CONVERT_CHUNK: usize = 1 << 16;
 
 impl<'a> Weights<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
-        let (header_len, meta) = SafeTensors::read_metadata(bytes).map_err(|e| match other_format(bytes) {
-            Some(kind) => Error::Format(format!("not a safetensors file: it is {kind}")),
-            None => Error::Format(e.to_string()),
+        let (header_len, meta) = SafeTensors::read_metadata(bytes).map_err(|e| match (other_format(bytes), e) {
+            (Some(kind), _) => Error::Format(format!("not a safetensors file: it is {kind}")),
+            (None, safetensors::SafeTensorError::MetadataIncompleteBuffer) => Error::Format(match file_size(bytes) {
+                Some(size) if (bytes.len() as u64) < size => format!("cut short: {} bytes, where its header's tensors end at {size}", bytes.len()),
+                Some(size) => format!("more bytes than its header's tensors take: they end at {size}"),
+                None => "its header's tensors do not cover its data".to_string(),
+            }),
+            (None, e) => Error::Format(e.to_string()),
         })?;
         // serde keeps the last of two equal keys: a header naming a tensor twice is refused
         // here rather than silently resolved.

@@ -264,9 +264,9 @@ struct HubFile {
 }
 
 /// A model file's bytes, refusing one larger than any checkpoint of these families (or a
-/// device, or a pipe that goes on past that) before it is all in memory.
+/// device) before it is all in memory, and reading a pipe only as far as its header says.
 fn read_model_file(path: &Path) -> Result<Vec<u8>> {
-    crate::file::read_bounded(path, crate::file::MAX_MODEL_BYTES, "a model file")
+    crate::file::read_model(path)
 }
 
 /// The views' textures, remade only when [`Viewer::generation`] moved on; a field of its own
