@@ -184,6 +184,7 @@ export async function createCore({ threads = defaultThreads() } = {}) {
     cancelTable: () => tm.cancelTable(),
     stageEnergy: () => tm.stageEnergy(),
     cropGeometry: (width, height) => tm.cropGeometry(width, height),
+    parseHubRepo: (text) => tm.parseHubRepo(String(text ?? '')),
     isCached: (url) => tm.isCached(url),
     clearCache: (url) => tm.clearCache(url ?? null),
     loseDevice: () => tm.loseDevice(),

@@ -34,7 +34,9 @@ export interface ClassifierOptions {
  * by the browser; one neither decodes is an error. */
 export type ImageSource = ImageData | ImageBitmap | HTMLImageElement | HTMLCanvasElement | HTMLVideoElement | OffscreenCanvas | Blob;
 
-/** A model file: a URL (timm's model.safetensors, e.g. from the Hugging Face hub), its bytes, or null for the embedded default. */
+/** A model file: a URL (timm's model.safetensors), timm's name of a model on the Hugging Face
+ * hub (`'hf-hub:timm/mixer_b16_224.goog_in21k_ft_in1k'`: its model.safetensors, from
+ * {@link LoadOptions.hub}), its bytes, or null for the embedded default. */
 export type ModelSource = string | ArrayBuffer | Uint8Array | null;
 
 /** What classify, classifyDetailed and explain take besides `topK`. */
@@ -62,6 +64,9 @@ export interface LoadOptions {
    * (preprocess.wgsl) or 'cpu'; by default 'gpu' on hardware adapters and 'cpu' on software
    * ones (`adapterInfo().resample` says which). The same pixels either way. */
   resample?: 'gpu' | 'cpu';
+  /** The hub a source named `hf-hub:owner/name` downloads from (default https://huggingface.co;
+   * a mirror, or a local server in tests). */
+  hub?: string;
   /** Aborting it stops the download and the load, which then changes nothing and rejects with
    * the signal's reason (an `AbortError`), as `fetch` does. After the download, the load's
    * conversion and upload stop at the next tensor: at once in the threaded worker (the abort
@@ -285,6 +290,10 @@ export interface Classifier {
   stageEnergy(): Promise<StageEnergy[]>;
   /** Where the model's input comes from in a width x height image. */
   cropGeometry(width: number, height: number): Promise<CropGeometry>;
+  /** The hub repository `text` names, as `owner/name`: `owner/name`, `hf-hub:owner/name` or
+   * its address on huggingface.co (a file's or a page's), as the CLI and the desktop app read
+   * it; rejects, saying what is expected, otherwise. */
+  parseHubRepo(text: string): Promise<string>;
   /** The pixels classify takes from `image`: for a Blob or File, as tokenmix decodes it (the
    * CLI's decoder: PNG, JPEG, WebP, GIF, BMP, TIFF, EXIF orientation applied), else as the
    * browser does; e.g. to show a TIFF, which browsers do not decode. */

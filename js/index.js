@@ -58,7 +58,7 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
 
   return {
     worker: call.worker,
-    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p, autotune, resample, signal } = {}) {
+    async loadModel(source = null, { onProgress, name, cache = false, backend: b, precision: p, autotune, resample, hub, signal } = {}) {
       if (b !== undefined && !BACKENDS.includes(b)) throw new Error(`backend ${b}: expected auto, gpu or cpu`);
       if (p !== undefined && !PRECISIONS.includes(p)) throw new Error(`precision ${p}: expected f32 or f16`);
       if (resample !== undefined && !['gpu', 'cpu'].includes(resample)) throw new Error(`resample ${resample}: expected gpu or cpu`);
@@ -66,7 +66,8 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
       if (signal != null && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) throw new Error('signal: expected an AbortSignal');
       signal?.throwIfAborted();
       const src = source instanceof ArrayBuffer ? new Uint8Array(source) : typeof source === 'string' ? absolute(source) : source;
-      const options = { name, cache, backend: b, precision: p, autotune, resample };
+      if (hub !== undefined && typeof hub !== 'string') throw new Error('hub: expected the hub\'s base URL, a string');
+      const options = { name, cache, backend: b, precision: p, autotune, resample, hub: hub === undefined ? undefined : absolute(hub) };
       // Aborted, the load rejects as fetch does, with the signal's reason (an AbortError).
       // With a signal the load is cancellable too: an abort after the download stops the
       // conversion and upload at the next tensor (in the threaded worker from this thread; in
@@ -89,6 +90,7 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
     },
     stageEnergy: () => call('stageEnergy', []),
     cropGeometry: (width, height) => call('cropGeometry', [width, height]),
+    parseHubRepo: (text) => call('parseHubRepo', [String(text ?? '')]),
     decodeImage: async (img) => call('decodeImage', [await image(img)]),
     info: () => call('info', []),
     adapterInfo: () => call('adapterInfo', []),
@@ -135,6 +137,8 @@ const unlessAborted = (promise, signal) => promise.then((v) => {
  * that is no URL is passed on as it is (loadModel then says why it cannot be downloaded).
  */
 function absolute(url) {
+  // timm's name of a model on the hub (hf-hub:owner/name) is no URL: tokenmix resolves it.
+  if (/^\s*hf[-_]hub:/.test(url)) return url;
   try {
     return new URL(url, globalThis.document?.baseURI ?? globalThis.location?.href).href;
   } catch {

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// The hub's default address.
-pub const HUB: &str = "https://huggingface.co";
+pub use crate::hubname::{model_url, parse_repo, HUB};
 /// The largest checkpoint a download accepts: the largest model file tokenmix reads.
 pub const MAX_BYTES: u64 = crate::file::MAX_MODEL_BYTES;
 /// How long the server may take to accept the connection, and to send each piece.
@@ -25,35 +24,6 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// `~/.cache/tokenmix/hub`.
 pub fn cache_dir() -> PathBuf {
     crate::env::cache_dir_override().unwrap_or_else(|| crate::env::cache_home().join("hub"))
-}
-
-/// Whether `repo` is a repository name as the hub spells it: `owner/name`, each of letters,
-/// digits and `-_.`, not starting with a dot (so no `..` reaches a URL or the cache's paths).
-fn is_repo(repo: &str) -> bool {
-    let ok = |s: &str| !s.is_empty() && !s.starts_with('.') && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    repo.split_once('/').is_some_and(|(owner, name)| ok(owner) && ok(name))
-}
-
-/// The hub's addresses a repository's page may be named by (`parse_repo`).
-const HUB_HOSTS: [&str; 3] = ["https://huggingface.co/", "https://www.huggingface.co/", "huggingface.co/"];
-
-/// The repository a user names, in any spelling they meet it in: `owner/name`; timm's
-/// `hf-hub:owner/name` (and its older `hf_hub:`); or an address on the hub, the repository's
-/// page or any file's (`https://huggingface.co/owner/name`, `…/tree/main`,
-/// `…/blob/main/model.safetensors`). Anything else is an error saying what is expected.
-pub fn parse_repo(text: &str) -> Result<String> {
-    let t = text.trim();
-    let t = ["hf-hub:", "hf_hub:"].iter().find_map(|p| t.strip_prefix(p)).unwrap_or(t);
-    let repo = match HUB_HOSTS.iter().find_map(|h| t.strip_prefix(h)) {
-        Some(path) => path.split(['?', '#']).next().unwrap_or("").split('/').take(2).collect::<Vec<_>>().join("/"),
-        None => t.to_string(),
-    };
-    if !is_repo(&repo) {
-        return Err(Error::Input(format!(
-            "hub repository `{t}`: expected owner/name (or hf-hub:owner/name, or its address on huggingface.co), e.g. timm/gmlp_s16_224.ra3_in1k"
-        )));
-    }
-    Ok(repo)
 }
 
 /// A download's state, shared with the window.
@@ -84,7 +54,7 @@ impl Download {
     /// folder `cache` on a thread; a file already in the cache is used as is.
     pub fn start(base: &str, repo: &str, cache: &Path) -> Result<Download> {
         let repo = &parse_repo(repo)?;
-        let url = format!("{}/{repo}/resolve/main/model.safetensors", base.trim_end_matches('/'));
+        let url = model_url(base, repo);
         let path = cache.join(repo.replace('/', "--")).join("model.safetensors");
         let state = Arc::new(Mutex::new(Progress::Running { loaded: 0, total: None }));
         let cancelled = Arc::new(AtomicBool::new(false));
@@ -184,35 +154,4 @@ fn write_part(url: &str, part: &Path, mut reader: impl Read, total: Option<u64>,
         return Err(Error::Input(format!("{url}: the download stopped at {loaded} of {} bytes", total.unwrap_or(0))));
     }
     file.flush().map_err(|e| Error::io(part, e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_repo;
-
-    #[test]
-    fn a_repository_is_named_in_each_spelling_users_meet() {
-        for text in [
-            "timm/gmlp_s16_224.ra3_in1k",
-            "  timm/gmlp_s16_224.ra3_in1k\n",
-            "hf-hub:timm/gmlp_s16_224.ra3_in1k",
-            "hf_hub:timm/gmlp_s16_224.ra3_in1k",
-            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k",
-            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/",
-            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/tree/main",
-            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/blob/main/model.safetensors",
-            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k/resolve/main/model.safetensors?download=true",
-            "https://huggingface.co/timm/gmlp_s16_224.ra3_in1k#model-card",
-            "huggingface.co/timm/gmlp_s16_224.ra3_in1k",
-            "hf-hub:https://huggingface.co/timm/gmlp_s16_224.ra3_in1k",
-        ] {
-            assert_eq!(parse_repo(text).ok().as_deref(), Some("timm/gmlp_s16_224.ra3_in1k"), "{text:?}");
-        }
-        for text in
-            ["", "timm", "hf-hub:", "https://huggingface.co/timm", "https://example.com/timm/x", "../etc/passwd", "timm/a b", "timm/.x", "a/b/c"]
-        {
-            let err = parse_repo(text).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(err.contains("expected owner/name"), "{text:?}: {err}");
-        }
-    }
 }

@@ -20,6 +20,7 @@ pub mod fuzz;
 pub mod gpu;
 #[cfg(all(feature = "hub", not(target_arch = "wasm32")))]
 pub mod hub;
+pub mod hubname;
 pub mod insight;
 pub mod labels;
 pub mod models;

@@ -14,8 +14,9 @@
 //!   those were away. `auto` takes
 //!   the CPU (WebAssembly SIMD) where WebGPU is missing, gives no adapter, or gives a software
 //!   one (SwiftShader, the fallback adapter), else the GPU
-//! - `loadModel(source, {onProgress, name, backend, precision, autotune, resample, cache, signal, cancelId})` →
-//!   description (with `fromCache`); `source` is a URL,
+//! - `loadModel(source, {onProgress, name, backend, precision, autotune, resample, cache, hub, signal, cancelId})` →
+//!   description (with `fromCache`); `source` is a URL, timm's `hf-hub:owner/name` (the
+//!   repository's model.safetensors on the hub at `hub`, default huggingface.co), an
 //!   ArrayBuffer, Uint8Array, or null for the embedded default. `backend` switches the executor
 //!   for this and later calls; `precision` ('f32' | 'f16') the GPU's storage; `resample`
 //!   ('gpu' | 'cpu') where the GPU executor resizes an image (`gpu::Resample`); an aborted
@@ -29,6 +30,7 @@
 //!   reads and fills it; Cache API `tokenmix-models`)
 //! - `decodeImage(bytes, name?)` → an ImageData of the image file in `bytes` (a Uint8Array),
 //!   decoded as the CLI decodes it, or null where its format is none tokenmix reads
+//! - `parseHubRepo(text)` → `owner/name`: a hub repository in any spelling the CLI reads
 //! - `cropGeometry(width, height)` → `{resized, left, top, size}`: where the model's input
 //!   comes from in an image of that size (the one implementation the page uses)
 //! - `modelInfo()` → description of the current model (the embedded default until one loads)
@@ -658,6 +660,8 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
             v.as_string().and_then(|t| crate::gpu::Resample::parse(&t)).ok_or_else(|| js_err("loadModel: options.resample must be 'gpu' or 'cpu'"))
         })
         .transpose()?;
+    // `hub`: the base address a model named `hf-hub:owner/name` downloads from.
+    let hub = given("hub").map(|v| v.as_string().ok_or_else(|| js_err("loadModel: options.hub must be a URL string"))).transpose()?;
     let given_name = option("name").as_string();
     let label = || given_name.clone().or_else(|| source.as_string()).unwrap_or_else(|| "the model".into());
     if aborted() {
@@ -669,7 +673,15 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
     let mut from_cache = false;
     let (chunks, name) = if source.is_null() || source.is_undefined() {
         (None, crate::DEFAULT_MODEL_NAME.to_string())
-    } else if let Some(url) = source.as_string() {
+    } else if let Some(text) = source.as_string() {
+        // timm's `hf-hub:owner/name`: the repository's model.safetensors on the hub, the model
+        // named as it was asked for.
+        let url = if crate::hubname::is_hub_name(&text) {
+            let repo = hub_repo(&text).map_err(|e| js_err(format!("loadModel: {e}")))?;
+            crate::hubname::model_url(hub.as_deref().unwrap_or(crate::hubname::HUB), &repo)
+        } else {
+            text.clone()
+        };
         // A cache that cannot answer (storage off, a URL no Request takes) is a miss.
         let hit = if use_cache { cache_get(&url).await.ok().and_then(|v| v.dyn_into::<Uint8Array>().ok()) } else { None };
         let chunks = match hit {
@@ -689,7 +701,7 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<JsValue, Js
                 chunks
             }
         };
-        (Some(chunks), url)
+        (Some(chunks), text)
     } else if source.is_instance_of::<js_sys::ArrayBuffer>() || source.is_instance_of::<Uint8Array>() {
         (Some(Array::of1(&Uint8Array::new(&source))), "(bytes)".to_string())
     } else {
@@ -821,6 +833,22 @@ pub async fn is_cached(url: String) -> bool {
 pub async fn clear_cache(url: JsValue) -> Result<bool, JsError> {
     let done = cache_clear(url).await.map_err(|e| js_err(format!("clearCache: {}", js_message(&e))))?;
     Ok(done.as_bool().unwrap_or(false))
+}
+
+/// The hub repository `text` names, in any spelling the CLI and the desktop app read
+/// (`hubname::parse_repo`: `owner/name`, `hf-hub:owner/name`, its address on huggingface.co);
+/// an error saying what is expected otherwise. The page's "Another model from the hub" field.
+#[wasm_bindgen(js_name = parseHubRepo)]
+pub fn parse_hub_repo(text: &str) -> Result<String, JsError> {
+    hub_repo(text).map_err(js_err)
+}
+
+/// `hubname::parse_repo`, its error the sentence the page shows (without the "input: " kind).
+fn hub_repo(text: &str) -> std::result::Result<String, String> {
+    crate::hubname::parse_repo(text).map_err(|e| match e {
+        Error::Input(message) => message,
+        other => other.to_string(),
+    })
 }
 
 /// Where the current model's input comes from in a `width` x `height` image (timm's eval

@@ -1,6 +1,6 @@
 // Models: the picker (embedded, shipped, a file, timm checkpoints from the hub), loading, labels.
 
-import { $, clearError, exclusive, finishProgress, HUB, HUB_MODELS, hubUrl, IMAGENET_LABELS_URL, messageOf, onProgress, parseHubRepo, resetProgress, setStatus, SHIPPED, showError, state, tm } from './page.js';
+import { $, clearError, exclusive, finishProgress, HUB, HUB_MODELS, hubUrl, IMAGENET_LABELS_URL, messageOf, onProgress, resetProgress, setStatus, SHIPPED, showError, state, tm } from './page.js';
 import { classifyImageData } from './input.js';
 import { drawOverlays, setupViz } from './views.js';
 
@@ -99,14 +99,15 @@ export function loadModelBytes(bytes, name = 'model.safetensors') {
 }
 
 /**
- * Loads a timm checkpoint from the hub, named in any spelling `parseHubRepo` reads; once it
+ * Loads a timm checkpoint from the hub, named in any spelling the CLI reads (the package's
+ * `parseHubRepo`, tokenmix's own parser: src/hubname.rs); once it
  * loads, the select lists it among the hub's (so it can be chosen again, from the browser's
  * cache). A name that is no repository is an error and changes nothing.
  */
 export async function loadHubRepo(text) {
   let repo;
   try {
-    repo = parseHubRepo(text);
+    repo = await tm.parseHubRepo(text);
   } catch (e) {
     showError(messageOf(e));
     throw e;

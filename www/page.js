@@ -37,30 +37,6 @@ export const VIEW_BOX = 280; // CSS px for the image views
 export const HUB = hubBase(new URLSearchParams(location.search).get('hub'));
 export const hubUrl = (repo) => `${HUB}/${repo}/resolve/main/model.safetensors`;
 
-/**
- * The hub repository a user names, in any spelling they meet it in, as the CLI and the desktop
- * app read it (src/hub.rs: parse_repo): `owner/name`; timm's `hf-hub:owner/name` (and the older
- * `hf_hub:`); or an address on the hub, the repository's page or any file's
- * (`https://huggingface.co/owner/name/tree/main`). Throws, saying what is expected, otherwise.
- */
-export function parseHubRepo(text) {
-  let t = String(text ?? '').trim();
-  for (const p of ['hf-hub:', 'hf_hub:']) if (t.startsWith(p)) { t = t.slice(p.length); break; }
-  let repo = t;
-  for (const host of ['https://huggingface.co/', 'https://www.huggingface.co/', 'huggingface.co/']) {
-    if (t.startsWith(host)) {
-      repo = t.slice(host.length).split(/[?#]/)[0].split('/').slice(0, 2).join('/');
-      break;
-    }
-  }
-  const part = (s) => s.length > 0 && !s.startsWith('.') && /^[A-Za-z0-9_.-]+$/.test(s);
-  const [owner, name, ...rest] = repo.split('/');
-  if (rest.length || !part(owner ?? '') || !part(name ?? '')) {
-    throw new Error(`hub repository \`${t}\`: expected owner/name (or hf-hub:owner/name, or its address on huggingface.co), e.g. timm/gmlp_s16_224.ra3_in1k`);
-  }
-  return repo;
-}
-
 export function hubBase(param) {
   const fallback = 'https://huggingface.co';
   if (!param) return fallback;

@@ -521,6 +521,29 @@ test('c. a timm checkpoint from the hub stand-in downloads with progress, then c
   assert.equal(await page.$eval('#model-select', (s) => s.value), `hub:${HUB_REPO}`);
   assert.equal(await page.$$eval(`#model-select option[value="hub:${HUB_REPO}"]`, (o) => o.length), 1, 'listed once');
   console.log(`[c] typed: ${TYPED_REPO} from its address, then hf-hub:${HUB_REPO}`);
+  // The package: timm's name of a model on the hub loads from the `hub` given, and its parser
+  // is the CLI's (the page's field above uses it): each spelling, and the CLI's refusal.
+  const api = await page.evaluate(async ({ repo, hub }) => {
+    const api = window.tokenmixApp.api;
+    const parse = (t) => api.parseHubRepo(t).catch((e) => `error: ${e.message}`);
+    const spellings = await Promise.all([repo, ` hf_hub:${repo}`, `https://huggingface.co/${repo}/blob/main/model.safetensors?download=true`, 'timm', '../etc/passwd'].map(parse));
+    await api.loadModel(null);
+    const loaded = await api.loadModel(`hf_hub:${repo}`, { hub });
+    let refused = null;
+    try {
+      await api.loadModel('hf-hub:timm', { hub });
+    } catch (e) {
+      refused = e.message;
+    }
+    return { spellings, loaded, refused, after: (await api.modelInfo()).family };
+  }, { repo: TYPED_REPO, hub });
+  console.log(`[c] the package: ${JSON.stringify({ ...api, loaded: { family: api.loaded.family, name: api.loaded.name } })}`);
+  const expected = (t) => `error: hub repository \`${t}\`: expected owner/name (or hf-hub:owner/name, or its address on huggingface.co), e.g. timm/gmlp_s16_224.ra3_in1k`;
+  assert.deepEqual(api.spellings, [TYPED_REPO, TYPED_REPO, TYPED_REPO, expected('timm'), expected('../etc/passwd')]);
+  assert.match(api.loaded.family, /poolformer/i, 'hf_hub:owner/name loads from the hub given');
+  assert.equal(api.loaded.name, `hf_hub:${TYPED_REPO}`, 'named as it was asked for');
+  assert.match(api.refused ?? '', /hub repository `timm`: expected owner\/name/);
+  assert.match(api.after, /poolformer/i, 'a refused name changes nothing');
   assert.deepEqual(pageErrors, []);
   await page.close();
 });
