@@ -54,33 +54,39 @@ function markSample(sample) {
   for (const b of document.querySelectorAll('.sample')) b.setAttribute('aria-pressed', String(b.dataset.sample === sample));
 }
 
+// The newest image file asked to be shown: an older one's decode that ends later is not drawn.
+let shownSeq = 0;
+
+/**
+ * Shows an image file and classifies it. The browser decodes it to show it while tokenmix
+ * decodes and classifies the file itself (in the package's worker, with the CLI's decoder, at
+ * full size: the CLI's answer): the two run at once, where the classification used to wait for
+ * the display's decode. The result is shown once both are in.
+ */
 export async function classifyBlob(blob, name, sample = null) {
   markSample(sample);
   clearError();
+  const shown = showFile(blob, name, ++shownSeq);
+  shown.catch(() => {}); // reported by classifyImageData
+  return classifyImageData(blob, name, shown);
+}
+
+/** Draws an image file on the original canvas (unless a newer one came); its size. */
+async function showFile(blob, name, seq) {
   let bitmap;
-  // What is classified: the file itself, which the package decodes with tokenmix's own decoder
-  // (the CLI's: a transparent pixel keeps its colour, the decoders' last bits agree), at its
-  // full size, as the CLI takes it, however large.
-  let image = blob;
   try {
-    // Shown as the browser decodes it. No colour management: the pixels the file holds, as the
-    // native CLI reads them.
+    // No colour management: the pixels the file holds, as the native CLI reads them.
     bitmap = await createImageBitmap(blob, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
   } catch (e) {
-    // A format the browser does not decode but tokenmix does (TIFF): shown as tokenmix decodes
-    // it, and those pixels classified, rather than the file decoded a second time.
-    image = tm ? await tm.decodeImage(blob).catch(() => null) : null;
+    // A format the browser does not decode but tokenmix does (TIFF): shown as tokenmix decodes it.
+    const image = tm ? await tm.decodeImage(blob).catch(() => null) : null;
     bitmap = image ? await createImageBitmap(image).catch(() => null) : null;
-    if (!bitmap) {
-      const msg = `Could not read ${name} as an image: ${messageOf(e)}`;
-      showError(msg);
-      throw new Error(msg);
-    }
+    if (!bitmap) throw new Error(`Could not read ${name} as an image: ${messageOf(e)}`);
   }
-  drawOriginal(bitmap, bitmap.width, bitmap.height, name);
   const size = { width: bitmap.width, height: bitmap.height };
+  if (seq === shownSeq) drawOriginal(bitmap, size.width, size.height, name);
   bitmap.close();
-  return classifyImageData(image, name, size);
+  return size;
 }
 
 export async function classifySample(name) {
@@ -102,12 +108,15 @@ export async function classifySample(name) {
 export let classifySeq = 0;
 
 /**
- * Classifies an image already drawn on the original canvas — an ImageData, or the file itself
- * (a Blob) of `size` — and shows the result.
+ * Classifies an image drawn on the original canvas — an ImageData, or the file itself (a Blob)
+ * of `size`, or of the size a promise gives once the file is shown (`classifyBlob`) — and shows
+ * the result. A file that cannot be shown is an error (the previous image stays).
  */
 export async function classifyImageData(imageData, source = 'image', size = imageData) {
   if (!tm) throw new Error('tokenmix is not running');
-  state.image = { imageData, source, size };
+  const previous = state.image;
+  const image = { imageData, source, size };
+  state.image = image;
   const seq = ++classifySeq;
   // Only the newest image is drawn: the older image's classification (or explanation), if one
   // runs, stops at its next step, and frees the queue for this one.
@@ -115,24 +124,31 @@ export async function classifyImageData(imageData, source = 'image', size = imag
   const work = new AbortController();
   state.imageWork = work;
   $('predictions').setAttribute('aria-busy', 'true');
-  let r;
-  try {
-    r = await exclusive(() => {
+  const [classified, sized] = await Promise.allSettled([
+    exclusive(() => {
       // A newer image came while this one waited its turn: this one is not classified at all
       // (a burst of clicks runs the first, stopped when the second came, and the last).
       if (seq !== classifySeq) throw new DOMException('superseded by a newer image', 'AbortError');
       return tm.classifyDetailed(imageData, 5, { signal: work.signal });
-    });
-  } catch (e) {
-    if (e?.name === 'AbortError') throw e;
-    const msg = `Classification failed: ${messageOf(e)}`;
+    }),
+    size,
+  ]);
+  const fail = (msg) => {
     if (seq === classifySeq) {
       showError(msg);
       $('predictions').removeAttribute('aria-busy');
     }
-    throw new Error(msg);
+    return new Error(msg);
+  };
+  if (classified.status === 'rejected' && classified.reason?.name === 'AbortError') throw classified.reason;
+  if (sized.status === 'rejected') {
+    if (state.image === image) state.image = previous;
+    throw fail(messageOf(sized.reason));
   }
-  state.crop = await exclusive(() => tm.cropGeometry(size.width, size.height)).catch(() => null);
+  if (classified.status === 'rejected') throw fail(`Classification failed: ${messageOf(classified.reason)}`);
+  const r = classified.value;
+  image.size = sized.value;
+  state.crop = await exclusive(() => tm.cropGeometry(image.size.width, image.size.height)).catch(() => null);
   const result = {
     predictions: Array.from(r.predictions, (p) => {
       return { index: p.index, label: state.labels[p.index] ?? p.label, probability: p.probability };

@@ -623,6 +623,36 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.equal(await page.textContent('#original-caption'), `Original · ${trouser} (first of 2 images) · 28×28`);
   const trouserByGmlp = await shownPredictions(page);
 
+  // A file that is no image, picked: said so, and the image and answer shown stay. Then two
+  // files picked one after the other, a large PNG (slow to decode) first: the later one is
+  // shown and answered, though the earlier one's decode ends last. The page used to classify a
+  // file only once its display's decode ended, so the earlier file was drawn over the later
+  // one and answered last.
+  const picks = fs.mkdtempSync(path.join(os.tmpdir(), 'tm-picks-'));
+  const shownNow = async () => ({
+    source: await page.$eval('#predictions', (o) => o.dataset.source),
+    caption: await page.textContent('#original-caption'),
+    predictions: await shownPredictions(page),
+  });
+  const shownBefore = await shownNow();
+  fs.writeFileSync(path.join(picks, 'notes.png'), 'not an image');
+  await page.setInputFiles('#image-file', path.join(picks, 'notes.png'));
+  await page.waitForFunction(() => /notes\.png/.test(document.querySelector('#error-text').textContent));
+  assert.match((await page.textContent('#error-text')).trim(), /^Could not read notes\.png as an image: /);
+  await page.waitForFunction(() => !document.querySelector('#predictions').hasAttribute('aria-busy'));
+  assert.deepEqual(await shownNow(), shownBefore, 'the image and answer shown stay');
+  fs.writeFileSync(path.join(picks, 'large.png'), png(3000, 2000, 3, (x, y) => [(x * 7 + y) & 255, (y * 3 + (x >> 4)) & 255, ((x ^ y) >> 3) & 255]));
+  fs.copyFileSync(path.join(ROOT, 'www/samples', pullover), path.join(picks, 'small.png'));
+  await page.setInputFiles('#image-file', path.join(picks, 'large.png'));
+  await page.setInputFiles('#image-file', path.join(picks, 'small.png'));
+  await page.waitForFunction(() => document.querySelector('#predictions').dataset.source === 'small.png');
+  await page.waitForTimeout(2000); // the large file's decode and classification, had they gone on
+  const later = await shownNow();
+  console.log(`[d] picked large.png then small.png: ${later.source} shown (${later.caption})`);
+  assert.equal(later.source, 'small.png');
+  assert.equal(later.caption, 'Original · small.png · 28×28');
+  fs.rmSync(picks, { recursive: true, force: true });
+
   // A folder dropped from a file manager: a real drop through the browser (CDP's
   // Input.dispatchDragEvent with the folder's path, as the OS hands it over), so the page gets
   // the folder's entry. It stands for its images as in the CLI: in name order, subfolders
