@@ -117,6 +117,11 @@ export async function classifyImageData(imageData, source = 'image', size = imag
   const previous = state.image;
   const image = { imageData, source, size };
   state.image = image;
+  // An image from elsewhere (a sample, a file, the camera) ends stepping through several.
+  if (state.images && source !== state.images.name) {
+    state.images = null;
+    updateImagesNav();
+  }
   const seq = ++classifySeq;
   // Only the newest image is drawn: the older image's classification (or explanation), if one
   // runs, stops at its next step, and frees the queue for this one.
@@ -302,6 +307,16 @@ export function wireInputs() {
     const entries = items.length === files.length ? items.map((i) => i.webkitGetAsEntry?.() ?? null) : [];
     droppedFiles(files, entries).then(handleFiles, (err) => showError(messageOf(err))).catch(() => {});
   });
+  // Several images that came together: ‹ › under the image, and the arrow keys (unless a
+  // field or control has them).
+  $('images-prev').addEventListener('click', () => stepImages(-1));
+  $('images-next').addEventListener('click', () => stepImages(1));
+  document.addEventListener('keydown', (e) => {
+    if (!state.images || e.altKey || e.ctrlKey || e.metaKey || !['ArrowLeft', 'ArrowRight'].includes(e.key)) return;
+    if (e.target instanceof Element && e.target.closest('input, select, textarea, [contenteditable]')) return;
+    e.preventDefault();
+    stepImages(e.key === 'ArrowLeft' ? -1 : 1);
+  });
   document.addEventListener('paste', (e) => {
     const f = [...(e.clipboardData?.files ?? [])].find((x) => x.type.startsWith('image/'));
     if (f) handleFile(f);
@@ -476,8 +491,9 @@ const asFile = (f) => (isFile(f) ? Promise.resolve(f) : new Promise((resolve, re
  * is classified and the first model file loaded, in that order, so the image is shown at once
  * and then answered by the new model (a load classifies the current image again);
  * should the load fail, the image keeps the previous model's answer. The page shows one image
- * at a time: the image's name then says how many came (the CLI classifies a folder). With no
- * image or model among them, the first file gets `handleFile`'s error.
+ * at a time: the image's name then says which of how many it is, and the others are a step
+ * away (`stepImages`: the ‹ › buttons under it, or the arrow keys). With no image or model
+ * among them, the first file gets `handleFile`'s error.
  */
 export async function handleFiles(files) {
   if (files.length <= 1 && (!files[0] || isFile(files[0]))) {
@@ -491,16 +507,43 @@ export async function handleFiles(files) {
     return;
   }
   if (images.length) {
-    const name = images.length > 1 ? `${nameOf(images[0])} (first of ${images.length} images)` : nameOf(images[0]);
-    let first = null;
-    try {
-      first = await asFile(images[0]);
-    } catch (e) {
-      showError(`Could not read ${nameOf(images[0])}: ${messageOf(e)}`);
-    }
-    if (first) await classifyBlob(first, name).catch(() => {});
+    state.images = images.length > 1 ? { items: images, index: 0, name: null } : null;
+    await showImageOf(images, 0);
   }
   if (model) await loadModelFile(model).catch(() => {});
+}
+
+/** Shows and classifies image `index` of `images` (Files or a folder's entries). */
+async function showImageOf(images, index) {
+  const item = images[index];
+  const name = images.length > 1 ? `${nameOf(item)} (${index + 1} of ${images.length} images)` : nameOf(item);
+  if (state.images?.items === images) Object.assign(state.images, { index, name });
+  updateImagesNav();
+  let file = null;
+  try {
+    file = await asFile(item);
+  } catch (e) {
+    showError(`Could not read ${nameOf(item)}: ${messageOf(e)}`);
+  }
+  if (file) await classifyBlob(file, name).catch(() => {});
+}
+
+/**
+ * Steps `delta` images through the images that came together (a folder, several files), round
+ * from the last to the first; nothing when one image came.
+ */
+export function stepImages(delta) {
+  const batch = state.images;
+  if (!batch) return Promise.resolve();
+  const n = batch.items.length;
+  return showImageOf(batch.items, (((batch.index + delta) % n) + n) % n);
+}
+
+/** The ‹ k / n › control under the image: shown while the image shown is one of several. */
+export function updateImagesNav() {
+  const batch = state.images;
+  $('images-nav').hidden = !batch;
+  if (batch) $('images-pos').textContent = `${batch.index + 1} / ${batch.items.length}`;
 }
 
 export function handleFile(f) {

@@ -604,7 +604,7 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
     for (const f of files) dt.items.add(new File([Uint8Array.from(atob(f.b64), (c) => c.charCodeAt(0))], f.name, { type: f.type }));
     document.querySelector('#dropzone').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
   }, dropped);
-  const source = `${pullover} (first of 2 images)`;
+  const source = `${pullover} (1 of 2 images)`;
   await page.waitForFunction(({ source, want }) => {
     const lis = [...document.querySelectorAll('#predictions li')];
     return document.querySelector('#predictions').dataset.source === source && window.tokenmixApp.state.model.family === 'gMLP'
@@ -619,8 +619,8 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
 
   // Two images picked at once (the picker takes several): the first shown, so said.
   await page.setInputFiles('#image-file', [trouser, pullover].map((n) => path.join(ROOT, 'www/samples', n)));
-  await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, `${trouser} (first of 2 images)`);
-  assert.equal(await page.textContent('#original-caption'), `Original · ${trouser} (first of 2 images) · 28×28`);
+  await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, `${trouser} (1 of 2 images)`);
+  assert.equal(await page.textContent('#original-caption'), `Original · ${trouser} (1 of 2 images) · 28×28`);
   const trouserByGmlp = await shownPredictions(page);
 
   // A file that is no image, picked: said so, and the image and answer shown stay. Then two
@@ -675,7 +675,7 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
     for (const type of ['dragEnter', 'dragOver', 'drop']) await cdp.send('Input.dispatchDragEvent', { type, x, y, data });
   };
   await dropPaths([photos]);
-  const fromFolder = 'photos/b-trouser.png (first of 3 images)';
+  const fromFolder = 'photos/b-trouser.png (1 of 3 images)';
   await page.waitForFunction(({ source, want }) => {
     const lis = [...document.querySelectorAll('#predictions li')];
     return document.querySelector('#predictions').dataset.source === source
@@ -685,9 +685,32 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.ok(await page.isHidden('#error'), 'no error for the folder');
   console.log(`[d] folder dropped: ${fromFolder}`);
   await shot(page, 'e2e-d-folder-dropped');
+  // Its other images are a step away: ‹ › under the image, and the arrow keys, round from the
+  // last to the first; each answered as that image alone is. An image from elsewhere (a
+  // sample) ends the stepping.
+  const stepTo = async (step, source) => {
+    await step();
+    await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s && !document.querySelector('#predictions').hasAttribute('aria-busy'), source);
+    return { caption: await page.textContent('#original-caption'), pos: await page.textContent('#images-pos'), predictions: await shownPredictions(page) };
+  };
+  assert.equal(await page.textContent('#images-pos'), '1 / 3');
+  assert.ok(await page.isVisible('[data-testid="images-next"]'), 'the steps are shown');
+  const second = await stepTo(() => page.click('[data-testid="images-next"]'), 'photos/c-pullover.png (2 of 3 images)');
+  assert.deepEqual(second, { caption: 'Original · photos/c-pullover.png (2 of 3 images) · 28×28', pos: '2 / 3', predictions: byGmlp });
+  const third = await stepTo(() => page.keyboard.press('ArrowRight'), 'photos/sub/a-boot.png (3 of 3 images)');
+  assert.equal(third.pos, '3 / 3');
+  await shot(page, 'e2e-d-folder-third-image');
+  const round = await stepTo(() => page.keyboard.press('ArrowRight'), fromFolder);
+  assert.deepEqual(round, { caption: `Original · ${fromFolder} · 28×28`, pos: '1 / 3', predictions: trouserByGmlp });
+  assert.equal((await stepTo(() => page.click('[data-testid="images-prev"]'), 'photos/sub/a-boot.png (3 of 3 images)')).pos, '3 / 3');
+  console.log(`[d] stepped: ${second.caption} · ${third.caption} · ${round.caption}`);
   // The same folder picked ("Open folder…", a webkitdirectory input): the same image, so said.
   await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0000-boot.png'));
   await page.waitForSelector('#predictions[data-source="fmnist-0000-boot.png"] li');
+  assert.ok(await page.isHidden('#images-nav'), 'a sample ends the stepping');
+  await page.keyboard.press('ArrowRight');
+  await page.waitForTimeout(300);
+  assert.equal(await page.$eval('#predictions', (o) => o.dataset.source), 'fmnist-0000-boot.png', 'the arrow keys then step nothing');
   // Through its button inside the drop zone: the folder chooser opens, not the zone's file one.
   const choosers = [];
   const onChooser = (c) => choosers.push(c);
@@ -699,6 +722,7 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   await choosers[0].setFiles(photos);
   await page.waitForFunction((s) => document.querySelector('#predictions').dataset.source === s, fromFolder);
   assert.deepEqual(await shownPredictions(page), trouserByGmlp, 'the folder picked: its first image, answered as the trouser is');
+  assert.equal(await page.textContent('#images-pos'), '1 / 3');
   // The order a picked folder's files are taken in is the CLI's, whatever order the browser
   // lists them in: the same paths, shuffled, against `tokenmix classify --json` on them on disk.
   const tree = path.join(folder, 'p');
