@@ -242,15 +242,45 @@ fn files_dropped_together_show_the_first_image_answered_by_the_model_among_them(
     h.state_mut().open_paths(vec![gmlp.clone(), pullover.clone(), trouser.clone(), dir.path().join("notes.txt")]);
     settle(&mut h);
     assert_eq!(h.state().model.info.family, "gMLP");
-    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images)", pullover.display())));
+    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (1 of 2 images)", pullover.display())));
     assert_eq!(answer(&h), by_gmlp, "answered by the model dropped with it");
-    // A folder: its images, the first shown.
+    // A folder: its images, the first shown; the others a step away (‹ › under the image, or
+    // the arrow keys), round from the last to the first, each answered as it is alone; an
+    // image from elsewhere (a sample) ends the stepping. The app showed the first only.
+    let pullover_alone = answer(&mixer);
+    mixer.state_mut().open_path(trouser.clone());
+    settle(&mut mixer);
+    let trouser_alone = answer(&mixer);
     let mut h = harness(viewer());
     h.run();
     h.state_mut().open_paths(vec![dir.path().to_path_buf()]);
     settle(&mut h);
-    assert_eq!(h.state().classified.as_ref().map(|c| c.source.clone()), Some(format!("{} (first of 2 images)", pullover.display())));
-    assert_eq!(answer(&h), answer(&mixer));
+    let shown = |h: &Harness<'static, Viewer>| h.state().classified.as_ref().map(|c| c.source.clone()).unwrap_or_default();
+    let (first, second) = (format!("{} (1 of 2 images)", pullover.display()), format!("{} (2 of 2 images)", trouser.display()));
+    assert_eq!(shown(&h), first);
+    assert_eq!(answer(&h), pullover_alone);
+    h.get_by_label("1 / 2");
+    h.key_press(egui::Key::ArrowRight);
+    settle(&mut h);
+    assert_eq!((shown(&h), answer(&h)), (second.clone(), trouser_alone.clone()), "→: the next image");
+    h.get_by_label("2 / 2");
+    assert_eq!(h.state().predictions_json()[0]["image"], trouser.display().to_string(), "named as `classify --json` names it");
+    shot(&mut h, "folder-second-image");
+    h.get_by_label("›").click();
+    settle(&mut h);
+    assert_eq!((shown(&h), answer(&h)), (first.clone(), pullover_alone.clone()), "›: round to the first");
+    h.key_press(egui::Key::ArrowLeft);
+    settle(&mut h);
+    assert_eq!(shown(&h), second, "←: round to the last");
+    h.get_by_label("‹").click();
+    settle(&mut h);
+    assert_eq!(shown(&h), first, "‹: the previous image");
+    h.state_mut().open_sample("boot");
+    settle(&mut h);
+    assert!(h.state().images.is_none(), "a sample ends the stepping");
+    h.key_press(egui::Key::ArrowRight);
+    settle(&mut h);
+    assert_eq!(shown(&h), "sample: boot", "the arrow keys then step nothing");
     // A folder with no image is said to be one.
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();

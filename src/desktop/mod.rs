@@ -56,6 +56,14 @@ pub struct Prediction {
     pub probability: f32,
 }
 
+/// Images that came together ([`Viewer::images`]).
+pub struct Images {
+    pub paths: Vec<std::path::PathBuf>,
+    /// The one shown, and the name it is classified under: "a.png (2 of 3 images)".
+    pub index: usize,
+    pub name: String,
+}
+
 /// The latest classified image and what the model said about it.
 pub struct Classified {
     /// Which classification request this answers ([`Viewer::classify`] numbers them).
@@ -146,6 +154,10 @@ pub struct Viewer {
     /// Fractions of the running download seen by the window (tests check progress showed).
     pub progress_seen: Vec<f32>,
     pub camera: Box<dyn Camera>,
+    /// Several images that came together (a folder, several files dropped), the one shown and
+    /// its name: stepped through with ‹ › under the image or the arrow keys
+    /// ([`Self::step_images`]); None where one image came.
+    pub images: Option<Images>,
     /// The camera's newest frame and its number while it runs: the live preview.
     pub preview: Option<(u64, image::RgbImage)>,
     /// How many camera frames the window has taken for its preview.
@@ -337,6 +349,7 @@ impl Viewer {
             repaint: None,
             progress_seen: Vec::new(),
             camera: Box::new(camera::Ffmpeg::new()),
+            images: None,
             preview: None,
             preview_frames: 0,
             preview_texture: None,
@@ -482,8 +495,9 @@ impl Viewer {
     /// model file loaded, in that order, so the image is shown at once and then answered by the
     /// new model (or keeps the previous model's answer should the load fail). A folder stands
     /// for its images, as in `tokenmix classify` ([`preprocess::find_images`]). The app shows
-    /// one image at a time: where several came, its name says how many. Where neither an image
-    /// nor a model is among them, the first path gets [`Self::open_path`]'s error.
+    /// one image at a time: where several came, its name says which of how many it is, and the
+    /// others are a step away ([`Self::step_images`]). Where neither an image nor a model is
+    /// among them, the first path gets [`Self::open_path`]'s error.
     pub fn open_paths(&mut self, paths: Vec<std::path::PathBuf>) {
         if let [path] = &paths[..] {
             if !path.is_dir() {
@@ -514,20 +528,32 @@ impl Viewer {
             }
             return;
         }
-        if let Some(first) = images.first() {
-            match preprocess::load_image(first) {
-                Ok(img) => {
-                    let name = match images.len() {
-                        1 => first.display().to_string(),
-                        n => format!("{}{FIRST_OF}{n} images)", first.display()),
-                    };
-                    self.classify(name, img);
-                }
-                Err(e) => self.error = Some(format!("{e}")),
+        match images.len() {
+            0 => {}
+            1 => self.open_image(&images[0]),
+            _ => {
+                self.images = Some(Images { paths: images, index: 0, name: String::new() });
+                self.step_images(0);
             }
         }
         if let Some(m) = model {
             self.start_load(&m.display().to_string(), ModelSource::File(m));
+        }
+    }
+
+    /// Shows the image `delta` steps from the one shown of those that came together, round
+    /// from the last to the first (0: the one shown, again); nothing where one image came. An
+    /// image that does not open is an error, and the next step goes on past it.
+    pub fn step_images(&mut self, delta: isize) {
+        let Some(images) = &mut self.images else { return };
+        let n = images.paths.len();
+        images.index = (images.index as isize + delta).rem_euclid(n as isize) as usize;
+        let path = images.paths[images.index].clone();
+        images.name = format!("{}{OF}{} of {n} images)", path.display(), images.index + 1);
+        let name = images.name.clone();
+        match preprocess::load_image(&path) {
+            Ok(img) => self.classify(name, img),
+            Err(e) => self.error = Some(format!("{e}")),
         }
     }
 
@@ -557,6 +583,10 @@ impl Viewer {
     /// replaces [`Self::classified`] when it arrives, unless a newer image (or model) was asked
     /// for meanwhile. The previous result stays in view until then.
     pub fn classify(&mut self, source: String, image: RgbImage) {
+        // An image from elsewhere (a sample, a file, the camera) ends stepping through several.
+        if self.images.as_ref().is_some_and(|i| i.name != source) {
+            self.images = None;
+        }
         // What runs now (an older image, or the shown one's explanation) would not be shown:
         // stopped.
         if let Some(w) = &self.work {
@@ -770,7 +800,7 @@ impl Viewer {
         match &self.classified {
             Some(c) => {
                 // The file, as `classify --json` names it, without what the window adds.
-                let image = c.source.rsplit_once(FIRST_OF).filter(|(_, n)| n.ends_with(" images)")).map_or(c.source.as_str(), |(path, _)| path);
+                let image = c.source.rsplit_once(OF).filter(|(_, n)| is_position(n)).map_or(c.source.as_str(), |(path, _)| path);
                 serde_json::json!([{"image": image, "predictions": c.predictions}])
             }
             None => serde_json::json!([]),
@@ -1022,6 +1052,13 @@ impl Viewer {
             let image = i.events.iter().rev().find_map(|e| if let egui::Event::PasteImage(img) = e { Some(img.clone()) } else { None });
             (image, i.events.iter().any(|e| matches!(e, egui::Event::Paste(_))))
         });
+        // The arrow keys step through several images, unless a text field has the keyboard.
+        if self.images.is_some() && !ui.ctx().egui_wants_keyboard_input() {
+            let step = ui.ctx().input(|i| i.key_pressed(egui::Key::ArrowRight) as isize - i.key_pressed(egui::Key::ArrowLeft) as isize);
+            if step != 0 {
+                self.step_images(step);
+            }
+        }
         if let Some(img) = image {
             self.classify_colour_image("pasted image", &img);
         } else if text && !ui.ctx().egui_wants_keyboard_input() {
@@ -1100,6 +1137,18 @@ impl Viewer {
         let size = Vec2::new(side, side * h as f32 / w as f32);
         let response = ui.add(egui::Image::new((eye.id(), size)).sense(egui::Sense::hover()));
         ui.label(format!("Model's-eye view · {source}"));
+        let mut step = 0;
+        if let Some(images) = &self.images {
+            ui.horizontal(|ui| {
+                if ui.button("‹").on_hover_text("Previous image (←)").clicked() {
+                    step = -1;
+                }
+                ui.label(format!("{} / {}", images.index + 1, images.paths.len()));
+                if ui.button("›").on_hover_text("Next image (→)").clicked() {
+                    step = 1;
+                }
+            });
+        }
         // The token under the pointer mixes from these tokens (gMLP/ResMLP matrices).
         self.hover = None;
         let current = self.insight.as_ref().filter(|li| li.layer == self.layer);
@@ -1116,6 +1165,9 @@ impl Viewer {
         if let Some(o) = self.hover.clone().or_else(|| self.evidence_overlay()) {
             paint_overlay(ui.painter(), response.rect, &o);
             ui.label(format!("Overlay: {}", o.label));
+        }
+        if step != 0 {
+            self.step_images(step);
         }
     }
 
@@ -1441,9 +1493,14 @@ fn window_error(winit: &str) -> String {
     }
 }
 
-/// What an image's name gets where several came at once and it is the first shown: "a.png (first
-/// of 3 images)".
-const FIRST_OF: &str = " (first of ";
+/// What an image's name gets where several came at once: "a.png (2 of 3 images)".
+const OF: &str = " (";
+
+/// Whether `s` is what [`Viewer::step_images`] puts after [`OF`]: "2 of 3 images)".
+fn is_position(s: &str) -> bool {
+    let number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    s.strip_suffix(" images)").and_then(|t| t.split_once(" of ")).is_some_and(|(k, n)| number(k) && number(n))
+}
 
 /// Whether `path` names a model file (see [`Viewer::open_path`]); as an image such a file got
 /// "The file extension `.pth` was not recognized as an image format".
