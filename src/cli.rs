@@ -345,16 +345,12 @@ fn load_from(dev: Device, path: &Path, hub: Option<&str>, img_size: Option<[usiz
     })
 }
 
-/// How `--weights` names a model on the Hugging Face hub: as timm names it (`timm.create_model(
-/// "hf-hub:timm/NAME")`, also the older `hf_hub:`), or by its address there
-/// (`https://huggingface.co/timm/NAME`). `hub::parse_repo` takes a bare `owner/name` too; here
-/// that would be a relative path, so a file of that name keeps its meaning.
-const HUB_PREFIXES: [&str; 4] = ["hf-hub:", "hf_hub:", "https://huggingface.co/", "https://www.huggingface.co/"];
-
-/// The `--weights` value, if it names a model on the hub (`hf-hub:timm/NAME`, or its address):
-/// the repository is read from it by `hub::parse_repo`.
+/// The `--weights` value, if it names a model on the hub: as timm names it
+/// (`timm.create_model("hf-hub:timm/NAME")`, also the older `hf_hub:`), or by its address there
+/// (`https://huggingface.co/timm/NAME`); `tokenmix::hubname::names_hub_model`. The repository
+/// is read from it by `hub::parse_repo`.
 fn hub_repo(path: &Path) -> Option<&str> {
-    path.to_str().filter(|s| HUB_PREFIXES.iter().any(|p| s.starts_with(p)))
+    path.to_str().filter(|s| tokenmix::hubname::names_hub_model(s))
 }
 
 /// The model file a `--weights` value names: a path as it is, or for `hf-hub:owner/name` (or

@@ -16,6 +16,15 @@ pub fn is_hub_name(text: &str) -> bool {
     NAME_PREFIXES.iter().any(|p| text.trim_start().starts_with(p))
 }
 
+/// Whether `text`, given where a file's path goes (the CLI's `--weights`, the desktop app's
+/// path field), names a model on the hub instead: timm's name ([`is_hub_name`]) or an address
+/// on huggingface.co. A bare `owner/name` ([`parse_repo`] takes it) is a relative path there,
+/// so a file of that name keeps its meaning.
+pub fn names_hub_model(text: &str) -> bool {
+    let t = text.trim_start();
+    is_hub_name(t) || HUB_HOSTS[..2].iter().any(|h| t.starts_with(h))
+}
+
 /// The address of `repo`'s `model.safetensors` on the hub at `base` (e.g. [`HUB`]).
 pub fn model_url(base: &str, repo: &str) -> String {
     format!("{}/{repo}/resolve/main/model.safetensors", base.trim_end_matches('/'))
@@ -82,14 +91,17 @@ mod tests {
 
     #[test]
     fn a_hub_name_is_told_from_a_url_and_gives_its_models_address() {
-        for (text, named) in [
-            ("hf-hub:timm/x", true),
-            (" hf_hub:timm/x", true),
-            ("timm/x", false),
-            ("https://huggingface.co/timm/x", false),
-            ("models/hf-hub:x", false),
+        for (text, named, in_a_path) in [
+            ("hf-hub:timm/x", true, true),
+            (" hf_hub:timm/x", true, true),
+            ("timm/x", false, false),
+            ("https://huggingface.co/timm/x", false, true),
+            ("https://www.huggingface.co/timm/x/tree/main", false, true),
+            ("huggingface.co/timm/x", false, false),
+            ("models/hf-hub:x", false, false),
         ] {
             assert_eq!(super::is_hub_name(text), named, "{text:?}");
+            assert_eq!(super::names_hub_model(text), in_a_path, "{text:?} in a path's place");
         }
         let url = "http://127.0.0.1:8/hub/timm/x/resolve/main/model.safetensors";
         assert_eq!(super::model_url("http://127.0.0.1:8/hub/", "timm/x"), url);

@@ -364,6 +364,18 @@ fn a_hub_download_from_a_local_server_shows_progress_then_loads() {
         h.step();
     };
 
+    // The path field takes a model on the hub as the CLI's `--weights` does: timm's name.
+    h.get_by_label("Path").click();
+    h.run();
+    h.get_by_label("Path").type_text("hf-hub:timm/poolformer_typed");
+    h.run();
+    h.get_by_label("Open").click();
+    h.step();
+    assert!(h.state().download.is_some(), "a download runs: {:?} / {}", h.state().error, h.state().status);
+    wait(&mut h);
+    assert_eq!((h.state().model_name.as_str(), h.state().error.as_deref()), ("timm/poolformer_typed", None));
+    assert!(repo_dir("poolformer_typed").join("model.safetensors").is_file(), "downloaded into the cache");
+
     // A model chosen while a download runs is not replaced when the download ends; the file
     // is cached for later.
     download(&mut h, "poolformer_race");

@@ -490,6 +490,19 @@ impl Viewer {
         }
     }
 
+    /// Opens what the path field names: a path ([`Self::open_paths`]), or a model on the hub
+    /// named as the CLI's `--weights` takes one (`hf-hub:owner/name`, its address on
+    /// huggingface.co), downloaded as the hub field downloads it.
+    pub fn open_text(&mut self, text: &str) {
+        let text = text.trim();
+        if crate::hubname::names_hub_model(text) {
+            self.hub_repo = text.to_string();
+            self.start_download();
+        } else {
+            self.open_paths(vec![std::path::PathBuf::from(text)]);
+        }
+    }
+
     /// Opens what was dropped on the window at once, as the page does: one path as
     /// [`Self::open_path`] opens it; of several, the first image is classified and the first
     /// model file loaded, in that order, so the image is shown at once and then answered by the
@@ -1090,10 +1103,12 @@ impl Viewer {
         ui.label("Drop an image or a .safetensors model on the window, or open a path:");
         ui.horizontal(|ui| {
             let label = ui.label("Path");
-            ui.add(egui::TextEdit::singleline(&mut self.path_field).desired_width(180.0).hint_text("an image, a folder or a model"))
-                .labelled_by(label.id);
+            ui.add(
+                egui::TextEdit::singleline(&mut self.path_field).desired_width(180.0).hint_text("an image, a folder, a model or hf-hub:owner/name"),
+            )
+            .labelled_by(label.id);
             if ui.button("Open").clicked() {
-                self.open_paths(vec![std::path::PathBuf::from(self.path_field.trim())]);
+                self.open_text(&self.path_field.clone());
             }
         });
         ui.label("Samples (Fashion-MNIST test set):");
