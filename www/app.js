@@ -15,7 +15,7 @@
 import { $, adapterText, clearError, exclusive, HUB, messageOf, reloadModel, SAMPLES, setApi, setStatus, showError, showMissing, state, tm } from './page.js';
 import { buildSamples, classifyImageData, classifySample, wireInputs } from './input.js';
 import { fitViews, wireEvidence, wireViz } from './views.js';
-import { adoptModel, buildModelSelect, loadModelBytes, loadModelUrl } from './models.js';
+import { adoptModel, buildModelSelect, loadHubRepo, loadModelBytes, loadModelUrl } from './models.js';
 
 $('error-close').addEventListener('click', clearError);
 $('error-reload').addEventListener('click', () => reloadModel().catch(() => {}));
@@ -40,6 +40,9 @@ async function start() {
   state.webgpu = webgpu;
   // ?worker=0 runs tokenmix on the page's thread (for comparison); by default a worker does.
   const worker = params.get('worker') !== '0';
+  // ?model= (below): the embedded model adopted meanwhile leaves it in the address.
+  const linked = params.get('model');
+  state.linking = Boolean(linked);
   // ?threads=N: the CPU executor's threads (default: the cores, at most 8), where the page is
   // cross-origin isolated (the demo server sends the headers); elsewhere one.
   let threads = params.has('threads') ? Number(params.get('threads')) : undefined;
@@ -100,6 +103,10 @@ async function start() {
   } catch (e) {
     return { webgpu: state.webgpu, backend: state.backend, ok: false, error: messageOf(e) };
   }
+  // ?model=owner/name (or hf-hub:owner/name, or its address on huggingface.co): a link to the
+  // page with that hub model, which loads once the page runs (its download does not hold up
+  // the start). The address names the hub model in use from then on (models.js).
+  if (linked) loadHubRepo(linked).catch(() => {}).finally(() => { state.linking = false; });
   return { webgpu: state.webgpu, backend: state.backend, ok: true };
 }
 

@@ -243,6 +243,22 @@ export async function labelsFor(info) {
   return [];
 }
 
+/**
+ * The page's address names the hub model in use (`?model=owner/name`, which app.js loads), so
+ * that it can be shared or bookmarked; another model takes the name off.
+ */
+function linkModel(option) {
+  const repo = option?.startsWith('hub:') ? option.slice(4) : null;
+  if (!repo && state.linking) return; // the model the address names is still to load
+  const url = new URL(location.href);
+  if (url.searchParams.get('model') === repo) return;
+  if (repo) url.searchParams.set('model', repo);
+  else url.searchParams.delete('model');
+  // The repository's slash as it is (`?model=timm/name`), as one would type it.
+  url.search = url.searchParams.toString().replace(/(^|&)model=([^&]*)/, (_, at, v) => `${at}model=${v.replace(/%2F/gi, '/')}`);
+  history.replaceState(history.state, '', url);
+}
+
 export async function adoptModel(desc, option) {
   let info = desc ?? {};
   try {
@@ -253,6 +269,7 @@ export async function adoptModel(desc, option) {
   state.generation++;
   state.modelOption = option;
   $('model-select').value = option;
+  linkModel(option);
   state.labels = await labelsFor(info);
   state.labelSource = hasLabels(info) ? 'from the model file' : state.labels.length ? 'ImageNet-1k (timm)' : 'class numbers';
   renderModelInfo(info);

@@ -59,6 +59,7 @@ export const state = {
   adapter: null,
   model: null, // description of the loaded model (+ preprocess)
   modelOption: 'embedded', // the select value that names the loaded model
+  linking: false, // the hub model ?model= names is loading (app.js)
   loadedMeanwhile: null, // a superseded load that still loaded while a newer one runs
   labels: [],
   generation: 0, // bumps on every model change

@@ -546,6 +546,34 @@ test('c. a timm checkpoint from the hub stand-in downloads with progress, then c
   assert.match(api.after, /poolformer/i, 'a refused name changes nothing');
   assert.deepEqual(pageErrors, []);
   await page.close();
+
+  // A link to the page with ?model= (timm's spelling here) opens with that hub model, and the
+  // address then names the hub model in use, in its plain form (to share or bookmark); a
+  // model that is not on the hub takes the name off; a name that is no repository is an error.
+  const linked = await openPage('c', `?hub=${encodeURIComponent(hub)}&model=${encodeURIComponent(`hf-hub:${TYPED_REPO}`)}`);
+  assertStarted(linked.status);
+  const loadedAs = (p, repo) => p.waitForFunction((r) => window.tokenmixApp.state.load.label === r && window.tokenmixApp.state.load.status === 'ok', repo);
+  const modelParam = (p) => p.evaluate(() => new URL(location.href).searchParams.get('model'));
+  await loadedAs(linked.page, TYPED_REPO);
+  assert.match(await linked.page.evaluate(() => window.tokenmixApp.state.model.family), /poolformer/i);
+  assert.equal(await linked.page.$eval('#model-select', (s) => s.value), `hub:${TYPED_REPO}`);
+  assert.equal(await modelParam(linked.page), TYPED_REPO);
+  await linked.page.selectOption('#model-select', 'embedded');
+  await loadedAs(linked.page, 'the embedded default model');
+  assert.equal(await modelParam(linked.page), null, 'the embedded model: no ?model=');
+  await linked.page.selectOption('#model-select', `hub:${HUB_REPO}`);
+  await loadedAs(linked.page, HUB_REPO);
+  assert.equal(await modelParam(linked.page), HUB_REPO);
+  assert.ok(linked.page.url().endsWith(`&model=${HUB_REPO}`), `the name as one types it: ${linked.page.url()}`);
+  console.log(`[c] linked: ?model=hf-hub:${TYPED_REPO} loaded; the address then ${linked.page.url().replace(server.url, '')}`);
+  assert.deepEqual(linked.pageErrors, []);
+  await linked.page.close();
+  const bad = await openPage('c', `?hub=${encodeURIComponent(hub)}&model=timm`);
+  assertStarted(bad.status);
+  await bad.page.waitForFunction(() => /expected owner\/name/.test(document.querySelector('#error-text').textContent));
+  assert.match(await bad.page.evaluate(() => window.tokenmixApp.state.model.family), /mixer/i, 'the embedded model stays');
+  assert.deepEqual(bad.pageErrors, []);
+  await bad.page.close();
 });
 
 test('d. a corrupt model file shows an error and the page keeps working', { timeout: 4 * TIMEOUT }, async () => {
