@@ -436,8 +436,8 @@ impl GpuExec {
     /// Records `prologue` (ops that write the plan's input) or uploads `input`, then the
     /// forward pass, and copies logits, probabilities and — for one `image` classified — the
     /// input (unless it was uploaded: the caller has it) and stage snapshots into a fresh
-    /// staging buffer, returned for mapping. A fresh staging
-    /// buffer per call keeps concurrent calls (the web's async classify) independent. `record`,
+    /// staging buffer, returned for mapping. A fresh staging buffer per call keeps concurrent
+    /// calls (the web's async classify) independent. `record`,
     /// if given, records the forward pass's ops in place of [`ops::encode_all`] (a profile's
     /// timed passes).
     fn submit(
