@@ -119,6 +119,7 @@ export async function classifyImageData(imageData, source = 'image', size = imag
   state.image = image;
   // An image from elsewhere (a sample, a file, the camera) ends stepping through several.
   if (state.images && source !== state.images.name) {
+    state.images.run?.abort();
     state.images = null;
     updateImagesNav();
   }
@@ -311,6 +312,9 @@ export function wireInputs() {
   // field or control has them).
   $('images-prev').addEventListener('click', () => stepImages(-1));
   $('images-next').addEventListener('click', () => stepImages(1));
+  $('images-all').addEventListener('click', () => { classifyAll().catch((e) => showError(messageOf(e))); });
+  $('images-stop').addEventListener('click', () => state.images?.run?.abort());
+  $('images-save').addEventListener('click', saveResults);
   document.addEventListener('keydown', (e) => {
     if (!state.images || e.altKey || e.ctrlKey || e.metaKey || !['ArrowLeft', 'ArrowRight'].includes(e.key)) return;
     if (e.target instanceof Element && e.target.closest('input, select, textarea, [contenteditable]')) return;
@@ -507,6 +511,8 @@ export async function handleFiles(files) {
     return;
   }
   if (images.length) {
+    state.images?.run?.abort();
+    $('images-results').hidden = true;
     state.images = images.length > 1 ? { items: images, index: 0, name: null } : null;
     await showImageOf(images, 0);
   }
@@ -544,6 +550,84 @@ export function updateImagesNav() {
   const batch = state.images;
   $('images-nav').hidden = !batch;
   if (batch) $('images-pos').textContent = `${batch.index + 1} / ${batch.items.length}`;
+  else $('images-results').hidden = true;
+}
+
+/**
+ * Classifies every image that came together, one after another, into a table (image, top
+ * class, probability), as `tokenmix classify` does a folder; saved, it is `classify --json`'s
+ * output. The image shown stays. Stopped, the table keeps what was done; an image from
+ * elsewhere ends the run and the table with the stepping. An image that cannot be read is a
+ * row saying why.
+ */
+export function classifyAll() {
+  const batch = state.images;
+  if (!batch) return Promise.resolve([]);
+  batch.run?.abort();
+  const run = new AbortController();
+  batch.run = run;
+  // The package explains its latest classified image: the shown one is classified again once
+  // the run ends, and an explanation asked for meanwhile waits for that (views.js).
+  const done = tableOf(batch, run).finally(() => exclusive(() => (state.image ? tm.classifyDetailed(state.image.imageData, 5) : null)).catch(() => {}));
+  state.imagesRun = done;
+  done.finally(() => { if (state.imagesRun === done) state.imagesRun = null; }).catch(() => {});
+  return done;
+}
+
+async function tableOf(batch, run) {
+  const n = batch.items.length;
+  const body = $('images-table').querySelector('tbody');
+  body.replaceChildren();
+  $('images-results').hidden = false;
+  $('images-save').disabled = true;
+  $('images-stop').hidden = false;
+  const rows = [];
+  const progress = () => { $('images-progress').textContent = `${rows.length} / ${n} classified${run.signal.aborted ? ' (stopped)' : ''}`; };
+  progress();
+  for (const item of batch.items) {
+    if (run.signal.aborted || state.images !== batch) break;
+    const image = nameOf(item);
+    let row;
+    try {
+      const file = await asFile(item);
+      const predictions = await exclusive(() => tm.classify(file, 5, { signal: run.signal }));
+      row = { image, predictions: predictions.map((p) => ({ index: p.index, label: state.labels[p.index] ?? p.label, probability: p.probability })) };
+    } catch (e) {
+      if (e?.name === 'AbortError') break;
+      row = { image, error: messageOf(e) };
+    }
+    rows.push(row);
+    const tr = document.createElement('tr');
+    const cell = (text, cls) => {
+      const td = document.createElement('td');
+      td.textContent = text;
+      if (cls) td.className = cls;
+      return td;
+    };
+    const top = row.predictions?.[0];
+    tr.dataset.index = top ? String(top.index) : '';
+    tr.dataset.probability = top ? String(top.probability) : '';
+    tr.append(cell(image), ...(top ? [cell(top.label), cell(`${(100 * top.probability).toFixed(1)} %`)] : [cell(row.error, 'error'), cell('–')]));
+    body.append(tr);
+    progress();
+  }
+  progress();
+  $('images-stop').hidden = true;
+  batch.results = rows;
+  $('images-save').disabled = rows.length === 0;
+  return rows;
+}
+
+/** Saves the table of `classifyAll` as `tokenmix classify --json` prints it. */
+function saveResults() {
+  const rows = state.images?.results;
+  if (!rows?.length) return;
+  const url = URL.createObjectURL(new Blob([`${JSON.stringify(rows, null, 2)}\n`], { type: 'application/json' }));
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = 'tokenmix-classify.json';
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }
 
 export function handleFile(f) {

@@ -732,6 +732,36 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.deepEqual(round, { caption: `Original · ${fromFolder} · 28×28`, pos: '1 / 3', predictions: trouserByGmlp });
   assert.equal((await stepTo(() => page.click('[data-testid="images-prev"]'), 'photos/sub/a-boot.png (3 of 3 images)')).pos, '3 / 3');
   console.log(`[d] stepped: ${second.caption} · ${third.caption} · ${round.caption}`);
+  // "Classify all": every image into a table, as `tokenmix classify --json` answers the folder
+  // with the same model, and saved as that JSON. The image shown stays, and so does what its
+  // explanation explains: the package explains its latest classified image, which the run
+  // moves on (the boot shown, the last image classified the boot too, so the shown image is
+  // stepped to the pullover first).
+  await stepTo(() => page.click('[data-testid="images-prev"]'), 'photos/c-pullover.png (2 of 3 images)');
+  const cliFolder = JSON.parse(execFileSync(BIN, ['classify', '--json', '--top-k', '5', '--weights', 'weights/gmlp_fmnist.safetensors', photos], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  await page.click('[data-testid="images-all"]');
+  await page.waitForFunction(() => document.querySelector('#images-progress').textContent === '3 / 3 classified' && !document.querySelector('#images-save').disabled);
+  const table = await page.$$eval('#images-table tbody tr', (trs) => trs.map((tr) => [tr.cells[0].textContent, Number(tr.dataset.index), Number(tr.dataset.probability)]));
+  assert.deepEqual(table.map((r) => r[0]), cliFolder.map((e) => `photos/${path.relative(photos, e.image)}`), 'the CLI\'s images, in its order');
+  table.forEach(([name, index, probability], i) => {
+    assert.equal(index, cliFolder[i].predictions[0].index, name);
+    assert.ok(Math.abs(probability - cliFolder[i].predictions[0].probability) <= 1e-5, `${name}: ${probability} vs ${cliFolder[i].predictions[0].probability}`);
+  });
+  const [download] = await Promise.all([page.waitForEvent('download'), page.click('#images-save')]);
+  const saved = JSON.parse(fs.readFileSync(await download.path(), 'utf8'));
+  assert.equal(download.suggestedFilename(), 'tokenmix-classify.json');
+  assert.deepEqual(saved.map((e) => [e.image, e.predictions.map((p) => [p.index, p.label])]), cliFolder.map((e) => [`photos/${path.relative(photos, e.image)}`, e.predictions.map((p) => [p.index, p.label])]));
+  saved.forEach((e, i) => e.predictions.forEach((p, k) => assert.ok(Math.abs(p.probability - cliFolder[i].predictions[k].probability) <= 1e-5, `${e.image} #${k}`)));
+  assert.equal((await shownNow()).caption, 'Original · photos/c-pullover.png (2 of 3 images) · 28×28', 'the image shown stays');
+  await shot(page, 'e2e-d-folder-classified-all');
+  const top = (await shownPredictions(page))[0];
+  await page.click(`#predictions li[data-index="${top.index}"]`);
+  await page.waitForFunction((i) => document.querySelector('#evidence-note').dataset.index === String(i), top.index);
+  const logit = Number(await page.$eval('#evidence-note', (n) => n.dataset.logit));
+  const cliExplained = JSON.parse(execFileSync(BIN, ['explain', '--json', '--weights', 'weights/gmlp_fmnist.safetensors', path.join(photos, 'c-pullover.png')], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  const want = cliExplained[0].classes.find((c) => c.index === top.index).logit;
+  console.log(`[d] classified all: ${JSON.stringify(table)}; the shown image's evidence: logit ${logit} (CLI ${want})`);
+  assert.ok(Math.abs(logit - want) <= 1e-4, `the evidence explains the image shown: logit ${logit} vs the CLI's ${want}`);
   // The same folder picked ("Open folder…", a webkitdirectory input): the same image, so said.
   await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0000-boot.png'));
   await page.waitForSelector('#predictions[data-source="fmnist-0000-boot.png"] li');
