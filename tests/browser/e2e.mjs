@@ -762,6 +762,16 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   const want = cliExplained[0].classes.find((c) => c.index === top.index).logit;
   console.log(`[d] classified all: ${JSON.stringify(table)}; the shown image's evidence: logit ${logit} (CLI ${want})`);
   assert.ok(Math.abs(logit - want) <= 1e-4, `the evidence explains the image shown: logit ${logit} vs the CLI's ${want}`);
+  // Stopped as it starts: nothing classified, said so, nothing to save; the image shown stays.
+  await page.evaluate(() => {
+    document.querySelector('#images-all').click();
+    document.querySelector('#images-stop').click();
+  });
+  await page.waitForFunction(() => document.querySelector('#images-stop').hidden);
+  assert.equal(await page.textContent('#images-progress'), '0 / 3 classified (stopped)');
+  assert.equal(await page.$$eval('#images-table tbody tr', (trs) => trs.length), 0);
+  assert.ok(await page.$eval('#images-save', (b) => b.disabled), 'nothing to save');
+  assert.equal((await shownNow()).caption, 'Original · photos/c-pullover.png (2 of 3 images) · 28×28');
   // The same folder picked ("Open folder…", a webkitdirectory input): the same image, so said.
   await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0000-boot.png'));
   await page.waitForSelector('#predictions[data-source="fmnist-0000-boot.png"] li');
