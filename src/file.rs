@@ -16,11 +16,25 @@ pub const MAX_MODEL_BYTES: u64 = 4 << 30;
 /// file"). A regular file larger than `max` is refused before a byte is read, a device
 /// (`/dev/zero`, a disk) at once, and a pipe once it goes past `max`.
 pub fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
-    let too_big = || Error::Input(format!("{}: more than the {max} bytes {what} may have", path.display()));
+    let (file, meta) = open(path)?;
+    read_opened(file, &meta, path, max, what)
+}
+
+/// `path` opened to read, and its metadata.
+fn open(path: &Path) -> Result<(std::fs::File, std::fs::Metadata)> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    Ok((file, meta))
+}
+
+fn too_big(path: &Path, max: u64, what: &str) -> Error {
+    Error::Input(format!("{}: more than the {max} bytes {what} may have", path.display()))
+}
+
+/// [`read_bounded`] of `path` opened as `file`, whose metadata is `meta`.
+fn read_opened(file: std::fs::File, meta: &std::fs::Metadata, path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
     if meta.is_file() && meta.len() > max {
-        return Err(too_big());
+        return Err(too_big(path, max, what));
     }
     #[cfg(unix)]
     {
@@ -30,7 +44,7 @@ pub fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
             return Err(Error::Input(format!("{}: a device, not {what}", path.display())));
         }
     }
-    read_at_most(file, max, if meta.is_file() { meta.len() as usize } else { 0 }, path)?.ok_or_else(too_big)
+    read_at_most(file, max, if meta.is_file() { meta.len() as usize } else { 0 }, path)?.ok_or_else(|| too_big(path, max, what))
 }
 
 /// A model file's bytes (safetensors), at most [`MAX_MODEL_BYTES`]: a regular file or a device
@@ -38,8 +52,7 @@ pub fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
 /// says the file goes ([`read_safetensors_stream`]), where it used to be read up to the bound.
 pub fn read_model(path: &Path) -> Result<Vec<u8>> {
     let what = "a model file";
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    let (file, meta) = open(path)?;
     #[cfg(unix)]
     let stream = {
         use std::os::unix::fs::FileTypeExt;
@@ -48,10 +61,9 @@ pub fn read_model(path: &Path) -> Result<Vec<u8>> {
     #[cfg(not(unix))]
     let stream = !meta.is_file();
     if !stream {
-        return read_bounded(path, MAX_MODEL_BYTES, what);
+        return read_opened(file, &meta, path, MAX_MODEL_BYTES, what);
     }
-    read_safetensors_stream(file, MAX_MODEL_BYTES, path)?
-        .ok_or_else(|| Error::Input(format!("{}: more than the {MAX_MODEL_BYTES} bytes {what} may have", path.display())))
+    read_safetensors_stream(file, MAX_MODEL_BYTES, path)?.ok_or_else(|| too_big(path, MAX_MODEL_BYTES, what))
 }
 
 /// The largest header safetensors reads (its own bound).
@@ -68,20 +80,18 @@ pub fn read_safetensors_stream(mut reader: impl Read, max: u64, path: &Path) -> 
     let mut bytes = Vec::new();
     let mut more = |bytes: &mut Vec<u8>, n: u64| (&mut reader).take(n).read_to_end(bytes).map_err(|e| Error::io(path, e));
     more(&mut bytes, 8)?;
-    let Some(n) = bytes.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes) else {
+    let Some(n) = crate::weights::header_len(&bytes).filter(|&n| n <= MAX_SAFETENSORS_HEADER) else {
         return Ok(Some(bytes));
     };
-    if n > MAX_SAFETENSORS_HEADER {
-        return Ok(Some(bytes));
-    }
     more(&mut bytes, n)?;
-    let Some(end) = bytes.get(8..).and_then(crate::weights::tensors_end) else {
+    let Some(size) = crate::weights::file_size(&bytes) else {
         return Ok(Some(bytes));
     };
-    if (8 + n).saturating_add(end) > max {
+    if size > max {
         return Ok(None);
     }
-    more(&mut bytes, end + 1)?;
+    let rest = size + 1 - bytes.len() as u64;
+    more(&mut bytes, rest)?;
     Ok(Some(bytes))
 }
 

@@ -52,10 +52,15 @@ pub fn tensors_end(header: &[u8]) -> Option<u64> {
 
 /// The size a safetensors file's header gives it (its length field, header and tensors' data),
 /// from its first bytes.
-fn file_size(bytes: &[u8]) -> Option<u64> {
-    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+pub fn file_size(bytes: &[u8]) -> Option<u64> {
+    let n = header_len(bytes)?;
     let header = bytes.get(8..8usize.checked_add(usize::try_from(n).ok()?)?)?;
-    (8 + n).checked_add(tensors_end(header)?)
+    Some((8 + n).saturating_add(tensors_end(header)?))
+}
+
+/// A safetensors file's header length: its first 8 bytes, little-endian.
+pub fn header_len(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?))
 }
 
 /// A parsed safetensors file. Tensors are converted to f32 when taken, so a model file is

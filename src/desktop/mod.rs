@@ -564,18 +564,20 @@ impl Viewer {
         let path = images.paths[images.index].clone();
         images.name = format!("{}{OF}{} of {n} images)", path.display(), images.index + 1);
         let name = images.name.clone();
-        match preprocess::load_image(&path) {
-            Ok(img) => self.classify(name, img),
-            Err(e) => self.error = Some(format!("{e}")),
-        }
+        self.open_image_as(&path, name);
     }
 
     /// Opens an image file (`preprocess::IMAGE_FORMATS`) and classifies it. An image larger than classification
     /// takes ([`preprocess::check_image_size`]) is refused from its header, before decoding
     /// ([`preprocess::load_image`]).
     pub fn open_image(&mut self, path: &Path) {
+        self.open_image_as(path, path.display().to_string());
+    }
+
+    /// [`Self::open_image`], the image classified under `name`.
+    fn open_image_as(&mut self, path: &Path, name: String) {
         match preprocess::load_image(path) {
-            Ok(img) => self.classify(path.display().to_string(), img),
+            Ok(img) => self.classify(name, img),
             Err(e) => self.error = Some(format!("{e}")),
         }
     }
