@@ -288,6 +288,105 @@ fn files_dropped_together_show_the_first_image_answered_by_the_model_among_them(
     assert!(h.state().error.as_ref().is_some_and(|e| e.contains("a folder with no image in it")), "{:?}", h.state().error);
 }
 
+/// A folder's image that does not read, stepped to, takes its place as an error: no image and no
+/// answer (the previous image's stayed under the new position), and an image still being
+/// classified when the step came is let go. "Classify all" answers the folder as `tokenmix
+/// classify --json` does, saves that JSON, can be stopped, and ends with the stepping.
+#[test]
+fn a_folder_is_stepped_past_an_unreadable_image_and_classified_all_into_a_table() {
+    let dir = common::scratch("desktop-all");
+    for n in ["fmnist-0001-pullover.png", "fmnist-0002-trouser.png"] {
+        std::fs::copy(root().join("www/samples").join(n), dir.path().join(n)).unwrap();
+    }
+    // Named to lie between the two.
+    let bad = dir.path().join("fmnist-0001a-notes.png");
+    std::fs::write(&bad, b"not an image").unwrap();
+    let mut h = harness(viewer());
+    h.run();
+    h.state_mut().open_paths(vec![dir.path().to_path_buf()]);
+    settle(&mut h);
+    let shown = |h: &Harness<'static, Viewer>| h.state().classified.as_ref().map(|c| c.source.clone());
+    let name = |f: &str, k: usize| format!("{} ({k} of 3 images)", dir.path().join(f).display());
+    assert_eq!(shown(&h), Some(name("fmnist-0001-pullover.png", 1)));
+    h.key_press(egui::Key::ArrowRight);
+    settle(&mut h);
+    assert_eq!(shown(&h), None, "no other image's answer under the unreadable one's position");
+    assert!(h.state().error.as_ref().is_some_and(|e| e.contains("fmnist-0001a-notes.png")), "{:?}", h.state().error);
+    h.get_by_label("2 / 3");
+    h.get_by_label(&format!("{} does not read.", name("fmnist-0001a-notes.png", 2)));
+    assert_eq!(h.state().predictions_json(), serde_json::json!([]));
+    shot(&mut h, "folder-unreadable-image");
+    h.key_press(egui::Key::ArrowRight);
+    settle(&mut h);
+    assert_eq!(shown(&h), Some(name("fmnist-0002-trouser.png", 3)), "the next step goes on past it");
+    assert_eq!(h.state().error, None);
+    // → round to the pullover, and at once → to the unreadable image: the pullover's answer,
+    // arriving after the step, is not shown.
+    h.state_mut().step_images(1);
+    h.state_mut().step_images(1);
+    settle(&mut h);
+    assert_eq!(shown(&h), None, "the image stepped past while it was classified is not shown");
+    assert!(h.state().error.as_ref().is_some_and(|e| e.contains("fmnist-0001a-notes.png")), "{:?}", h.state().error);
+    h.get_by_label("2 / 3");
+    h.state_mut().step_images(-1);
+    settle(&mut h);
+    assert_eq!(shown(&h), Some(name("fmnist-0001-pullover.png", 1)));
+
+    // Classify all: the CLI's answers for the folder, in its order, the unreadable one's error
+    // included; the image shown stays.
+    let cli = Command::new(env!("CARGO_BIN_EXE_tokenmix")).args(["classify", "--json", "--top-k", "5"]).arg(dir.path()).output().unwrap();
+    assert!(!cli.status.success(), "the CLI says an image did not read");
+    let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).expect("JSON");
+    assert_eq!(cli.as_array().map(Vec::len), Some(3));
+    h.get_by_label("Classify all").click();
+    settle(&mut h);
+    let rows =
+        |h: &Harness<'static, Viewer>| serde_json::Value::from(h.state().images.as_ref().and_then(|i| i.all.as_ref()).expect("a table").rows.clone());
+    let same = |got: &serde_json::Value, want: &serde_json::Value| {
+        let (got, want) = (got.as_array().unwrap(), want.as_array().unwrap());
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g["image"], w["image"]);
+            assert_eq!(g["error"], w["error"], "{}", w["image"]);
+            let (gp, wp) = (g["predictions"].as_array(), w["predictions"].as_array());
+            assert_eq!(gp.map(Vec::len), wp.map(Vec::len));
+            for (a, b) in gp.into_iter().flatten().zip(wp.into_iter().flatten()) {
+                assert_eq!((&a["index"], &a["label"]), (&b["index"], &b["label"]), "{}", w["image"]);
+                assert!((a["probability"].as_f64().unwrap() - b["probability"].as_f64().unwrap()).abs() < 1e-5, "{a} against {b}");
+            }
+        }
+    };
+    same(&rows(&h), &cli);
+    h.get_by_label("3 / 3 classified");
+    assert_eq!(shown(&h), Some(name("fmnist-0001-pullover.png", 1)), "the image shown stays");
+    shot(&mut h, "folder-classified-all");
+    // Saved as the CLI prints it; a file that exists is not overwritten.
+    let saved = dir.path().join("tokenmix-classify.json");
+    h.get_by_label("Save as JSON").click();
+    h.run();
+    same(&serde_json::from_slice(&std::fs::read(&saved).expect("saved")).expect("JSON"), &cli);
+    h.get_by_label(&format!("Saved 3 rows to {}.", saved.display()));
+    h.get_by_label("Save as JSON").click();
+    h.run();
+    h.get_by_label(&format!("{} exists: name another file.", saved.display()));
+    // Stopped as it starts: nothing classified, and it says so.
+    h.state_mut().classify_all();
+    h.state_mut().stop_classify_all();
+    settle(&mut h);
+    assert_eq!(rows(&h), serde_json::json!([]));
+    h.get_by_label("0 / 3 classified (stopped)");
+    // Another model stops a run; an image from elsewhere ends the table with the stepping.
+    h.state_mut().classify_all();
+    h.state_mut().start_load("gmlp_fmnist", ModelSource::File(root().join("weights/gmlp_fmnist.safetensors")));
+    settle(&mut h);
+    let all = h.state().images.as_ref().and_then(|i| i.all.as_ref()).expect("a table");
+    assert!(all.stopped == Some("stopped: another model was loaded") || (all.stopped.is_none() && all.rows.len() == 3), "{:?}", all.stopped);
+    h.state_mut().open_sample("boot");
+    settle(&mut h);
+    assert!(h.state().images.is_none());
+    assert!(h.query_by_label("Classify all").is_none(), "the table went with the stepping");
+}
+
 /// The window names a label-less 1000-class checkpoint's classes as the page does, in ImageNet-1k's
 /// names (`www/imagenet_labels.json`); it showed "class 281".
 #[test]

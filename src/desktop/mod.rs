@@ -62,6 +62,141 @@ pub struct Images {
     /// The one shown, and the name it is classified under: "a.png (2 of 3 images)".
     pub index: usize,
     pub name: String,
+    /// The one shown does not read: its place shows why, with no other image's answer
+    /// ([`Viewer::step_images`]).
+    pub unreadable: bool,
+    /// "Classify all" ([`Viewer::classify_all`]), once asked for.
+    pub all: Option<ClassifyAll>,
+}
+
+impl Images {
+    /// The name image `k` is shown and classified under.
+    fn name_of(&self, k: usize) -> String {
+        format!("{} ({} of {} images)", self.paths[k].display(), k + 1, self.paths.len())
+    }
+
+    /// The file a classification named `source` is of, as `tokenmix classify` names it.
+    fn file_of(&self, source: &str) -> Option<String> {
+        (0..self.paths.len()).find(|&k| self.name_of(k) == source).map(|k| self.paths[k].display().to_string())
+    }
+}
+
+/// "Classify all": the images that came together classified in turn on a thread of their own,
+/// as `tokenmix classify` does them, into a table that saves as `classify --json` prints it.
+pub struct ClassifyAll {
+    /// `classify --json`'s elements, in the images' order: `{"image", "predictions"}` (the top
+    /// 5), or `{"image", "error"}` for an image that does not read.
+    pub rows: Vec<serde_json::Value>,
+    /// Why it ended before the last image, if it did ("stopped", another model loaded).
+    pub stopped: Option<&'static str>,
+    running: Option<(Cancel, std::sync::mpsc::Receiver<serde_json::Value>)>,
+    /// Where "Save as JSON" writes (the field under the table), and what the last save said.
+    pub save_path: String,
+    pub saved: Option<std::result::Result<String, String>>,
+}
+
+impl Drop for ClassifyAll {
+    /// A table let go (an image from elsewhere ended the stepping) stops its run.
+    fn drop(&mut self) {
+        self.stop("stopped");
+    }
+}
+
+impl ClassifyAll {
+    pub fn running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Stops the run (the rows done stay), saying why.
+    fn stop(&mut self, why: &'static str) {
+        if let Some((cancel, _)) = self.running.take() {
+            cancel.cancel();
+            self.stopped = Some(why);
+        }
+    }
+
+    /// Takes the rows done meanwhile; false once the run has ended.
+    fn poll(&mut self) -> bool {
+        let Some((_, rx)) = &self.running else { return false };
+        loop {
+            match rx.try_recv() {
+                Ok(row) => self.rows.push(row),
+                Err(std::sync::mpsc::TryRecvError::Empty) => return true,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    self.running = None;
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Writes the table as `classify --json` prints it to [`Self::save_path`], a file that
+    /// must not exist yet.
+    pub fn save(&mut self) {
+        let path = Path::new(self.save_path.trim());
+        let json = serde_json::to_string_pretty(&self.rows).map(|j| j + "\n");
+        let written = json.map_err(std::io::Error::other).and_then(|j| {
+            use std::io::Write;
+            std::fs::File::create_new(path)?.write_all(j.as_bytes())
+        });
+        self.saved = Some(match written {
+            Ok(()) => Ok(format!("Saved {} rows to {}.", self.rows.len(), path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(format!("{} exists: name another file.", path.display())),
+            Err(e) => Err(format!("Could not save {}: {e}", path.display())),
+        });
+    }
+}
+
+/// Classifies `paths` in batches, each image read and transformed as `tokenmix classify` does
+/// it, and sends each its `classify --json` element, in order; stops at `cancel`.
+fn classify_files(model: &Model, paths: &[std::path::PathBuf], cancel: &Cancel, tx: &std::sync::mpsc::Sender<serde_json::Value>) {
+    const BATCH: usize = 8;
+    let named = |p: &Path| p.display().to_string();
+    for chunk in paths.chunks(BATCH.min(model.max_batch()).max(1)) {
+        let mut input = Vec::with_capacity(chunk.len() * model.input_len());
+        let mut places = Vec::with_capacity(chunk.len());
+        for p in chunk {
+            if cancel.is_cancelled() {
+                return;
+            }
+            match preprocess::load_image(p).and_then(|img| preprocess::transform(&img, &model.info.preprocess)) {
+                Ok(x) => {
+                    places.push(Ok(input.len() / model.input_len().max(1)));
+                    input.extend(x);
+                }
+                Err(e) => places.push(Err(e.to_string())),
+            }
+        }
+        let out = match input.is_empty() {
+            true => None,
+            false => match pollster::block_on(model.forward_cancellable(&input, cancel)) {
+                Ok(out) => Some(out),
+                Err(Error::Cancelled) => return,
+                Err(e) => {
+                    let e = format!("Classification failed: {e}");
+                    places.iter_mut().for_each(|p| *p = Err(e.clone()));
+                    None
+                }
+            },
+        };
+        for (p, place) in chunk.iter().zip(places) {
+            let row = match (place, &out) {
+                (Ok(i), Some(out)) => {
+                    let predictions: Vec<Prediction> = out
+                        .top_k(i, 5)
+                        .into_iter()
+                        .map(|k| Prediction { index: k, label: crate::labels::label(&model.info, k), probability: out.probs[i * out.classes + k] })
+                        .collect();
+                    serde_json::json!({"image": named(p), "predictions": predictions})
+                }
+                (Err(e), _) => serde_json::json!({"image": named(p), "error": e}),
+                (Ok(_), None) => continue,
+            };
+            if tx.send(row).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// The latest classified image and what the model said about it.
@@ -450,6 +585,10 @@ impl Viewer {
                 }
                 self.model = Arc::new(m);
                 self.model_name = name.to_string();
+                // A table of the previous model's answers is not continued by this one.
+                if let Some(all) = self.images.as_mut().and_then(|i| i.all.as_mut()) {
+                    all.stop("stopped: another model was loaded");
+                }
                 self.error = None;
                 self.status = format!("Loaded {name} ({}, {} parameters).", self.model.info.family, self.model.info.params);
                 self.layer = 0;
@@ -545,7 +684,7 @@ impl Viewer {
             0 => {}
             1 => self.open_image(&images[0]),
             _ => {
-                self.images = Some(Images { paths: images, index: 0, name: String::new() });
+                self.images = Some(Images { paths: images, index: 0, name: String::new(), unreadable: false, all: None });
                 self.step_images(0);
             }
         }
@@ -556,15 +695,31 @@ impl Viewer {
 
     /// Shows the image `delta` steps from the one shown of those that came together, round
     /// from the last to the first (0: the one shown, again); nothing where one image came. An
-    /// image that does not open is an error, and the next step goes on past it.
+    /// image that does not read takes its place as an error: no image and no answer are shown
+    /// (the previous image's, under this one's position, would be taken for its), an image
+    /// still being classified is let go, and the next step goes on past it.
     pub fn step_images(&mut self, delta: isize) {
         let Some(images) = &mut self.images else { return };
         let n = images.paths.len();
         images.index = (images.index as isize + delta).rem_euclid(n as isize) as usize;
         let path = images.paths[images.index].clone();
-        images.name = format!("{}{OF}{} of {n} images)", path.display(), images.index + 1);
+        images.name = images.name_of(images.index);
         let name = images.name.clone();
-        self.open_image_as(&path, name);
+        match preprocess::load_image(&path) {
+            Ok(img) => self.classify(name, img),
+            Err(e) => {
+                images.unreadable = true;
+                if let Some(w) = &self.work {
+                    w.cancel.cancel();
+                }
+                self.queued = None;
+                self.serial += 1;
+                self.classified = None;
+                self.evidence = None;
+                self.generation += 1;
+                self.error = Some(e.to_string());
+            }
+        }
     }
 
     /// Opens an image file (`preprocess::IMAGE_FORMATS`) and classifies it. An image larger than classification
@@ -580,6 +735,43 @@ impl Viewer {
             Ok(img) => self.classify(name, img),
             Err(e) => self.error = Some(format!("{e}")),
         }
+    }
+
+    /// "Classify all": classifies every image that came together, in turn, on a thread of its
+    /// own, into a table ([`ClassifyAll`]), as `tokenmix classify` does them. The image shown
+    /// stays. An image from elsewhere ends it with the stepping; another model stops it.
+    pub fn classify_all(&mut self) {
+        let Some(images) = &mut self.images else { return };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let cancel = Cancel::new();
+        let on_thread = cancel.clone();
+        let (model, paths, repaint) = (self.model.clone(), images.paths.clone(), self.repaint.clone());
+        std::thread::spawn(move || {
+            classify_files(&model, &paths, &on_thread, &tx);
+            if let Some(ctx) = repaint {
+                ctx.request_repaint();
+            }
+        });
+        let folder = images.paths[0].parent().unwrap_or(Path::new("."));
+        let save_path = folder.join("tokenmix-classify.json").display().to_string();
+        images.all = Some(ClassifyAll { rows: Vec::new(), stopped: None, running: Some((cancel, rx)), save_path, saved: None });
+    }
+
+    /// Stops "Classify all" (the rows done stay).
+    pub fn stop_classify_all(&mut self) {
+        if let Some(all) = self.images.as_mut().and_then(|i| i.all.as_mut()) {
+            all.stop("stopped");
+        }
+    }
+
+    /// Adopts the rows "Classify all" did meanwhile; true while it runs.
+    pub fn poll_all(&mut self) -> bool {
+        self.images.as_mut().and_then(|i| i.all.as_mut()).is_some_and(ClassifyAll::poll)
+    }
+
+    /// Whether "Classify all" runs.
+    pub fn classifying_all(&self) -> bool {
+        self.images.as_ref().and_then(|i| i.all.as_ref()).is_some_and(ClassifyAll::running)
     }
 
     /// Classifies a bundled sample by name.
@@ -599,8 +791,10 @@ impl Viewer {
     /// for meanwhile. The previous result stays in view until then.
     pub fn classify(&mut self, source: String, image: RgbImage) {
         // An image from elsewhere (a sample, a file, the camera) ends stepping through several.
-        if self.images.as_ref().is_some_and(|i| i.name != source) {
-            self.images = None;
+        match &mut self.images {
+            Some(i) if i.name != source => self.images = None,
+            Some(i) => i.unreadable = false,
+            None => {}
         }
         // What runs now (an older image, or the shown one's explanation) would not be shown:
         // stopped.
@@ -701,7 +895,7 @@ impl Viewer {
     /// Whether anything runs in the background that will change what the window shows: a
     /// model loading, an image being classified or explained.
     pub fn busy(&self) -> bool {
-        self.loading.is_some() || self.work.is_some() || self.queued.is_some() || self.insight_work.is_some()
+        self.loading.is_some() || self.work.is_some() || self.queued.is_some() || self.insight_work.is_some() || self.classifying_all()
     }
 
     /// Waits (without a window) until [`Self::busy`] is false, or `limit` has passed; what
@@ -712,6 +906,7 @@ impl Viewer {
             self.poll_load();
             self.poll_work();
             self.poll_insight();
+            self.poll_all();
             if !self.busy() {
                 return true;
             }
@@ -815,7 +1010,7 @@ impl Viewer {
         match &self.classified {
             Some(c) => {
                 // The file, as `classify --json` names it, without what the window adds.
-                let image = c.source.rsplit_once(OF).filter(|(_, n)| is_position(n)).map_or(c.source.as_str(), |(path, _)| path);
+                let image = self.images.as_ref().and_then(|i| i.file_of(&c.source)).unwrap_or_else(|| c.source.clone());
                 serde_json::json!([{"image": image, "predictions": c.predictions}])
             }
             None => serde_json::json!([]),
@@ -1054,6 +1249,7 @@ impl Viewer {
         self.poll_load();
         self.poll_work();
         self.poll_insight();
+        self.poll_all();
         let dropped: Vec<std::path::PathBuf> =
             ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
         if !dropped.is_empty() {
@@ -1143,7 +1339,18 @@ impl Viewer {
         self.camera_preview(ui);
         ui.separator();
         let Some(c) = &self.classified else {
-            ui.label("No image yet.");
+            match &self.images {
+                Some(i) if i.unreadable => {
+                    ui.colored_label(Color32::from_rgb(178, 24, 43), format!("{} does not read.", i.name));
+                }
+                _ => {
+                    ui.label(if self.classifying() { "Classifying …" } else { "No image yet." });
+                }
+            }
+            let step = self.images_controls(ui);
+            if step != 0 {
+                self.step_images(step);
+            }
             return;
         };
         let shape @ [_, h, w] = self.model.info.arch.input_shape();
@@ -1154,18 +1361,7 @@ impl Viewer {
         let size = Vec2::new(side, side * h as f32 / w as f32);
         let response = ui.add(egui::Image::new((eye.id(), size)).sense(egui::Sense::hover()));
         ui.label(format!("Model's-eye view · {source}"));
-        let mut step = 0;
-        if let Some(images) = &self.images {
-            ui.horizontal(|ui| {
-                if ui.button("‹").on_hover_text("Previous image (←)").clicked() {
-                    step = -1;
-                }
-                ui.label(format!("{} / {}", images.index + 1, images.paths.len()));
-                if ui.button("›").on_hover_text("Next image (→)").clicked() {
-                    step = 1;
-                }
-            });
-        }
+        let step = self.images_controls(ui);
         // The token under the pointer mixes from these tokens (gMLP/ResMLP matrices).
         self.hover = None;
         let current = self.insight.as_ref().filter(|li| li.layer == self.layer);
@@ -1186,6 +1382,70 @@ impl Viewer {
         if step != 0 {
             self.step_images(step);
         }
+    }
+
+    /// Under the image, while it is one of several that came together: ‹ k / n › and
+    /// "Classify all", whose table follows once asked for. Returns the step asked for.
+    fn images_controls(&mut self, ui: &mut egui::Ui) -> isize {
+        let Some(images) = &mut self.images else { return 0 };
+        let (mut step, mut all, mut stop, mut save) = (0, false, false, false);
+        ui.horizontal(|ui| {
+            if ui.button("‹").on_hover_text("Previous image (←)").clicked() {
+                step = -1;
+            }
+            ui.label(format!("{} / {}", images.index + 1, images.paths.len()));
+            if ui.button("›").on_hover_text("Next image (→)").clicked() {
+                step = 1;
+            }
+            match images.all.as_ref().is_some_and(ClassifyAll::running) {
+                false => all = ui.button("Classify all").on_hover_text("Classify every image into a table, as `tokenmix classify` does").clicked(),
+                true => stop = ui.button("Stop").clicked(),
+            }
+        });
+        if let Some(t) = &mut images.all {
+            let n = images.paths.len();
+            ui.label(format!("{} / {n} classified{}", t.rows.len(), t.stopped.map_or(String::new(), |w| format!(" ({w})"))));
+            egui::ScrollArea::vertical().max_height(150.0).id_salt("classify-all").show(ui, |ui| {
+                egui::Grid::new("classify-all-table").striped(true).num_columns(3).show(ui, |ui| {
+                    for row in &t.rows {
+                        let image = row["image"].as_str().unwrap_or_default();
+                        ui.label(Path::new(image).file_name().map_or(image.into(), |f| f.to_string_lossy())).on_hover_text(image);
+                        match (&row["predictions"][0], row["error"].as_str()) {
+                            (_, Some(e)) => {
+                                ui.colored_label(Color32::from_rgb(178, 24, 43), "does not read").on_hover_text(e);
+                                ui.label("–");
+                            }
+                            (top, None) => {
+                                ui.label(top["label"].as_str().unwrap_or_default());
+                                ui.label(format!("{:.1} %", 100.0 * top["probability"].as_f64().unwrap_or(0.0)));
+                            }
+                        }
+                        ui.end_row();
+                    }
+                });
+            });
+            if !t.running() && !t.rows.is_empty() {
+                ui.horizontal(|ui| {
+                    let label = ui.label("Save to");
+                    ui.add(egui::TextEdit::singleline(&mut t.save_path).desired_width(170.0)).labelled_by(label.id);
+                    save = ui.button("Save as JSON").clicked();
+                });
+                match &t.saved {
+                    Some(Ok(m)) => ui.label(m),
+                    Some(Err(e)) => ui.colored_label(Color32::from_rgb(178, 24, 43), e),
+                    None => ui.label(""),
+                };
+            }
+            if save {
+                t.save();
+            }
+        }
+        if all {
+            self.classify_all();
+        } else if stop {
+            self.stop_classify_all();
+        }
+        step
     }
 
     fn prediction_panel(&mut self, ui: &mut egui::Ui) {
@@ -1508,15 +1768,6 @@ fn window_error(winit: &str) -> String {
     } else {
         format!("could not open a window: {winit} ({offscreen})")
     }
-}
-
-/// What an image's name gets where several came at once: "a.png (2 of 3 images)".
-const OF: &str = " (";
-
-/// Whether `s` is what [`Viewer::step_images`] puts after [`OF`]: "2 of 3 images)".
-fn is_position(s: &str) -> bool {
-    let number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    s.strip_suffix(" images)").and_then(|t| t.split_once(" of ")).is_some_and(|(k, n)| number(k) && number(n))
 }
 
 /// Whether `path` names a model file (see [`Viewer::open_path`]); as an image such a file got
