@@ -148,8 +148,14 @@ export async function classifyImageData(imageData, source = 'image', size = imag
   };
   if (classified.status === 'rejected' && classified.reason?.name === 'AbortError') throw classified.reason;
   if (sized.status === 'rejected') {
-    if (state.image === image) state.image = previous;
-    throw fail(messageOf(sized.reason));
+    // A file alone that does not read leaves the image shown before; one of several, stepped
+    // to, takes its place as unreadable (the previous one under its position would pass for it).
+    const newest = seq === classifySeq;
+    const error = fail(messageOf(sized.reason));
+    if (state.images && source === state.images.name) {
+      if (newest) showUnreadable(source);
+    } else if (state.image === image) state.image = previous;
+    throw error;
   }
   if (classified.status === 'rejected') throw fail(`Classification failed: ${messageOf(classified.reason)}`);
   const r = classified.value;
@@ -218,7 +224,8 @@ export function renderPredictions(preds, source) {
 
 export function renderTimings(t) {
   const ms = (v) => (Number.isFinite(v) ? `${v.toFixed(v < 10 ? 2 : 1)} ms` : '–');
-  const total = (t.preprocessMs ?? 0) + (t.forwardMs ?? 0) + (t.readbackMs ?? 0);
+  const parts = [t.preprocessMs, t.forwardMs, t.readbackMs];
+  const total = parts.some(Number.isFinite) ? parts.reduce((sum, v) => sum + (v ?? 0), 0) : NaN; // none: '–'
   const rows = [
     ['Preprocess', ms(t.preprocessMs)],
     ['Forward', ms(t.forwardMs)],
@@ -519,19 +526,49 @@ export async function handleFiles(files) {
   if (model) await loadModelFile(model).catch(() => {});
 }
 
+/**
+ * Shows image `index` of several that came together, unreadable: no image, no answer, and
+ * none of an image still being read or classified (stepped past) drawn after.
+ */
+function showUnreadable(name) {
+  ++shownSeq;
+  ++classifySeq;
+  state.imageWork?.abort(new DOMException('superseded by a newer image', 'AbortError'));
+  state.image = state.result = state.crop = null;
+  for (const id of ['original', 'eye']) {
+    const c = $(id);
+    c.getContext('2d').clearRect(0, 0, c.width, c.height);
+  }
+  $('original-caption').textContent = `Original · ${name} · does not read`;
+  $('eye-caption').textContent = 'Model\'s-eye view';
+  const ol = $('predictions');
+  ol.replaceChildren();
+  ol.dataset.source = name;
+  ol.removeAttribute('aria-busy');
+  renderTimings({});
+  resetEvidence();
+  updateEnergy();
+}
+
 /** Shows and classifies image `index` of `images` (Files or a folder's entries). */
 async function showImageOf(images, index) {
   const item = images[index];
   const name = images.length > 1 ? `${nameOf(item)} (${index + 1} of ${images.length} images)` : nameOf(item);
-  if (state.images?.items === images) Object.assign(state.images, { index, name });
+  const batched = state.images?.items === images;
+  if (batched) Object.assign(state.images, { index, name });
   updateImagesNav();
+  // Stepped past while its file was read: not shown (as an image from elsewhere it would end
+  // the stepping).
+  const current = () => !batched || (state.images?.items === images && state.images.index === index);
   let file = null;
   try {
     file = await asFile(item);
   } catch (e) {
+    if (!current()) return;
+    if (batched) showUnreadable(name);
     showError(`Could not read ${nameOf(item)}: ${messageOf(e)}`);
   }
-  if (file) await classifyBlob(file, name).catch(() => {});
+  if (file && current()) await classifyBlob(file, name).catch(() => {});
 }
 
 /**

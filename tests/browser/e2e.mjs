@@ -772,6 +772,46 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.equal(await page.$$eval('#images-table tbody tr', (trs) => trs.length), 0);
   assert.ok(await page.$eval('#images-save', (b) => b.disabled), 'nothing to save');
   assert.equal((await shownNow()).caption, 'Original · photos/c-pullover.png (2 of 3 images) · 28×28');
+  // A folder's image that does not read, stepped to, takes its place: no image, no answer, and
+  // its error (the previous image and its answer stayed under the new position). Stepped past
+  // while its file was read, the next image's answer is not drawn over it either.
+  const broken = path.join(folder, 'broken');
+  fs.mkdirSync(broken);
+  fs.writeFileSync(path.join(broken, 'a-pullover.png'), sample(pullover));
+  fs.writeFileSync(path.join(broken, 'b-notes.png'), 'not an image');
+  fs.writeFileSync(path.join(broken, 'c-trouser.png'), sample(trouser));
+  await dropPaths([broken]);
+  await page.waitForFunction(() => document.querySelector('#predictions').dataset.source === 'broken/a-pullover.png (1 of 3 images)' && !document.querySelector('#predictions').hasAttribute('aria-busy'));
+  const unreadable = async () => ({
+    caption: await page.textContent('#original-caption'),
+    pos: await page.textContent('#images-pos'),
+    predictions: await page.$$eval('#predictions li', (lis) => lis.length),
+    error: (await page.isVisible('#error')) ? (await page.textContent('#error-text')).trim() : null,
+  });
+  const notes = 'broken/b-notes.png (2 of 3 images)';
+  await page.click('[data-testid="images-next"]');
+  await page.waitForFunction((c) => document.querySelector('#original-caption').textContent === c, `Original · ${notes} · does not read`);
+  const atNotes = await unreadable();
+  console.log(`[d] stepped to an unreadable image: ${JSON.stringify(atNotes)}`);
+  assert.deepEqual({ ...atNotes, error: null }, { caption: `Original · ${notes} · does not read`, pos: '2 / 3', predictions: 0, error: null });
+  assert.match(atNotes.error ?? '', /^Could not read broken\/b-notes\.png \(2 of 3 images\) as an image: /);
+  await shot(page, 'e2e-d-folder-unreadable');
+  await stepTo(() => page.keyboard.press('ArrowRight'), 'broken/c-trouser.png (3 of 3 images)');
+  assert.ok(await page.isHidden('#error'), 'the next readable image clears the error');
+  await page.evaluate(() => {
+    document.querySelector('[data-testid="images-next"]').click(); // round to the pullover, classified…
+    document.querySelector('[data-testid="images-next"]').click(); // …stepped past at once
+  });
+  await page.waitForFunction((c) => document.querySelector('#original-caption').textContent === c, `Original · ${notes} · does not read`);
+  await page.waitForTimeout(1500);
+  assert.deepEqual({ ...(await unreadable()), error: null }, { caption: `Original · ${notes} · does not read`, pos: '2 / 3', predictions: 0, error: null }, 'nothing drawn over it');
+  // "Classify all" there: a row saying the unreadable one does not read, as the CLI's report
+  // has an error in its place; the unreadable image stays shown as such.
+  await page.click('[data-testid="images-all"]');
+  await page.waitForFunction(() => document.querySelector('#images-progress').textContent === '3 / 3 classified');
+  const brokenRows = await page.$$eval('#images-table tbody tr', (trs) => trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].className]));
+  assert.deepEqual(brokenRows, [['broken/a-pullover.png', ''], ['broken/b-notes.png', 'error'], ['broken/c-trouser.png', '']]);
+  assert.equal(await page.textContent('#original-caption'), `Original · ${notes} · does not read`);
   // The same folder picked ("Open folder…", a webkitdirectory input): the same image, so said.
   await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0000-boot.png'));
   await page.waitForSelector('#predictions[data-source="fmnist-0000-boot.png"] li');
