@@ -360,6 +360,14 @@ fn a_folder_is_stepped_past_an_unreadable_image_and_classified_all_into_a_table(
     h.get_by_label("3 / 3 classified");
     assert_eq!(shown(&h), Some(name("fmnist-0001-pullover.png", 1)), "the image shown stays");
     shot(&mut h, "folder-classified-all");
+    // A row shows its image, as stepping to it does.
+    h.get_by_label("fmnist-0002-trouser.png").click();
+    settle(&mut h);
+    assert_eq!(shown(&h), Some(name("fmnist-0002-trouser.png", 3)));
+    h.get_by_label("3 / 3");
+    h.get_by_label("fmnist-0001-pullover.png").click();
+    settle(&mut h);
+    assert_eq!(shown(&h), Some(name("fmnist-0001-pullover.png", 1)));
     // Saved as the CLI prints it; a file that exists is not overwritten.
     let saved = dir.path().join("tokenmix-classify.json");
     h.get_by_label("Save as JSON").click();

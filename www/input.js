@@ -588,6 +588,8 @@ export function updateImagesNav() {
   $('images-nav').hidden = !batch;
   if (batch) $('images-pos').textContent = `${batch.index + 1} / ${batch.items.length}`;
   else $('images-results').hidden = true;
+  // The table's row of the image shown.
+  $('images-table').querySelectorAll('tbody tr').forEach((tr, k) => tr.setAttribute('aria-current', String(k === batch?.index)));
 }
 
 /**
@@ -642,6 +644,16 @@ async function tableOf(batch, run) {
       return td;
     };
     const top = row.predictions?.[0];
+    // A row is a button: it shows its image (as stepping to it does).
+    const k = rows.length - 1;
+    const show = () => { if (state.images === batch) showImageOf(batch.items, k); };
+    tr.tabIndex = 0;
+    tr.title = `Show ${image}`;
+    tr.setAttribute('aria-current', String(k === batch.index));
+    tr.addEventListener('click', show);
+    tr.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); show(); }
+    });
     tr.dataset.index = top ? String(top.index) : '';
     tr.dataset.probability = top ? String(top.probability) : '';
     tr.append(cell(image), ...(top ? [cell(top.label), cell(`${(100 * top.probability).toFixed(1)} %`)] : [cell(row.error, 'error'), cell('–')]));

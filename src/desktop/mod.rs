@@ -1407,9 +1407,13 @@ impl Viewer {
             ui.label(format!("{} / {n} classified{}", t.rows.len(), t.stopped.map_or(String::new(), |w| format!(" ({w})"))));
             egui::ScrollArea::vertical().max_height(150.0).id_salt("classify-all").show(ui, |ui| {
                 egui::Grid::new("classify-all-table").striped(true).num_columns(3).show(ui, |ui| {
-                    for row in &t.rows {
+                    for (k, row) in t.rows.iter().enumerate() {
                         let image = row["image"].as_str().unwrap_or_default();
-                        ui.label(Path::new(image).file_name().map_or(image.into(), |f| f.to_string_lossy())).on_hover_text(image);
+                        // A row's image is a button: it shows that image, as stepping to it does.
+                        let name = Path::new(image).file_name().map_or(image.into(), |f| f.to_string_lossy());
+                        if ui.selectable_label(k == images.index, name).on_hover_text(format!("Show {image}")).clicked() {
+                            step = k as isize - images.index as isize;
+                        }
                         match (&row["predictions"][0], row["error"].as_str()) {
                             (_, Some(e)) => {
                                 ui.colored_label(Color32::from_rgb(178, 24, 43), "does not read").on_hover_text(e);

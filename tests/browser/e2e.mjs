@@ -762,6 +762,15 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   const want = cliExplained[0].classes.find((c) => c.index === top.index).logit;
   console.log(`[d] classified all: ${JSON.stringify(table)}; the shown image's evidence: logit ${logit} (CLI ${want})`);
   assert.ok(Math.abs(logit - want) <= 1e-4, `the evidence explains the image shown: logit ${logit} vs the CLI's ${want}`);
+  // A row shows its image, as stepping to it does: clicked, or Enter on it; the row of the image
+  // shown is marked.
+  const current = () => page.$$eval('#images-table tbody tr', (trs) => trs.map((tr) => tr.getAttribute('aria-current')));
+  assert.deepEqual(await current(), ['false', 'true', 'false']);
+  const byRow = await stepTo(() => page.click('#images-table tbody tr:nth-child(1)'), fromFolder);
+  assert.deepEqual(byRow, { caption: `Original · ${fromFolder} · 28×28`, pos: '1 / 3', predictions: trouserByGmlp });
+  assert.deepEqual(await current(), ['true', 'false', 'false']);
+  await page.focus('#images-table tbody tr:nth-child(2)');
+  assert.equal((await stepTo(() => page.keyboard.press('Enter'), 'photos/c-pullover.png (2 of 3 images)')).pos, '2 / 3');
   // Stopped as it starts: nothing classified, said so, nothing to save; the image shown stays.
   await page.evaluate(() => {
     document.querySelector('#images-all').click();
