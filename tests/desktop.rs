@@ -395,6 +395,26 @@ fn a_folder_is_stepped_past_an_unreadable_image_and_classified_all_into_a_table(
     assert!(h.query_by_label("Classify all").is_none(), "the table went with the stepping");
 }
 
+/// "Classify all" on a folder of hundreds lays out the table's rows in view, not all of them
+/// (each frame drew every row).
+#[test]
+fn a_long_table_lays_out_only_the_rows_in_view() {
+    let dir = common::scratch("desktop-long");
+    let n = 300;
+    for k in 0..n {
+        std::fs::copy(root().join("www/samples/fmnist-0000-boot.png"), dir.path().join(format!("boot-{k:03}.png"))).unwrap();
+    }
+    let mut h = harness(viewer());
+    h.run();
+    h.state_mut().open_paths(vec![dir.path().to_path_buf()]);
+    settle(&mut h);
+    h.get_by_label("Classify all").click();
+    settle(&mut h);
+    h.get_by_label(&format!("{n} / {n} classified"));
+    let laid_out = (0..n).filter(|k| h.query_by_label(&format!("boot-{k:03}.png")).is_some()).count();
+    assert!((3..30).contains(&laid_out), "{laid_out} of the {n} rows laid out");
+}
+
 /// The window names a label-less 1000-class checkpoint's classes as the page does, in ImageNet-1k's
 /// names (`www/imagenet_labels.json`); it showed "class 281".
 #[test]

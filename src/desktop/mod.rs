@@ -1405,9 +1405,11 @@ impl Viewer {
         if let Some(t) = &mut images.all {
             let n = images.paths.len();
             ui.label(format!("{} / {n} classified{}", t.rows.len(), t.stopped.map_or(String::new(), |w| format!(" ({w})"))));
-            egui::ScrollArea::vertical().max_height(150.0).id_salt("classify-all").show(ui, |ui| {
-                egui::Grid::new("classify-all-table").striped(true).num_columns(3).show(ui, |ui| {
-                    for (k, row) in t.rows.iter().enumerate() {
+            // Only the rows in view are laid out: a folder of thousands costs a frame no more.
+            let row_height = ui.spacing().interact_size.y;
+            egui::ScrollArea::vertical().max_height(150.0).id_salt("classify-all").show_rows(ui, row_height, t.rows.len(), |ui, in_view| {
+                egui::Grid::new("classify-all-table").striped(true).num_columns(3).min_col_width(60.0).show(ui, |ui| {
+                    for (k, row) in t.rows.iter().enumerate().skip(in_view.start).take(in_view.len()) {
                         let image = row["image"].as_str().unwrap_or_default();
                         // A row's image is a button: it shows that image, as stepping to it does.
                         let name = Path::new(image).file_name().map_or(image.into(), |f| f.to_string_lossy());
