@@ -449,9 +449,8 @@ fn image_files(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
 /// cat, sha256sum and tar; it names the image in the output too. A file called so is `./-`.
 const STDIN: &str = "-";
 
-/// Most bytes read from standard input: more than any image taken needs (a 2^26-pixel BMP
-/// with alpha is 256 MiB), and a stream that never ends is not read to the end of memory.
-const STDIN_MAX_BYTES: u64 = 512 << 20;
+/// Most bytes read from standard input (as from any pipe given as an image).
+const STDIN_MAX_BYTES: u64 = preprocess::MAX_IMAGE_FILE_BYTES;
 
 pub(crate) fn is_stdin(path: &Path) -> bool {
     path.as_os_str() == STDIN

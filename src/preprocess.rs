@@ -348,10 +348,34 @@ mod native {
     /// turned upright as its EXIF orientation says. An image larger than classification takes ([`check_image_size`]: the limits the page, the
     /// desktop app and `Model::classify_rgba` apply) is refused from its header, before a pixel
     /// is decoded.
+    ///
+    /// A file that is no regular file (a pipe or FIFO: `tokenmix classify <(curl …)`, a
+    /// device) cannot seek back to be read twice: it is read first, up to
+    /// [`MAX_IMAGE_FILE_BYTES`], then decoded from memory. It was "Illegal seek".
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
-        let reader = image::ImageReader::open(path).map_err(|e| Error::io(path, e))?;
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let by_name = image::ImageFormat::from_path(path).ok();
+        if file.metadata().map_err(|e| Error::io(path, e))?.is_file() {
+            let mut reader = image::ImageReader::new(std::io::BufReader::new(file));
+            if let Some(f) = by_name {
+                reader.set_format(f);
+            }
+            return decode(reader, path, true);
+        }
+        let Some(bytes) = crate::file::read_at_most(file, MAX_IMAGE_FILE_BYTES, 0, path)? else {
+            return Err(Error::Input(format!("{}: more than {} MiB came; no image taken is that large", path.display(), MAX_IMAGE_FILE_BYTES >> 20)));
+        };
+        let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes));
+        if let Some(f) = by_name {
+            reader.set_format(f);
+        }
         decode(reader, path, true)
     }
+
+    /// The most bytes of an image read whole before it is decoded (from a pipe, a FIFO,
+    /// standard input): more than any image taken needs (a [`MAX_IMAGE_PIXELS`] BMP with alpha
+    /// is 256 MiB), and a stream that never ends is not read to the end of memory.
+    pub const MAX_IMAGE_FILE_BYTES: u64 = 512 << 20;
 }
 
 /// Fixed-point bits of PIL's 8-bit resampling weights (`Resample.c`: 32 - 8 - 2).

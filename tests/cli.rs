@@ -298,6 +298,31 @@ fn a_model_on_a_pipe_is_read_as_far_as_its_header_says() {
     assert!(written < bound, "{written} bytes of garbage went through");
 }
 
+/// An image on a pipe (`tokenmix classify <(curl -s URL)`, a FIFO) is read whole, then decoded:
+/// it is answered as its file is. It was "Illegal seek (os error 29)": the decoder seeks back
+/// to the start after telling the format.
+#[cfg(unix)]
+#[test]
+fn an_image_on_a_pipe_is_answered_as_its_file() {
+    let tmp = scratch("cli");
+    let img = tmp.path().join("grey.png");
+    save_gradient(&img);
+    let predictions = |out: &Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")[0]["predictions"].clone()
+    };
+    let want = predictions(&tokenmix(&["classify", "--json", img.to_str().unwrap()]));
+    let png = std::fs::read(&img).unwrap();
+    let (out, written) = through_a_fifo(tmp.path(), "photo.png", &png, 0, 0, &["classify", "--json", "{}"]);
+    assert_eq!(predictions(&out), want, "the image from a pipe answers as from its file");
+    assert_eq!(written, png.len() as u64);
+    // Not an image: said so, as of a file.
+    let (out, _) = through_a_fifo(tmp.path(), "notes.png", b"not an image", 0, 0, &["classify", "{}"]);
+    assert_clean_error(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("notes.png") && !err.contains("seek"), "{err}");
+}
+
 /// A run from a shell with no `XDG_RUNTIME_DIR` (ssh, a container, a service) prints only what
 /// tokenmix prints. Mesa's device-select layer used to add "error: XDG_RUNTIME_DIR is invalid
 /// or not set in the environment." four times on stderr to a run that succeeded, once per

@@ -395,6 +395,39 @@ fn a_folder_is_stepped_past_an_unreadable_image_and_classified_all_into_a_table(
     assert!(h.query_by_label("Classify all").is_none(), "the table went with the stepping");
 }
 
+/// An image file is read on the model's thread, not the window's: a 4000×3000 photo's decode
+/// stalled the window for its 75 ms at every step through a folder, a slow disk for longer. A
+/// FIFO written half a second later stands for such a file: the window draws meanwhile, and
+/// the image is answered as its file is.
+#[cfg(unix)]
+#[test]
+fn an_image_file_is_read_off_the_window_thread() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = common::scratch("desktop-slow");
+    let fifo = dir.path().join("slow.png");
+    assert!(Command::new("mkfifo").arg(&fifo).status().expect("runs mkfifo").success());
+    let written = std::sync::Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (fifo, written) = (fifo.clone(), written.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            written.store(true, Ordering::SeqCst);
+            let bytes = std::fs::read(root().join("www/samples/fmnist-0002-trouser.png")).unwrap();
+            std::fs::write(&fifo, bytes).expect("writes the FIFO");
+        })
+    };
+    let mut h = harness(viewer());
+    h.run();
+    h.state_mut().open_path(fifo.clone());
+    assert!(!written.load(Ordering::SeqCst), "open_path returned before the file came");
+    h.step();
+    assert!(h.state().classifying(), "the window draws while the file is read");
+    settle(&mut h);
+    writer.join().unwrap();
+    let c = h.state().classified.as_ref().unwrap_or_else(|| panic!("classified: {:?}", h.state().error));
+    assert_eq!((c.source.as_str(), c.predictions[0].label.as_str()), (fifo.to_str().unwrap(), "Trouser"));
+}
+
 /// "Classify all" on a folder of hundreds lays out the table's rows in view, not all of them
 /// (each frame drew every row).
 #[test]

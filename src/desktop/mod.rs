@@ -331,9 +331,26 @@ struct PendingLoad {
 /// Model work for the thread: classify an image (or a camera's next still), or explain a
 /// classification's input.
 enum Request {
-    Classify { serial: u64, source: String, image: RgbImage },
-    Capture { serial: u64, source: String, grab: camera::Grab },
-    Explain { serial: u64, input: Vec<f32> },
+    Classify {
+        serial: u64,
+        source: String,
+        image: RgbImage,
+    },
+    /// An image file, read on the thread (a large photo's decode would stall the window).
+    Open {
+        serial: u64,
+        source: String,
+        path: std::path::PathBuf,
+    },
+    Capture {
+        serial: u64,
+        source: String,
+        grab: camera::Grab,
+    },
+    Explain {
+        serial: u64,
+        input: Vec<f32>,
+    },
 }
 
 /// A layer's views ([`Model::insight`]) being computed on their thread.
@@ -346,6 +363,8 @@ struct InsightRunning {
 /// What a [`Request`] ended with.
 enum Done {
     Classified(Result<Classified>),
+    /// The file of a [`Request::Open`] (named as asked) did not read as an image.
+    Unreadable(String, Error),
     Explained(Result<Explained>),
 }
 
@@ -365,6 +384,10 @@ impl Request {
     fn run(self, model: &Model, cancel: &Cancel) -> Done {
         match self {
             Request::Classify { serial, source, image } => Done::Classified(classify_image(model, serial, source, image, cancel)),
+            Request::Open { serial, source, path } => match preprocess::load_image(&path) {
+                Ok(image) => Done::Classified(classify_image(model, serial, source, image, cancel)),
+                Err(e) => Done::Unreadable(source, e),
+            },
             Request::Capture { serial, source, grab } => {
                 Done::Classified(grab().and_then(|image| classify_image(model, serial, source, image, cancel)))
             }
@@ -705,21 +728,7 @@ impl Viewer {
         let path = images.paths[images.index].clone();
         images.name = images.name_of(images.index);
         let name = images.name.clone();
-        match preprocess::load_image(&path) {
-            Ok(img) => self.classify(name, img),
-            Err(e) => {
-                images.unreadable = true;
-                if let Some(w) = &self.work {
-                    w.cancel.cancel();
-                }
-                self.queued = None;
-                self.serial += 1;
-                self.classified = None;
-                self.evidence = None;
-                self.generation += 1;
-                self.error = Some(e.to_string());
-            }
-        }
+        self.open_image_as(&path, name);
     }
 
     /// Opens an image file (`preprocess::IMAGE_FORMATS`) and classifies it. An image larger than classification
@@ -729,12 +738,12 @@ impl Viewer {
         self.open_image_as(path, path.display().to_string());
     }
 
-    /// [`Self::open_image`], the image classified under `name`.
+    /// [`Self::open_image`], the image classified under `name`. The file is read on the work
+    /// thread, as the image is classified: a large photo's decode (a tenth of a second and
+    /// more) does not stall the window, and stepping on lets it go.
     fn open_image_as(&mut self, path: &Path, name: String) {
-        match preprocess::load_image(path) {
-            Ok(img) => self.classify(name, img),
-            Err(e) => self.error = Some(format!("{e}")),
-        }
+        let path = path.to_path_buf();
+        self.submit(name, |serial, source| Request::Open { serial, source, path });
     }
 
     /// "Classify all": classifies every image that came together, in turn, on a thread of its
@@ -790,6 +799,12 @@ impl Viewer {
     /// replaces [`Self::classified`] when it arrives, unless a newer image (or model) was asked
     /// for meanwhile. The previous result stays in view until then.
     pub fn classify(&mut self, source: String, image: RgbImage) {
+        self.submit(source, |serial, source| Request::Classify { serial, source, image });
+    }
+
+    /// Asks the work thread for what `make` makes of the next serial number and `source`: an
+    /// image to classify ([`Self::classify`]), or a file to read and classify.
+    fn submit(&mut self, source: String, make: impl FnOnce(u64, String) -> Request) {
         // An image from elsewhere (a sample, a file, the camera) ends stepping through several.
         match &mut self.images {
             Some(i) if i.name != source => self.images = None,
@@ -802,7 +817,7 @@ impl Viewer {
             w.cancel.cancel();
         }
         self.serial += 1;
-        self.request(Request::Classify { serial: self.serial, source, image });
+        self.request(make(self.serial, source));
     }
 
     /// Runs `r` now, or after the running request (replacing one that waited).
@@ -818,7 +833,7 @@ impl Viewer {
         let (tx, rx) = std::sync::mpsc::channel();
         let model = self.model.clone();
         let (serial, explains) = match &r {
-            Request::Classify { serial, .. } | Request::Capture { serial, .. } => (*serial, false),
+            Request::Classify { serial, .. } | Request::Open { serial, .. } | Request::Capture { serial, .. } => (*serial, false),
             Request::Explain { serial, .. } => (*serial, true),
         };
         let repaint = self.repaint.clone();
@@ -863,6 +878,19 @@ impl Viewer {
             }
             Done::Classified(Err(e)) => {
                 self.error = Some(format!("Classification failed: {e}"));
+            }
+            Done::Unreadable(..) if w.serial != self.serial => {}
+            // One of several, stepped to, takes the place of the one shown: no image and no
+            // answer (the previous image's, under this one's position, would be taken for its).
+            // A file alone leaves the image shown before.
+            Done::Unreadable(source, e) => {
+                if let Some(i) = self.images.as_mut().filter(|i| i.name == source) {
+                    i.unreadable = true;
+                    self.classified = None;
+                    self.evidence = None;
+                    self.generation += 1;
+                }
+                self.error = Some(e.to_string());
             }
             // An explanation of what is no longer shown (another image, another model) is
             // dropped.
