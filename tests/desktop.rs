@@ -383,6 +383,21 @@ fn a_folder_is_stepped_past_an_unreadable_image_and_classified_all_into_a_table(
     settle(&mut h);
     assert_eq!(rows(&h), serde_json::json!([]));
     h.get_by_label("0 / 3 classified (stopped)");
+    // A camera's still is an image from elsewhere too: it ends the stepping and the table, where
+    // the still was shown under the folder's ‹ k / n › and the arrow keys stepped on.
+    h.state_mut().camera = Box::new(camera::Synthetic::new());
+    h.get_by_label("Start camera").click();
+    h.run();
+    h.get_by_label("Capture").click();
+    settle(&mut h);
+    assert_eq!(shown(&h).as_deref(), Some("camera: synthetic test pattern"));
+    assert!(h.state().images.is_none(), "a capture ends the stepping");
+    h.get_by_label("Stop camera").click();
+    h.run();
+    h.state_mut().open_paths(vec![dir.path().to_path_buf()]);
+    settle(&mut h);
+    h.get_by_label("Classify all").click();
+    settle(&mut h);
     // Another model stops a run; an image from elsewhere ends the table with the stepping.
     h.state_mut().classify_all();
     h.state_mut().start_load("gmlp_fmnist", ModelSource::File(root().join("weights/gmlp_fmnist.safetensors")));

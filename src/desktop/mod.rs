@@ -923,7 +923,13 @@ impl Viewer {
     /// Whether anything runs in the background that will change what the window shows: a
     /// model loading, an image being classified or explained.
     pub fn busy(&self) -> bool {
-        self.loading.is_some() || self.work.is_some() || self.queued.is_some() || self.insight_work.is_some() || self.classifying_all()
+        self.model_busy() || self.classifying_all()
+    }
+
+    /// [`Self::busy`] but for "Classify all": a model loading, an image being classified or
+    /// explained, a layer's views being computed.
+    fn model_busy(&self) -> bool {
+        self.loading.is_some() || self.work.is_some() || self.queued.is_some() || self.insight_work.is_some()
     }
 
     /// Waits (without a window) until [`Self::busy`] is false, or `limit` has passed; what
@@ -1196,10 +1202,9 @@ impl Viewer {
     /// takes a second or more to open and expose).
     pub fn capture(&mut self) {
         match self.camera.grab() {
-            Ok(grab) => {
-                self.serial += 1;
-                self.request(Request::Capture { serial: self.serial, source: format!("camera: {}", self.camera.name()), grab });
-            }
+            // An image from elsewhere, as a file or a sample is: it ends stepping through
+            // several, and what runs for an older image is stopped.
+            Ok(grab) => self.submit(format!("camera: {}", self.camera.name()), |serial, source| Request::Capture { serial, source, grab }),
             Err(e) => self.error = Some(e.to_string()),
         }
     }
@@ -1231,7 +1236,8 @@ impl Viewer {
             .on_hover_text("Classify the newest frame whenever the model is free, instead of one frame per Capture");
         // Live: the newest frame not handed over yet, when the work thread is idle (so a live
         // frame never stops a pass, nor waits in the queue for one).
-        if let Some((n, frame)) = self.preview.as_ref().filter(|(n, _)| self.live && *n > self.live_frame && !self.busy()) {
+        // ("Classify all" is not waited for: a live frame, from elsewhere, ends it.)
+        if let Some((n, frame)) = self.preview.as_ref().filter(|(n, _)| self.live && *n > self.live_frame && !self.model_busy()) {
             let (n, frame) = (*n, frame.clone());
             self.live_frame = n;
             self.classify(format!("camera (live): {name}"), frame);
