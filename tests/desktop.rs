@@ -368,6 +368,50 @@ fn a_folder_is_stepped_past_an_unreadable_image_and_classified_all_into_a_table(
     h.get_by_label("fmnist-0001-pullover.png").click();
     settle(&mut h);
     assert_eq!(shown(&h), Some(name("fmnist-0001-pullover.png", 1)));
+    // A column's name sorts the table: by probability, least sure first (the unreadable image
+    // below any), then most; by image, the folder's order again. A row still shows its image.
+    let order = |h: &mut Harness<'static, Viewer>| -> Vec<String> {
+        let all = h.state_mut().images.as_mut().and_then(|i| i.all.as_mut()).expect("a table");
+        let order = all.order().to_vec();
+        order.iter().map(|&k| all.rows[k]["image"].as_str().unwrap().to_string()).collect()
+    };
+    let by_probability = |descending: bool| -> Vec<String> {
+        let mut rows: Vec<(f64, String)> = cli
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["predictions"][0]["probability"].as_f64().unwrap_or(-1.0), r["image"].as_str().unwrap().to_string()))
+            .collect();
+        rows.sort_by(|a, b| if descending { b.0.total_cmp(&a.0) } else { a.0.total_cmp(&b.0) });
+        rows.into_iter().map(|r| r.1).collect()
+    };
+    let folder: Vec<String> = cli.as_array().unwrap().iter().map(|r| r["image"].as_str().unwrap().to_string()).collect();
+    h.get_by_label("probability").click();
+    h.run();
+    h.get_by_label("low to high");
+    assert_eq!(order(&mut h), by_probability(false), "least sure first");
+    assert_eq!(order(&mut h)[0], bad.display().to_string(), "the unreadable image below any probability");
+    h.get_by_label("probability").click();
+    h.run();
+    h.get_by_label("high to low");
+    assert_eq!(order(&mut h), by_probability(true), "most sure first");
+    shot(&mut h, "folder-sorted");
+    let surest = by_probability(true)[0].clone();
+    h.get_by_label(std::path::Path::new(&surest).file_name().unwrap().to_str().unwrap()).click();
+    settle(&mut h);
+    assert!(shown(&h).is_some_and(|s| s.starts_with(&surest)), "{:?}", shown(&h));
+    h.get_by_label("image").click();
+    h.run();
+    h.get_by_label("folder order");
+    assert_eq!(order(&mut h), folder, "the folder's order again");
+    // The steps' tooltips draw (egui_kittest panics on a glyph the window's font lacks: "←" did).
+    for step in ["‹", "›"] {
+        h.get_by_label(step).hover();
+        h.run();
+    }
+    h.get_by_label("Next image (right arrow key)");
+    h.get_by_label("fmnist-0001-pullover.png").click();
+    settle(&mut h);
     // Saved as the CLI prints it; a file that exists is not overwritten.
     let saved = dir.path().join("tokenmix-classify.json");
     h.get_by_label("Save as JSON").click();

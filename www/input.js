@@ -322,6 +322,7 @@ export function wireInputs() {
   $('images-all').addEventListener('click', () => { classifyAll().catch((e) => showError(messageOf(e))); });
   $('images-stop').addEventListener('click', () => state.images?.run?.abort());
   $('images-save').addEventListener('click', saveResults);
+  for (const th of $('images-table').querySelectorAll('th[data-sort]')) th.querySelector('button').addEventListener('click', () => sortTable(th.dataset.sort));
   document.addEventListener('keydown', (e) => {
     if (!state.images || e.altKey || e.ctrlKey || e.metaKey || !['ArrowLeft', 'ArrowRight'].includes(e.key)) return;
     if (e.target instanceof Element && e.target.closest('input, select, textarea, [contenteditable]')) return;
@@ -589,7 +590,7 @@ export function updateImagesNav() {
   if (batch) $('images-pos').textContent = `${batch.index + 1} / ${batch.items.length}`;
   else $('images-results').hidden = true;
   // The table's row of the image shown.
-  $('images-table').querySelectorAll('tbody tr').forEach((tr, k) => tr.setAttribute('aria-current', String(k === batch?.index)));
+  for (const tr of $('images-table').querySelectorAll('tbody tr')) tr.setAttribute('aria-current', String(Number(tr.dataset.k) === batch?.index));
 }
 
 /**
@@ -654,10 +655,14 @@ async function tableOf(batch, run) {
     tr.addEventListener('keydown', (ev) => {
       if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); show(); }
     });
+    tr.dataset.k = String(k);
     tr.dataset.index = top ? String(top.index) : '';
+    tr.dataset.label = top ? top.label : '';
     tr.dataset.probability = top ? String(top.probability) : '';
     tr.append(cell(image), ...(top ? [cell(top.label), cell(`${(100 * top.probability).toFixed(1)} %`)] : [cell(row.error, 'error'), cell('–')]));
-    body.append(tr);
+    // In the table's order: the folder's, or as a header sorts it.
+    const folderOrder = tableSort.key === 'image' && tableSort.dir > 0;
+    body.insertBefore(tr, folderOrder ? null : [...body.rows].find((r) => compareRows(tr, r) < 0) ?? null);
     progress();
   }
   progress();
@@ -665,6 +670,33 @@ async function tableOf(batch, run) {
   batch.results = rows;
   $('images-save').disabled = rows.length === 0;
   return rows;
+}
+
+// The table's order: by `key` ('image': the folder's order; 'label': the top class's name;
+// 'probability'), ascending (`dir` 1) or descending (-1). Saved, the table keeps the folder's.
+const tableSort = { key: 'image', dir: 1 };
+
+/** Compares two rows of the table in `tableSort`'s order; ties keep the folder's order. */
+function compareRows(a, b) {
+  const k = Number(a.dataset.k) - Number(b.dataset.k);
+  // An image that does not read sorts below any probability, and before any class name.
+  const p = (tr) => (tr.dataset.probability === '' ? -1 : Number(tr.dataset.probability));
+  const by = { image: k, label: a.dataset.label.localeCompare(b.dataset.label), probability: p(a) - p(b) }[tableSort.key];
+  return tableSort.dir * by || k;
+}
+
+/**
+ * Sorts the table by a column (its header clicked): ascending first, descending when clicked
+ * again. By probability ascending, the images the model is least sure of come first.
+ */
+export function sortTable(key) {
+  tableSort.dir = tableSort.key === key ? -tableSort.dir : 1;
+  tableSort.key = key;
+  const body = $('images-table').querySelector('tbody');
+  body.append(...[...body.rows].sort(compareRows));
+  for (const th of $('images-table').querySelectorAll('th[data-sort]')) {
+    th.setAttribute('aria-sort', th.dataset.sort !== key ? 'none' : tableSort.dir > 0 ? 'ascending' : 'descending');
+  }
 }
 
 /** Saves the table of `classifyAll` as `tokenmix classify --json` prints it. */

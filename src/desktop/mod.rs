@@ -90,6 +90,11 @@ pub struct ClassifyAll {
     /// Why it ended before the last image, if it did ("stopped", another model loaded).
     pub stopped: Option<&'static str>,
     running: Option<(Cancel, std::sync::mpsc::Receiver<serde_json::Value>)>,
+    /// The column the table is sorted by, and whether descending ([`Self::sort_by`]).
+    pub sort: (SortKey, bool),
+    /// The rows in the order shown (indices into [`Self::rows`]), kept for [`Self::sort`] and
+    /// the rows there are ([`Self::order`]).
+    order: Vec<usize>,
     /// Where "Save as JSON" writes (the field under the table), and what the last save said.
     pub save_path: String,
     pub saved: Option<std::result::Result<String, String>>,
@@ -102,9 +107,51 @@ impl Drop for ClassifyAll {
     }
 }
 
+/// A column of the "Classify all" table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    /// The folder's order (`tokenmix classify`'s).
+    Image,
+    /// The top class's name.
+    Class,
+    /// The top class's probability; an image that does not read below any.
+    Probability,
+}
+
 impl ClassifyAll {
     pub fn running(&self) -> bool {
         self.running.is_some()
+    }
+
+    /// Sorts the table by `key`: ascending, or, by the same key again, descending. By
+    /// probability ascending, the images the model is least sure of come first. Saved, the
+    /// table keeps the folder's order.
+    pub fn sort_by(&mut self, key: SortKey) {
+        self.sort = (key, self.sort.0 == key && !self.sort.1);
+        self.order.clear();
+    }
+
+    /// The rows in the order shown (indices into [`Self::rows`]); ties keep the folder's order.
+    pub fn order(&mut self) -> &[usize] {
+        if self.order.len() != self.rows.len() {
+            // Each row's keys once (not per comparison).
+            let top = |row: &serde_json::Value| row["predictions"][0].clone();
+            let tops: Vec<serde_json::Value> = self.rows.iter().map(top).collect();
+            let probability: Vec<f64> = tops.iter().map(|t| t["probability"].as_f64().unwrap_or(-1.0)).collect();
+            let class: Vec<String> = tops.iter().map(|t| t["label"].as_str().unwrap_or_default().to_lowercase()).collect();
+            let (key, descending) = self.sort;
+            let mut order: Vec<usize> = (0..self.rows.len()).collect();
+            order.sort_by(|&a, &b| {
+                let by = match key {
+                    SortKey::Image => a.cmp(&b),
+                    SortKey::Class => class[a].cmp(&class[b]),
+                    SortKey::Probability => probability[a].total_cmp(&probability[b]),
+                };
+                if descending { by.reverse() } else { by }.then(a.cmp(&b))
+            });
+            self.order = order;
+        }
+        &self.order
     }
 
     /// Stops the run (the rows done stay), saying why.
@@ -763,7 +810,10 @@ impl Viewer {
         });
         let folder = images.paths[0].parent().unwrap_or(Path::new("."));
         let save_path = folder.join("tokenmix-classify.json").display().to_string();
-        images.all = Some(ClassifyAll { rows: Vec::new(), stopped: None, running: Some((cancel, rx)), save_path, saved: None });
+        // A new run keeps the order the table was sorted in.
+        let sort = images.all.as_ref().map_or((SortKey::Image, false), |a| a.sort);
+        images.all =
+            Some(ClassifyAll { rows: Vec::new(), stopped: None, running: Some((cancel, rx)), sort, order: Vec::new(), save_path, saved: None });
     }
 
     /// Stops "Classify all" (the rows done stay).
@@ -1424,11 +1474,11 @@ impl Viewer {
         let Some(images) = &mut self.images else { return 0 };
         let (mut step, mut all, mut stop, mut save) = (0, false, false, false);
         ui.horizontal(|ui| {
-            if ui.button("‹").on_hover_text("Previous image (←)").clicked() {
+            if ui.button("‹").on_hover_text("Previous image (left arrow key)").clicked() {
                 step = -1;
             }
             ui.label(format!("{} / {}", images.index + 1, images.paths.len()));
-            if ui.button("›").on_hover_text("Next image (→)").clicked() {
+            if ui.button("›").on_hover_text("Next image (right arrow key)").clicked() {
                 step = 1;
             }
             match images.all.as_ref().is_some_and(ClassifyAll::running) {
@@ -1439,11 +1489,31 @@ impl Viewer {
         if let Some(t) = &mut images.all {
             let n = images.paths.len();
             ui.label(format!("{} / {n} classified{}", t.rows.len(), t.stopped.map_or(String::new(), |w| format!(" ({w})"))));
+            // A column's name sorts the table by it (again: the other way round), said in words:
+            // the window's font (egui's Ubuntu Light) has no arrows.
+            ui.horizontal_wrapped(|ui| {
+                ui.label("Sort:");
+                for (key, name) in [(SortKey::Image, "image"), (SortKey::Class, "class"), (SortKey::Probability, "probability")] {
+                    if ui.selectable_label(t.sort.0 == key, name).clicked() {
+                        t.sort_by(key);
+                    }
+                }
+                ui.label(match t.sort {
+                    (SortKey::Image, false) => "folder order",
+                    (SortKey::Image, true) => "reversed",
+                    (SortKey::Class, false) => "A to Z",
+                    (SortKey::Class, true) => "Z to A",
+                    (SortKey::Probability, false) => "low to high",
+                    (SortKey::Probability, true) => "high to low",
+                });
+            });
             // Only the rows in view are laid out: a folder of thousands costs a frame no more.
             let row_height = ui.spacing().interact_size.y;
+            let order = t.order().to_vec();
             egui::ScrollArea::vertical().max_height(150.0).id_salt("classify-all").show_rows(ui, row_height, t.rows.len(), |ui, in_view| {
                 egui::Grid::new("classify-all-table").striped(true).num_columns(3).min_col_width(60.0).show(ui, |ui| {
-                    for (k, row) in t.rows.iter().enumerate().skip(in_view.start).take(in_view.len()) {
+                    for &k in &order[in_view] {
+                        let row = &t.rows[k];
                         let image = row["image"].as_str().unwrap_or_default();
                         // A row's image is a button: it shows that image, as stepping to it does.
                         let name = Path::new(image).file_name().map_or(image.into(), |f| f.to_string_lossy());

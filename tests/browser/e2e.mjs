@@ -771,6 +771,28 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.deepEqual(await current(), ['true', 'false', 'false']);
   await page.focus('#images-table tbody tr:nth-child(2)');
   assert.equal((await stepTo(() => page.keyboard.press('Enter'), 'photos/c-pullover.png (2 of 3 images)')).pos, '2 / 3');
+  // A header sorts the table: by probability, least sure first, then most; by top class; by
+  // image, the folder's order again (ties keep it). A row still shows its own image.
+  const rowNames = () => page.$$eval('#images-table tbody tr', (trs) => trs.map((tr) => tr.cells[0].textContent));
+  const sortBy = async (key, want, dir) => {
+    await page.click(`#images-table th[data-sort="${key}"] button`);
+    assert.deepEqual(await rowNames(), want, `by ${key}, ${dir}`);
+    assert.equal(await page.getAttribute(`#images-table th[data-sort="${key}"]`, 'aria-sort'), dir);
+  };
+  const entries = table.map(([name, , probability], k) => ({ name, probability, label: cliFolder[k].predictions[0].label, k }));
+  const sorted = (cmp) => [...entries].sort((a, b) => cmp(a, b) || a.k - b.k).map((e) => e.name);
+  await sortBy('probability', sorted((a, b) => a.probability - b.probability), 'ascending');
+  await sortBy('probability', sorted((a, b) => b.probability - a.probability), 'descending');
+  const [first] = await rowNames();
+  const surest = entries.find((e) => e.name === first);
+  const bySorted = await stepTo(() => page.click('#images-table tbody tr:nth-child(1)'), `${surest.name} (${surest.k + 1} of 3 images)`);
+  assert.equal(bySorted.pos, `${surest.k + 1} / 3`, 'the sorted row shows its own image');
+  assert.equal(await page.$eval('#images-table tbody tr[aria-current="true"]', (tr) => tr.cells[0].textContent), surest.name);
+  await sortBy('label', sorted((a, b) => a.label.localeCompare(b.label)), 'ascending');
+  await sortBy('image', entries.map((e) => e.name), 'ascending');
+  assert.equal(await page.getAttribute('#images-table th[data-sort="probability"]', 'aria-sort'), 'none');
+  console.log(`[d] sorted: by probability ${JSON.stringify(sorted((a, b) => a.probability - b.probability))}`);
+  await stepTo(() => page.click('#images-table tbody tr:nth-child(2)'), 'photos/c-pullover.png (2 of 3 images)');
   // Stopped as it starts: nothing classified, said so, nothing to save; the image shown stays.
   await page.evaluate(() => {
     document.querySelector('#images-all').click();
