@@ -660,9 +660,15 @@ async function tableOf(batch, run) {
     tr.dataset.label = top ? top.label : '';
     tr.dataset.probability = top ? String(top.probability) : '';
     tr.append(cell(image), ...(top ? [cell(top.label), cell(`${(100 * top.probability).toFixed(1)} %`)] : [cell(row.error, 'error'), cell('–')]));
-    // In the table's order: the folder's, or as a header sorts it.
-    const folderOrder = tableSort.key === 'image' && tableSort.dir > 0;
-    body.insertBefore(tr, folderOrder ? null : [...body.rows].find((r) => compareRows(tr, r) < 0) ?? null);
+    // In the table's order (the folder's, or as a header sorts it): found by halving, so a
+    // folder of thousands sorted meanwhile costs each row a dozen comparisons.
+    let [lo, hi] = [0, body.rows.length];
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (compareRows(body.rows[mid], tr) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    body.insertBefore(tr, body.rows[lo] ?? null);
     progress();
   }
   progress();
@@ -681,7 +687,8 @@ function compareRows(a, b) {
   const k = Number(a.dataset.k) - Number(b.dataset.k);
   // An image that does not read sorts below any probability, and before any class name.
   const p = (tr) => (tr.dataset.probability === '' ? -1 : Number(tr.dataset.probability));
-  const by = { image: k, label: a.dataset.label.localeCompare(b.dataset.label), probability: p(a) - p(b) }[tableSort.key];
+  const { key } = tableSort;
+  const by = key === 'image' ? k : key === 'label' ? a.dataset.label.localeCompare(b.dataset.label) : p(a) - p(b);
   return tableSort.dir * by || k;
 }
 

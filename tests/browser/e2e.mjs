@@ -838,10 +838,17 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   assert.deepEqual({ ...(await unreadable()), error: null }, { caption: `Original · ${notes} · does not read`, pos: '2 / 3', predictions: 0, error: null }, 'nothing drawn over it');
   // "Classify all" there: a row saying the unreadable one does not read, as the CLI's report
   // has an error in its place; the unreadable image stays shown as such.
+  // Sorted by probability before the run, each row goes to its place as it comes.
+  const sortTable = (key) => page.evaluate(async (k) => (await import(new URL('www/input.js', document.baseURI).href)).sortTable(k), key);
+  await sortTable('probability');
   await page.click('[data-testid="images-all"]');
   await page.waitForFunction(() => document.querySelector('#images-progress').textContent === '3 / 3 classified');
-  const brokenRows = await page.$$eval('#images-table tbody tr', (trs) => trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].className]));
-  assert.deepEqual(brokenRows, [['broken/a-pullover.png', ''], ['broken/b-notes.png', 'error'], ['broken/c-trouser.png', '']]);
+  const brokenTable = () => page.$$eval('#images-table tbody tr', (trs) => trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].className, Number(tr.dataset.probability || -1)]));
+  const bySure = await brokenTable();
+  assert.deepEqual(bySure[0].slice(0, 2), ['broken/b-notes.png', 'error'], 'the unreadable image first');
+  assert.ok(bySure[1][2] <= bySure[2][2], JSON.stringify(bySure));
+  await sortTable('image');
+  assert.deepEqual((await brokenTable()).map((r) => r.slice(0, 2)), [['broken/a-pullover.png', ''], ['broken/b-notes.png', 'error'], ['broken/c-trouser.png', '']]);
   assert.equal(await page.textContent('#original-caption'), `Original · ${notes} · does not read`);
   // The same folder picked ("Open folder…", a webkitdirectory input): the same image, so said.
   await page.evaluate(() => window.tokenmixApp.classifySample('fmnist-0000-boot.png'));
