@@ -465,6 +465,9 @@ fn an_image_file_is_read_off_the_window_thread() {
     let dir = common::scratch("desktop-slow");
     let fifo = dir.path().join("slow.png");
     assert!(Command::new("mkfifo").arg(&fifo).status().expect("runs mkfifo").success());
+    let mut h = harness(viewer());
+    h.run();
+    // The writer starts only now: the window's start-up does not eat into its half second.
     let written = std::sync::Arc::new(AtomicBool::new(false));
     let writer = {
         let (fifo, written) = (fifo.clone(), written.clone());
@@ -475,8 +478,6 @@ fn an_image_file_is_read_off_the_window_thread() {
             std::fs::write(&fifo, bytes).expect("writes the FIFO");
         })
     };
-    let mut h = harness(viewer());
-    h.run();
     h.state_mut().open_path(fifo.clone());
     assert!(!written.load(Ordering::SeqCst), "open_path returned before the file came");
     h.step();
