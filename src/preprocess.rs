@@ -353,23 +353,23 @@ mod native {
     /// device) cannot seek back to be read twice: it is read first, up to
     /// [`MAX_IMAGE_FILE_BYTES`], then decoded from memory. It was "Illegal seek".
     pub fn load_image(path: &std::path::Path) -> Result<image::RgbImage> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let by_name = image::ImageFormat::from_path(path).ok();
-        if file.metadata().map_err(|e| Error::io(path, e))?.is_file() {
-            let mut reader = image::ImageReader::new(std::io::BufReader::new(file));
-            if let Some(f) = by_name {
+        /// `path`'s image read from `inner`, its format told by its name where its first bytes
+        /// do not tell (as `ImageReader::open` does).
+        fn named<R: std::io::BufRead + std::io::Seek>(inner: R, path: &std::path::Path) -> Result<image::RgbImage> {
+            let mut reader = image::ImageReader::new(inner);
+            if let Ok(f) = image::ImageFormat::from_path(path) {
                 reader.set_format(f);
             }
-            return decode(reader, path, true);
+            decode(reader, path, true)
+        }
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        if file.metadata().map_err(|e| Error::io(path, e))?.is_file() {
+            return named(std::io::BufReader::new(file), path);
         }
         let Some(bytes) = crate::file::read_at_most(file, MAX_IMAGE_FILE_BYTES, 0, path)? else {
             return Err(Error::Input(format!("{}: more than {} MiB came; no image taken is that large", path.display(), MAX_IMAGE_FILE_BYTES >> 20)));
         };
-        let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes));
-        if let Some(f) = by_name {
-            reader.set_format(f);
-        }
-        decode(reader, path, true)
+        named(std::io::Cursor::new(bytes), path)
     }
 
     /// The most bytes of an image read whole before it is decoded (from a pipe, a FIFO,

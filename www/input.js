@@ -54,6 +54,9 @@ function markSample(sample) {
   for (const b of document.querySelectorAll('.sample')) b.setAttribute('aria-pressed', String(b.dataset.sample === sample));
 }
 
+/** Why an older image's work stops: a newer image came (an AbortError, as the package throws). */
+const superseded = () => new DOMException('superseded by a newer image', 'AbortError');
+
 // The newest image file asked to be shown: an older one's decode that ends later is not drawn.
 let shownSeq = 0;
 
@@ -126,7 +129,7 @@ export async function classifyImageData(imageData, source = 'image', size = imag
   const seq = ++classifySeq;
   // Only the newest image is drawn: the older image's classification (or explanation), if one
   // runs, stops at its next step, and frees the queue for this one.
-  state.imageWork?.abort(new DOMException('superseded by a newer image', 'AbortError'));
+  state.imageWork?.abort(superseded());
   const work = new AbortController();
   state.imageWork = work;
   $('predictions').setAttribute('aria-busy', 'true');
@@ -134,7 +137,7 @@ export async function classifyImageData(imageData, source = 'image', size = imag
     exclusive(() => {
       // A newer image came while this one waited its turn: this one is not classified at all
       // (a burst of clicks runs the first, stopped when the second came, and the last).
-      if (seq !== classifySeq) throw new DOMException('superseded by a newer image', 'AbortError');
+      if (seq !== classifySeq) throw superseded();
       return tm.classifyDetailed(imageData, 5, { signal: work.signal });
     }),
     size,
@@ -534,7 +537,7 @@ export async function handleFiles(files) {
 function showUnreadable(name) {
   ++shownSeq;
   ++classifySeq;
-  state.imageWork?.abort(new DOMException('superseded by a newer image', 'AbortError'));
+  state.imageWork?.abort(superseded());
   state.image = state.result = state.crop = null;
   for (const id of ['original', 'eye']) {
     const c = $(id);
@@ -622,6 +625,12 @@ async function tableOf(batch, run) {
   $('images-save').disabled = true;
   $('images-stop').hidden = false;
   const rows = [];
+  const cell = (text, cls) => {
+    const td = document.createElement('td');
+    td.textContent = text;
+    if (cls) td.className = cls;
+    return td;
+  };
   const progress = () => { $('images-progress').textContent = `${rows.length} / ${n} classified${run.signal.aborted ? ' (stopped)' : ''}`; };
   progress();
   for (const item of batch.items) {
@@ -638,12 +647,6 @@ async function tableOf(batch, run) {
     }
     rows.push(row);
     const tr = document.createElement('tr');
-    const cell = (text, cls) => {
-      const td = document.createElement('td');
-      td.textContent = text;
-      if (cls) td.className = cls;
-      return td;
-    };
     const top = row.predictions?.[0];
     // A row is a button: it shows its image (as stepping to it does).
     const k = rows.length - 1;

@@ -134,12 +134,19 @@ impl ClassifyAll {
     /// The rows in the order shown (indices into [`Self::rows`]); ties keep the folder's order.
     pub fn order(&mut self) -> &[usize] {
         if self.order.len() != self.rows.len() {
-            // Each row's keys once (not per comparison).
-            let top = |row: &serde_json::Value| row["predictions"][0].clone();
-            let tops: Vec<serde_json::Value> = self.rows.iter().map(top).collect();
-            let probability: Vec<f64> = tops.iter().map(|t| t["probability"].as_f64().unwrap_or(-1.0)).collect();
-            let class: Vec<String> = tops.iter().map(|t| t["label"].as_str().unwrap_or_default().to_lowercase()).collect();
             let (key, descending) = self.sort;
+            // The key sorted by, taken once per row (not per comparison), and only that one.
+            fn top(row: &serde_json::Value) -> &serde_json::Value {
+                &row["predictions"][0]
+            }
+            let class: Vec<String> = match key {
+                SortKey::Class => self.rows.iter().map(|r| top(r)["label"].as_str().unwrap_or_default().to_lowercase()).collect(),
+                _ => Vec::new(),
+            };
+            let probability: Vec<f64> = match key {
+                SortKey::Probability => self.rows.iter().map(|r| top(r)["probability"].as_f64().unwrap_or(-1.0)).collect(),
+                _ => Vec::new(),
+            };
             let mut order: Vec<usize> = (0..self.rows.len()).collect();
             order.sort_by(|&a, &b| {
                 let by = match key {
@@ -1425,7 +1432,7 @@ impl Viewer {
         let Some(c) = &self.classified else {
             match &self.images {
                 Some(i) if i.unreadable => {
-                    ui.colored_label(Color32::from_rgb(178, 24, 43), format!("{} does not read.", i.name));
+                    ui.colored_label(ERROR_TEXT, format!("{} does not read.", i.name));
                 }
                 _ => {
                     ui.label(if self.classifying() { "Classifying …" } else { "No image yet." });
@@ -1522,7 +1529,7 @@ impl Viewer {
                         }
                         match (&row["predictions"][0], row["error"].as_str()) {
                             (_, Some(e)) => {
-                                ui.colored_label(Color32::from_rgb(178, 24, 43), "does not read").on_hover_text(e);
+                                ui.colored_label(ERROR_TEXT, "does not read").on_hover_text(e);
                                 ui.label("–");
                             }
                             (top, None) => {
@@ -1542,7 +1549,7 @@ impl Viewer {
                 });
                 match &t.saved {
                     Some(Ok(m)) => ui.label(m),
-                    Some(Err(e)) => ui.colored_label(Color32::from_rgb(178, 24, 43), e),
+                    Some(Err(e)) => ui.colored_label(ERROR_TEXT, e),
                     None => ui.label(""),
                 };
             }
@@ -1561,7 +1568,7 @@ impl Viewer {
     fn prediction_panel(&mut self, ui: &mut egui::Ui) {
         ui.heading("Prediction");
         if let Some(e) = &self.error {
-            ui.colored_label(Color32::from_rgb(178, 24, 43), e);
+            ui.colored_label(ERROR_TEXT, e);
         }
         let mut clicked = None;
         // While a newer image (or the image under a newer model) is classified, the shown
@@ -1879,6 +1886,9 @@ fn window_error(winit: &str) -> String {
         format!("could not open a window: {winit} ({offscreen})")
     }
 }
+
+/// The colour of an error's text in the window.
+const ERROR_TEXT: Color32 = Color32::from_rgb(178, 24, 43);
 
 /// Whether `path` names a model file (see [`Viewer::open_path`]); as an image such a file got
 /// "The file extension `.pth` was not recognized as an image format".
