@@ -616,31 +616,18 @@ pub(crate) fn in_batches<T>(
     run: impl Fn(&[f32]) -> Result<T>,
     mut each: impl FnMut(&T, &[f32], usize, &Path, &mut Report) -> Result<()>,
 ) -> Result<Unread> {
-    let read = |path: &Path| read_image(path).and_then(|img| preprocess::transform(&img, &model.info.preprocess));
     let mut unread = 0;
-    for chunk in images.chunks(batch_size.min(model.max_batch()).max(1)) {
-        let mut input = Vec::with_capacity(chunk.len() * model.input_len());
-        // Each image's place in `input`, or why it did not read.
-        let mut batch = Vec::with_capacity(chunk.len());
-        for path in chunk {
-            match read(path) {
-                Ok(x) => {
-                    batch.push(Ok(input.len() / model.input_len().max(1)));
-                    input.extend(x);
-                }
-                Err(e) if images.len() == 1 => return Err(e),
-                Err(e) => {
+    for batch in preprocess::Batches::new(model, images, batch_size).read_with(read_image) {
+        let out = if batch.input.is_empty() { None } else { Some(run(&batch.input)?) };
+        for (path, place) in batch.paths.iter().zip(batch.places) {
+            match (place, &out) {
+                (Ok(i), Some(out)) => each(out, &batch.input, i, path, report)?,
+                (Err(e), _) if images.len() == 1 => return Err(e),
+                (Err(e), _) => {
                     eprintln!("error: {e}");
                     unread += 1;
-                    batch.push(Err(e));
+                    report.push(serde_json::json!({"image": path.display().to_string(), "error": e.to_string()}));
                 }
-            }
-        }
-        let out = if input.is_empty() { None } else { Some(run(&input)?) };
-        for (path, place) in chunk.iter().zip(batch) {
-            match (place, &out) {
-                (Ok(i), Some(out)) => each(out, &input, i, path, report)?,
-                (Err(e), _) => report.push(serde_json::json!({"image": path.display().to_string(), "error": e.to_string()})),
                 (Ok(_), None) => {}
             }
         }

@@ -376,6 +376,92 @@ mod native {
     /// standard input): more than any image taken needs (a [`MAX_IMAGE_PIXELS`] BMP with alpha
     /// is 256 MiB), and a stream that never ends is not read to the end of memory.
     pub const MAX_IMAGE_FILE_BYTES: u64 = 512 << 20;
+
+    /// Image files read and transformed for a model a batch at a time, as `tokenmix classify`,
+    /// `explain` and `eval` and the desktop app's "Classify all" read a folder: at most `size`
+    /// images (and the model's largest batch) in memory at once, so a folder of thousands is
+    /// never all read. An image that does not read is its batch's error in its place; the
+    /// others are read on.
+    ///
+    /// Each [`Batch`] holds its files, their model input one image after another, and per
+    /// file its image's place in that input or its error: run the model on the input (where an
+    /// image read), then answer each file from its place.
+    pub struct Batches<'a> {
+        pp: &'a Preprocess,
+        input_len: usize,
+        paths: &'a [std::path::PathBuf],
+        size: usize,
+        cancel: Option<&'a crate::Cancel>,
+        read: Box<Reader<'a>>,
+    }
+
+    /// How [`Batches`] reads a file.
+    type Reader<'a> = dyn Fn(&std::path::Path) -> Result<image::RgbImage> + 'a;
+
+    /// One batch of [`Batches`].
+    pub struct Batch<'a> {
+        /// The batch's files, in order.
+        pub paths: &'a [std::path::PathBuf],
+        /// The model input of the files that read, one image after another.
+        pub input: Vec<f32>,
+        /// Per file: its image's place in `input` (in images), or why it did not read.
+        pub places: Vec<Result<usize>>,
+    }
+
+    impl<'a> Batches<'a> {
+        /// `paths` read with [`load_image`] and transformed by `model`'s preprocessing, `size`
+        /// (at least 1, at most [`crate::Model::max_batch`]) at a time.
+        pub fn new(model: &'a crate::Model, paths: &'a [std::path::PathBuf], size: usize) -> Batches<'a> {
+            Batches {
+                pp: &model.info.preprocess,
+                input_len: model.input_len(),
+                paths,
+                size: size.min(model.max_batch()).max(1),
+                cancel: None,
+                read: Box::new(load_image),
+            }
+        }
+
+        /// Reads each file with `read` instead of [`load_image`] (the CLI: `-` is standard
+        /// input).
+        pub fn read_with(self, read: impl Fn(&std::path::Path) -> Result<image::RgbImage> + 'a) -> Batches<'a> {
+            Batches { read: Box::new(read), ..self }
+        }
+
+        /// Ends once `cancel` is set, checked before each file is read: the batch under way is
+        /// let go.
+        pub fn until(self, cancel: &'a crate::Cancel) -> Batches<'a> {
+            Batches { cancel: Some(cancel), ..self }
+        }
+    }
+
+    impl<'a> Iterator for Batches<'a> {
+        type Item = Batch<'a>;
+
+        fn next(&mut self) -> Option<Batch<'a>> {
+            if self.paths.is_empty() {
+                return None;
+            }
+            let (paths, rest) = self.paths.split_at(self.size.min(self.paths.len()));
+            self.paths = rest;
+            let mut input = Vec::with_capacity(paths.len() * self.input_len);
+            let mut places = Vec::with_capacity(paths.len());
+            for path in paths {
+                if self.cancel.is_some_and(|c| c.is_cancelled()) {
+                    self.paths = &[];
+                    return None;
+                }
+                match (self.read)(path).and_then(|img| transform(&img, self.pp)) {
+                    Ok(x) => {
+                        places.push(Ok(input.len() / self.input_len.max(1)));
+                        input.extend(x);
+                    }
+                    Err(e) => places.push(Err(e)),
+                }
+            }
+            Some(Batch { paths, input, places })
+        }
+    }
 }
 
 /// Fixed-point bits of PIL's 8-bit resampling weights (`Resample.c`: 32 - 8 - 2).

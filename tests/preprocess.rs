@@ -196,6 +196,73 @@ fn every_image_format_read_gives_its_pixels() {
     assert!(err.contains("notes.txt: not an image tokenmix reads (PNG, JPEG, WebP, GIF, BMP or TIFF)"), "{err}");
 }
 
+/// `preprocess::Batches`, the reader `classify`, `explain`, `eval` and the desktop app's
+/// "Classify all" share: files in batches of the size asked (and at most the model's largest),
+/// each read file's input in its place as `transform(load_image)` gives it, an unreadable one
+/// as its error in its place with the others read on, and a cancel ending it before the next
+/// file is read.
+#[test]
+fn image_files_are_read_in_batches_each_in_its_place() {
+    let dir = common::scratch("batches");
+    let model = Model::load(common::cpu(), tokenmix::DEFAULT_MODEL, None).unwrap();
+    let mut paths = Vec::new();
+    for k in 0..5u32 {
+        let p = dir.path().join(format!("{k}.png"));
+        if k == 2 {
+            std::fs::write(&p, b"not a picture").unwrap();
+        } else {
+            synthetic(40 + 7 * k, 31 + 3 * k).save(&p).unwrap();
+        }
+        paths.push(p);
+    }
+    let want = |p: &std::path::Path| preprocess::transform(&preprocess::load_image(p).unwrap(), &model.info.preprocess).unwrap();
+    let n = model.input_len();
+    let batches: Vec<_> = preprocess::Batches::new(&model, &paths, 2).collect();
+    assert_eq!(batches.iter().map(|b| b.paths.len()).collect::<Vec<_>>(), [2, 2, 1], "batches of 2");
+    let mut seen = 0;
+    for batch in &batches {
+        let read = batch.places.iter().filter(|p| p.is_ok()).count();
+        assert_eq!(batch.input.len(), read * n, "one input per image read");
+        for (path, place) in batch.paths.iter().zip(&batch.places) {
+            assert_eq!(path, &paths[seen], "the files in order");
+            seen += 1;
+            match place {
+                Ok(i) => assert!(batch.input[i * n..(i + 1) * n] == want(path)[..], "{}: another input than its own", path.display()),
+                Err(e) => {
+                    assert!(path.ends_with("2.png"), "{}: {e}", path.display());
+                    assert!(e.to_string().contains("2.png: Format error decoding Png"), "{e}");
+                }
+            }
+        }
+    }
+    assert_eq!(seen, paths.len());
+    assert!(matches!(batches[1].places[..], [Err(_), Ok(0)]), "the image after an unreadable one takes the first place");
+    // A size of 0 is 1; one over the model's largest batch is that batch.
+    assert_eq!(preprocess::Batches::new(&model, &paths, 0).count(), 5);
+    let big = preprocess::Batches::new(&model, &paths, usize::MAX).map(|b| b.paths.len()).max();
+    assert_eq!(big, Some(5.min(model.max_batch())));
+    // Read with another reader (the CLI's, which reads `-` from standard input).
+    let grey = preprocess::Batches::new(&model, &paths[..1], 4)
+        .read_with(|_| Ok(image::RgbImage::from_pixel(28, 28, image::Rgb([9, 9, 9]))))
+        .next()
+        .unwrap();
+    assert_eq!(grey.input, preprocess::transform(&image::RgbImage::from_pixel(28, 28, image::Rgb([9, 9, 9])), &model.info.preprocess).unwrap());
+    // Cancelled after the first batch: it ends there; the reads are counted.
+    let cancel = tokenmix::Cancel::new();
+    let reads = std::cell::Cell::new(0);
+    let mut it = preprocess::Batches::new(&model, &paths, 2)
+        .read_with(|p| {
+            reads.set(reads.get() + 1);
+            preprocess::load_image(p)
+        })
+        .until(&cancel);
+    assert_eq!(it.next().map(|b| b.paths.len()), Some(2));
+    cancel.cancel();
+    assert!(it.next().is_none(), "cancelled: no more batches");
+    assert!(it.next().is_none());
+    assert_eq!(reads.get(), 2, "no file read once cancelled");
+}
+
 fn bad_images_on(path: &PagePath) {
     let model = load_on(path, tokenmix::DEFAULT_MODEL, None);
     let run = |rgba: &[u8], w: usize, h: usize| pollster::block_on(model.classify_rgba(rgba, w, h, now));

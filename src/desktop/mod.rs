@@ -202,40 +202,23 @@ impl ClassifyAll {
 }
 
 /// Classifies `paths` in batches, each image read and transformed as `tokenmix classify` does
-/// it, and sends each its `classify --json` element, in order; stops at `cancel`.
+/// it ([`preprocess::Batches`]), and sends each its `classify --json` element, in order; stops
+/// at `cancel`.
 fn classify_files(model: &Model, paths: &[std::path::PathBuf], cancel: &Cancel, tx: &std::sync::mpsc::Sender<serde_json::Value>) {
     const BATCH: usize = 8;
     let named = |p: &Path| p.display().to_string();
-    for chunk in paths.chunks(BATCH.min(model.max_batch()).max(1)) {
-        let mut input = Vec::with_capacity(chunk.len() * model.input_len());
-        let mut places = Vec::with_capacity(chunk.len());
-        for p in chunk {
-            if cancel.is_cancelled() {
-                return;
-            }
-            match preprocess::load_image(p).and_then(|img| preprocess::transform(&img, &model.info.preprocess)) {
-                Ok(x) => {
-                    places.push(Ok(input.len() / model.input_len().max(1)));
-                    input.extend(x);
-                }
-                Err(e) => places.push(Err(e.to_string())),
-            }
-        }
-        let out = match input.is_empty() {
-            true => None,
-            false => match pollster::block_on(model.forward_cancellable(&input, cancel)) {
-                Ok(out) => Some(out),
+    for batch in preprocess::Batches::new(model, paths, BATCH).until(cancel) {
+        let out = match batch.input.is_empty() {
+            true => Ok(None),
+            false => match pollster::block_on(model.forward_cancellable(&batch.input, cancel)) {
+                Ok(out) => Ok(Some(out)),
                 Err(Error::Cancelled) => return,
-                Err(e) => {
-                    let e = format!("Classification failed: {e}");
-                    places.iter_mut().for_each(|p| *p = Err(e.clone()));
-                    None
-                }
+                Err(e) => Err(format!("Classification failed: {e}")),
             },
         };
-        for (p, place) in chunk.iter().zip(places) {
+        for (p, place) in batch.paths.iter().zip(batch.places) {
             let row = match (place, &out) {
-                (Ok(i), Some(out)) => {
+                (Ok(i), Ok(Some(out))) => {
                     let predictions: Vec<Prediction> = out
                         .top_k(i, 5)
                         .into_iter()
@@ -243,8 +226,9 @@ fn classify_files(model: &Model, paths: &[std::path::PathBuf], cancel: &Cancel, 
                         .collect();
                     serde_json::json!({"image": named(p), "predictions": predictions})
                 }
-                (Err(e), _) => serde_json::json!({"image": named(p), "error": e}),
-                (Ok(_), None) => continue,
+                (Err(e), _) => serde_json::json!({"image": named(p), "error": e.to_string()}),
+                (Ok(_), Err(e)) => serde_json::json!({"image": named(p), "error": e}),
+                (Ok(_), Ok(None)) => continue,
             };
             if tx.send(row).is_err() {
                 return;
