@@ -135,16 +135,17 @@ export async function createCore({ threads = defaultThreads() } = {}) {
   // A Blob or File of a format tokenmix reads is decoded and classified inside the module in
   // one call (its pixels never copied out to JavaScript and back); anything else becomes an
   // ImageData first (toImageData: the browser decodes what tokenmix does not read).
-  const classifyDetailed = async (image, topK = 5, cancelId) => {
+  // remember false: the image does not become the latest classified one (what explain explains).
+  const classifyDetailed = async (image, topK = 5, remember = true, cancelId) => {
     if (typeof Blob !== 'undefined' && image instanceof Blob) {
       const bytes = new Uint8Array(await image.arrayBuffer());
-      const out = await tm.classifyFileDetailed(bytes, image.name || null, topK, cancelId).catch((e) => {
+      const out = await tm.classifyFileDetailed(bytes, image.name || null, topK, cancelId, remember).catch((e) => {
         throw new Error(String(e?.message ?? e).replace(/^input: /, 'classify: '));
       });
       if (out) return out;
-      return tm.classifyDetailed(await toImageData(image), topK, cancelId);
+      return tm.classifyDetailed(await toImageData(image), topK, cancelId, remember);
     }
-    return tm.classifyDetailed(await toImageData(image, decode), topK, cancelId);
+    return tm.classifyDetailed(await toImageData(image, decode), topK, cancelId, remember);
   };
   return {
     async init({ backend = 'auto', precision = 'f32', autotune } = {}) {
@@ -168,7 +169,7 @@ export async function createCore({ threads = defaultThreads() } = {}) {
     // cancelId (a cancellable call's id, from index.js): cancel(id) stops the load at its next tensor.
     loadModel: (source, options = {}, cancelId) => tm.loadModel(source ?? null, cancelId === undefined ? options : { ...options, cancelId }),
     // cancelId: a whole number naming this call for cancel(id) (index.js numbers its calls).
-    classify: async (image, topK = 5, cancelId) => (await classifyDetailed(image, topK, cancelId)).predictions,
+    classify: async (image, topK = 5, remember = true, cancelId) => (await classifyDetailed(image, topK, remember, cancelId)).predictions,
     classifyDetailed,
     decodeImage: (image) => toImageData(image, decode),
     tokenMixing: (layer) => tm.tokenMixing(layer),

@@ -45,6 +45,15 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/** What classify and classifyDetailed take besides `topK`. */
+export interface ClassifyOptions extends CallOptions {
+  /** False: the image is answered but does not become the latest classified image, the one
+   * explain explains (default true). For images classified beside the one shown, as the page
+   * classifies a folder into a table: an explanation of the shown image is then asked at any
+   * time, without classifying it again. */
+  remember?: boolean;
+}
+
 export interface LoadOptions {
   /** Download progress in bytes; `total` is null when the server does not say. */
   onProgress?: (loaded: number, total: number | null) => void;
@@ -271,11 +280,11 @@ export interface Classifier {
    * GPU pass stops between its
    * submissions. A pass that ended anyway leaves its image as the latest classified one (what
    * explain explains). Calls run their passes one at a time, in the order they were made. */
-  classify(image: ImageSource, topK?: number, options?: CallOptions): Promise<Prediction[]>;
-  classify(image: ImageSource, options: CallOptions & { topK?: number }): Promise<Prediction[]>;
+  classify(image: ImageSource, topK?: number, options?: ClassifyOptions): Promise<Prediction[]>;
+  classify(image: ImageSource, options: ClassifyOptions & { topK?: number }): Promise<Prediction[]>;
   /** As classify, plus the latency split and the model's input. */
-  classifyDetailed(image: ImageSource, topK?: number, options?: CallOptions): Promise<DetailedResult>;
-  classifyDetailed(image: ImageSource, options: CallOptions & { topK?: number }): Promise<DetailedResult>;
+  classifyDetailed(image: ImageSource, topK?: number, options?: ClassifyOptions): Promise<DetailedResult>;
+  classifyDetailed(image: ImageSource, options: ClassifyOptions & { topK?: number }): Promise<DetailedResult>;
   /** The learned token mixing of one layer (the visualiser's data). */
   tokenMixing(layer: number): Promise<TokenMixing>;
   /** Everything the views show of one layer: the weights, Mixer unit order and pairs, the

@@ -46,14 +46,14 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
   // classify(image, topK?, {signal}?) and classify(image, {topK, signal}): aborted, the call
   // stops (see index.d.ts for where) and rejects with the signal's reason, as fetch does.
   const classifyCall = async (method, img, topK, options) => {
-    const { k, signal } = callOptions(topK, options);
+    const { k, signal, remember } = callOptions(topK, options);
     signal?.throwIfAborted();
     const i = await image(img);
     if (signal?.aborted) {
       if (i !== img && typeof ImageBitmap !== 'undefined' && i instanceof ImageBitmap) i.close();
       throw signal.reason;
     }
-    return unlessAborted(call(method, [i, k], transfer(i, img), null, signal, true), signal);
+    return unlessAborted(call(method, [i, k, remember], transfer(i, img), null, signal, true), signal);
   };
 
   return {
@@ -104,7 +104,8 @@ export async function createClassifier({ worker = true, backend = 'auto', precis
   };
 }
 
-/** A classify/explain call's `topK` and `signal`, from (topK, {signal}) or ({topK, signal}). */
+/** A classify/explain call's `topK`, `signal` and `remember` (classify's: default true), from
+ * (topK, {signal, remember}) or ({topK, signal, remember}). */
 function callOptions(topK, options) {
   if (topK !== null && typeof topK === 'object') {
     if (options !== undefined) throw new Error('classify/explain: pass the options once, as (topK, {signal}) or ({topK, signal})');
@@ -113,7 +114,9 @@ function callOptions(topK, options) {
   }
   const signal = options?.signal ?? null;
   if (signal !== null && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) throw new Error('signal: expected an AbortSignal');
-  return { k: topK ?? 5, signal };
+  const remember = options?.remember ?? true;
+  if (typeof remember !== 'boolean') throw new Error('remember: expected true or false');
+  return { k: topK ?? 5, signal, remember };
 }
 
 /** A call's rejection, or the signal's reason where its signal aborted it. */

@@ -34,11 +34,14 @@
 //! - `cropGeometry(width, height)` → `{resized, left, top, size}`: where the model's input
 //!   comes from in an image of that size (the one implementation the page uses)
 //! - `modelInfo()` → description of the current model (the embedded default until one loads)
-//! - `classify(imageData, topK = 5, cancelId?)` → `[{index, label, probability}]`, sorted;
-//!   preprocessing runs in `preprocess.wgsl` in the same GPU submission as the forward pass
-//! - `classifyDetailed(imageData, topK = 5, cancelId?)` → `{predictions, timings, input}` (the
+//! - `classify(imageData, topK = 5, cancelId?, remember = true)` → `[{index, label,
+//!   probability}]`, sorted; preprocessing runs in `preprocess.wgsl` in the same GPU submission
+//!   as the forward pass. `remember` false: the image does not become the latest classified one
+//!   (what `explain` and `stageEnergy` answer for), as for a folder's images classified into a
+//!   table beside the one shown
+//! - `classifyDetailed(imageData, topK = 5, cancelId?, remember = true)` → `{predictions, timings, input}` (the
 //!   page's view: latency split and the model's-eye input)
-//! - `classifyFileDetailed(bytes, name?, topK = 5, cancelId?)` → the same for an image file's
+//! - `classifyFileDetailed(bytes, name?, topK = 5, cancelId?, remember = true)` → the same for an image file's
 //!   bytes, decoded and classified in one call (how `js/core.js` classifies a Blob), or null
 //!   where its format is none tokenmix reads
 //! - `tokenMixing(layer)` → `{kind, layer, layers, rows, cols, grid, data, note}`
@@ -891,15 +894,20 @@ pub fn decode_image(bytes: &[u8], name: Option<String>) -> Result<Option<web_sys
 /// Classifies a DOM ImageData of any size with the current model: the top `topK` (default 5)
 /// as `[{index, label, probability}]`, most probable first.
 #[wasm_bindgen]
-pub async fn classify(image: web_sys::ImageData, top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsValue, JsError> {
-    let out = classify_detailed(image, top_k, cancel_id).await?;
+pub async fn classify(image: web_sys::ImageData, top_k: Option<f64>, cancel_id: Option<f64>, remember: Option<bool>) -> Result<JsValue, JsError> {
+    let out = classify_detailed(image, top_k, cancel_id, remember).await?;
     Reflect::get(&out, &"predictions".into()).map_err(|_| js_err("internal: no predictions"))
 }
 
 /// As `classify`, plus what the page shows beside the predictions:
 /// `{predictions, timings: {preprocessMs, forwardMs, readbackMs}, input: {channels, height, width, data}}`.
 #[wasm_bindgen(js_name = classifyDetailed)]
-pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsValue, JsError> {
+pub async fn classify_detailed(
+    image: web_sys::ImageData,
+    top_k: Option<f64>,
+    cancel_id: Option<f64>,
+    remember: Option<bool>,
+) -> Result<JsValue, JsError> {
     let top_k = top_k.map(|k| whole("topK", k, 1)).transpose()?;
     let cancel = cancel_token(cancel_id)?;
     let s = state().await?;
@@ -913,7 +921,7 @@ pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, ca
     let pixels = image.data();
     let run = model.classify_rgba_cancellable(&pixels, w, h, now, &cancel).await;
     drop(turn);
-    detailed(&s, &model, run, &cancel, top_k)
+    detailed(&s, &model, run, &cancel, top_k, remember.unwrap_or(true))
 }
 
 /// As `classifyDetailed`, for an image file's bytes (`bytes`, a Uint8Array; `name` for errors),
@@ -921,7 +929,13 @@ pub async fn classify_detailed(image: web_sys::ImageData, top_k: Option<f64>, ca
 /// ImageData is copied out of wasm memory and back in. `null` where the format is none
 /// tokenmix reads (`js/core.js` then lets the browser decode it).
 #[wasm_bindgen(js_name = classifyFileDetailed)]
-pub async fn classify_file_detailed(bytes: Vec<u8>, name: Option<String>, top_k: Option<f64>, cancel_id: Option<f64>) -> Result<JsValue, JsError> {
+pub async fn classify_file_detailed(
+    bytes: Vec<u8>,
+    name: Option<String>,
+    top_k: Option<f64>,
+    cancel_id: Option<f64>,
+    remember: Option<bool>,
+) -> Result<JsValue, JsError> {
     if !readable(&bytes) {
         return Ok(JsValue::NULL);
     }
@@ -936,7 +950,7 @@ pub async fn classify_file_detailed(bytes: Vec<u8>, name: Option<String>, top_k:
     drop(bytes);
     let run = model.classify_pixels_cancellable(crate::preprocess::Pixels::rgb(&rgb), now, &cancel).await;
     drop(turn);
-    detailed(&s, &model, run, &cancel, top_k)
+    detailed(&s, &model, run, &cancel, top_k, remember.unwrap_or(true))
 }
 
 /// Whether `bytes` are an image file of a format tokenmix decodes (told by its first bytes).
@@ -944,20 +958,22 @@ fn readable(bytes: &[u8]) -> bool {
     image::guess_format(bytes).is_ok_and(|f| f.reading_enabled())
 }
 
-/// `classifyDetailed`'s object for `run`, the state told of its stage energy and input.
+/// `classifyDetailed`'s object for `run`, the state told of its stage energy and input where
+/// `remember`.
 fn detailed(
     s: &Rc<RefCell<State>>,
     model: &Rc<Model>,
     run: crate::error::Result<crate::models::ImageRun>,
     cancel: &Cancel,
     top_k: Option<usize>,
+    remember: bool,
 ) -> Result<JsValue, JsError> {
     note_stop(&run, cancel);
     let mut run = run.map_err(js_err)?;
     {
         // Only if the model was not swapped while this call ran.
         let mut st = s.borrow_mut();
-        if Rc::ptr_eq(&st.model, model) {
+        if remember && Rc::ptr_eq(&st.model, model) {
             st.energy = std::mem::take(&mut run.stage_energy);
             st.last_input = Some(run.input.clone());
         }

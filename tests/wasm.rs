@@ -298,9 +298,14 @@ fn message(e: wasm_bindgen::JsError) -> String {
 }
 
 fn sample_image() -> web_sys::ImageData {
+    pattern_image(7)
+}
+
+/// A 40×30 ImageData of a pattern set by `seed`.
+fn pattern_image(seed: usize) -> web_sys::ImageData {
     let mut px = vec![0u8; 40 * 30 * 4];
     for (i, p) in px.chunks_exact_mut(4).enumerate() {
-        p.copy_from_slice(&[(i * 7) as u8, (i * 13) as u8, (i * 3) as u8, 255]);
+        p.copy_from_slice(&[(i * seed) as u8, (i * 13) as u8, (i * 3) as u8, 255]);
     }
     // Through a JS array: the threaded build's memory is shared, which ImageData refuses.
     let data = js_sys::Uint8ClampedArray::new_with_length(px.len() as u32);
@@ -360,9 +365,9 @@ async fn a_file_is_classified_in_the_module_as_its_decoded_pixels() {
     let img = image::RgbImage::from_fn(300, 200, |x, y| image::Rgb([(x * 7 + y) as u8, (y * 3 + x / 16) as u8, ((x ^ y) >> 3) as u8]));
     let mut png = Vec::new();
     img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).expect("a PNG");
-    let file = web::classify_file_detailed(png.clone(), Some("a.png".into()), Some(10.0), None).await.map_err(message).expect("classifies");
+    let file = web::classify_file_detailed(png.clone(), Some("a.png".into()), Some(10.0), None, None).await.map_err(message).expect("classifies");
     let decoded = web::decode_image(&png, None).map_err(message).expect("decodes").expect("a PNG is read");
-    let via_image_data = web::classify_detailed(decoded, Some(10.0), None).await.map_err(message).expect("classifies");
+    let via_image_data = web::classify_detailed(decoded, Some(10.0), None, None).await.map_err(message).expect("classifies");
     assert_eq!(answers(&file).len(), 10);
     assert_eq!(answers(&file), answers(&via_image_data), "the same answer as through an ImageData");
     assert_eq!(input(&file), input(&via_image_data));
@@ -372,12 +377,53 @@ async fn a_file_is_classified_in_the_module_as_its_decoded_pixels() {
     let cli = tokenmix::preprocess::transform(&img, &pp).expect("the CLI's transform");
     let worst = input(&file).iter().zip(&cli).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(input(&file).len() == cli.len() && worst <= 1e-6, "the CLI's model input: max |Δ| {worst}");
-    let text = web::classify_file_detailed(b"just some text".to_vec(), None, None, None).await.map_err(message).expect("no error");
+    let text = web::classify_file_detailed(b"just some text".to_vec(), None, None, None, None).await.map_err(message).expect("no error");
     assert!(text.is_null(), "text: for the browser to try");
-    let err = message(web::classify_file_detailed(png[..100].to_vec(), Some("cut.png".into()), None, None).await.expect_err("a cut PNG"));
+    let err = message(web::classify_file_detailed(png[..100].to_vec(), Some("cut.png".into()), None, None, None).await.expect_err("a cut PNG"));
     assert!(err.starts_with("input: cut.png: "), "{err}");
-    let again = web::classify_file_detailed(png, None, Some(10.0), None).await.map_err(message).expect("classifies after an error");
+    let again = web::classify_file_detailed(png, None, Some(10.0), None, None).await.map_err(message).expect("classifies after an error");
     assert_eq!(answers(&again), answers(&file));
+}
+
+/// `remember` false (how the page classifies a folder into a table beside the image shown): the
+/// image is answered, but `explain` goes on explaining the latest image classified without it,
+/// through an ImageData and through a file's bytes; classified with it, the image is the one
+/// explained.
+#[wasm_bindgen_test]
+async fn an_image_classified_without_remember_leaves_the_explained_one() {
+    use tokenmix::web;
+    pool().await;
+    let get = |v: &wasm_bindgen::JsValue, k: &str| js_sys::Reflect::get(v, &k.into()).expect(k);
+    let pairs = |list: wasm_bindgen::JsValue| -> Vec<(f64, f64)> {
+        js_sys::Array::from(&list)
+            .iter()
+            .map(|p| (get(&p, "index").as_f64().expect("index"), get(&p, "probability").as_f64().expect("probability")))
+            .collect()
+    };
+    // The same classes, in order, with the same probabilities (explain runs a pass of its own).
+    let same = |a: &[(f64, f64)], b: &[(f64, f64)]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && (x.1 - y.1).abs() <= 1e-5);
+    let explained = || async { pairs(get(&web::explain(Some(5.0), None).await.map_err(message).expect("explains"), "classes")) };
+    let shown =
+        pairs(get(&web::classify_detailed(pattern_image(7), Some(5.0), None, None).await.map_err(message).expect("classifies"), "predictions"));
+    assert!(same(&explained().await, &shown), "the image classified is the one explained");
+    let other = pairs(get(
+        &web::classify_detailed(pattern_image(29), Some(5.0), None, Some(false)).await.map_err(message).expect("classifies"),
+        "predictions",
+    ));
+    assert!(!same(&other, &shown), "another image, another answer: {other:?}");
+    assert!(same(&explained().await, &shown), "an image classified with remember false is not the one explained");
+    let img = image::RgbImage::from_fn(50, 40, |x, y| image::Rgb([(x * 5) as u8, (y * 9) as u8, ((x + y) * 3) as u8]));
+    let mut png = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).expect("a PNG");
+    let file = web::classify_file_detailed(png, Some("b.png".into()), Some(5.0), None, Some(false)).await.map_err(message).expect("classifies");
+    assert!(!same(&pairs(get(&file, "predictions")), &shown), "the file, another answer");
+    assert!(same(&explained().await, &shown), "nor a file's classified with remember false");
+    let again = pairs(get(
+        &web::classify_detailed(pattern_image(29), Some(5.0), None, Some(true)).await.map_err(message).expect("classifies"),
+        "predictions",
+    ));
+    assert_eq!(again, other);
+    assert!(same(&explained().await, &other), "with remember true it is");
 }
 
 /// The page's API (`tokenmix::web`, what `js/pkg` exports) on what JavaScript callers hand it:
@@ -392,7 +438,7 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
     let info = web::model_info().await.map_err(message).expect("the embedded default model loads");
     let default_name = js_sys::Reflect::get(&info, &"name".into()).expect("name").as_string().expect("a name");
     let classifies = || async {
-        let top = web::classify(sample_image(), Some(3.0), None).await.map_err(message).expect("classify still works");
+        let top = web::classify(sample_image(), Some(3.0), None, None).await.map_err(message).expect("classify still works");
         assert_eq!(js_sys::Array::from(&top).length(), 3);
     };
 
@@ -410,9 +456,9 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
     for (what, call) in [
         ("cropGeometry: width", web::crop_geometry(-1.0, 100.0).await.map(drop)),
         ("cropGeometry: height", web::crop_geometry(100.0, f64::NAN).await.map(drop)),
-        ("topK", web::classify(sample_image(), Some(-1.0), None).await.map(drop)),
-        ("topK", web::classify(sample_image(), Some(2.5), None).await.map(drop)),
-        ("cancelId", web::classify(sample_image(), None, Some(-1.0)).await.map(drop)),
+        ("topK", web::classify(sample_image(), Some(-1.0), None, None).await.map(drop)),
+        ("topK", web::classify(sample_image(), Some(2.5), None, None).await.map(drop)),
+        ("cancelId", web::classify(sample_image(), None, Some(-1.0), None).await.map(drop)),
         ("insight: layer", web::insight(1.5).await.map(drop)),
         ("tokenMixing: layer", web::token_mixing(-3.0).await.map(drop)),
     ] {
@@ -431,19 +477,19 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
     };
     let before = stopped().await;
     web::cancel_call(7.0).map_err(message).expect("cancelCall");
-    let err = message(web::classify(sample_image(), None, Some(7.0)).await.expect_err("a cancelled call"));
+    let err = message(web::classify(sample_image(), None, Some(7.0), None).await.expect_err("a cancelled call"));
     assert!(err.starts_with("cancelled"), "{err}");
     let err = message(web::explain(None, Some(7.0)).await.expect_err("a cancelled explanation"));
     assert!(err.starts_with("cancelled"), "{err}");
     assert_eq!(stopped().await, before + 2.0, "both stopped before their first step");
-    web::classify(sample_image(), None, Some(7.0 + 256.0)).await.map_err(message).expect("another id in the same cell runs");
+    web::classify(sample_image(), None, Some(7.0 + 256.0), None).await.map_err(message).expect("another id in the same cell runs");
     let table = web::cancel_table();
     if cfg!(feature = "threads") {
         let offset = js_sys::Reflect::get(&table, &"offset".into()).expect("offset").as_f64().expect("a number") as u32;
         let memory = js_sys::Reflect::get(&table, &"memory".into()).expect("memory").unchecked_into::<js_sys::WebAssembly::Memory>();
         let cells = js_sys::Uint32Array::new_with_byte_offset_and_length(&memory.buffer(), offset, 256);
         js_sys::Atomics::store(&cells, 9, 10).expect("Atomics.store on the shared memory");
-        let err = message(web::classify(sample_image(), None, Some(9.0)).await.expect_err("cancelled through the table"));
+        let err = message(web::classify(sample_image(), None, Some(9.0), None).await.expect_err("cancelled through the table"));
         assert!(err.starts_with("cancelled"), "{err}");
     } else {
         assert!(table.is_null(), "the one-thread build has no cancel table");
@@ -455,7 +501,7 @@ async fn the_browser_api_rejects_bad_calls_and_stays_usable() {
         || wasm_bindgen::memory().unchecked_into::<js_sys::WebAssembly::Memory>().buffer().unchecked_into::<js_sys::ArrayBuffer>().byte_length();
     let before = memory();
     let huge = web_sys::ImageData::new_with_sw(8193, 8193).expect("an 8193x8193 ImageData");
-    let err = message(web::classify(huge, None, None).await.expect_err("too large"));
+    let err = message(web::classify(huge, None, None, None).await.expect_err("too large"));
     assert!(err.contains("8193x8193"), "{err}");
     let grew = memory().saturating_sub(before);
     assert!(grew < 16 << 20, "an image refused for its size grew wasm memory by {grew} bytes");

@@ -609,12 +609,7 @@ export function classifyAll() {
   batch.run?.abort();
   const run = new AbortController();
   batch.run = run;
-  // The package explains its latest classified image: the shown one is classified again once
-  // the run ends, and an explanation asked for meanwhile waits for that (views.js).
-  const done = tableOf(batch, run).finally(() => exclusive(() => (state.image ? tm.classifyDetailed(state.image.imageData, 5) : null)).catch(() => {}));
-  state.imagesRun = done;
-  done.finally(() => { if (state.imagesRun === done) state.imagesRun = null; }).catch(() => {});
-  return done;
+  return tableOf(batch, run);
 }
 
 async function tableOf(batch, run) {
@@ -639,7 +634,8 @@ async function tableOf(batch, run) {
     let row;
     try {
       const file = await asFile(item);
-      const predictions = await exclusive(() => tm.classify(file, 5, { signal: run.signal }));
+      // remember: false: the package goes on explaining the image shown, not the table's.
+      const predictions = await exclusive(() => tm.classify(file, 5, { signal: run.signal, remember: false }));
       row = { image, predictions: predictions.map((p) => ({ index: p.index, label: state.labels[p.index] ?? p.label, probability: p.probability })) };
     } catch (e) {
       if (e?.name === 'AbortError') break;

@@ -68,7 +68,6 @@ export const state = {
   tokenMixing: null, // {kind, layer, layers, rows, cols, grid} of the drawn layer
   image: null, // {imageData (an ImageData, or the image file: a Blob), source, size: {width, height}}
   images: null, // several images that came together (a folder): {items, index, name of the one shown, run, results}
-  imagesRun: null, // classifyAll's run while it lasts (input.js)
   imageWork: null, // the AbortController of the image's classification and explanation; a newer image aborts it
   result: null, // the last classify() result
   progress: { loaded: 0, total: null, calls: 0 },

@@ -191,10 +191,6 @@ export async function showEvidence(index, redraw = false) {
   let ex = state.explanation;
   if (!ex || ex.result !== result) {
     try {
-      // While the images of a folder are classified into a table, the package's latest image
-      // is not the one shown: the run ends by classifying it again (input.js, classifyAll).
-      await state.imagesRun?.catch(() => {});
-      if (state.result !== result) return;
       const signal = state.imageWork?.signal;
       const e = await exclusive(() => tm.explain(5, { signal }));
       ex = { ...e, result };

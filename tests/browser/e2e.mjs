@@ -734,9 +734,9 @@ test('d. a corrupt model file shows an error and the page keeps working', { time
   console.log(`[d] stepped: ${second.caption} · ${third.caption} · ${round.caption}`);
   // "Classify all": every image into a table, as `tokenmix classify --json` answers the folder
   // with the same model, and saved as that JSON. The image shown stays, and so does what its
-  // explanation explains: the package explains its latest classified image, which the run
-  // moves on (the boot shown, the last image classified the boot too, so the shown image is
-  // stepped to the pullover first).
+  // explanation explains: the package explains its latest classified image, which the run's
+  // images are not (classified with `remember: false`; the shown image is stepped to the
+  // pullover first, so that the last image classified, the boot, is another).
   await stepTo(() => page.click('[data-testid="images-prev"]'), 'photos/c-pullover.png (2 of 3 images)');
   const cliFolder = JSON.parse(execFileSync(BIN, ['classify', '--json', '--top-k', '5', '--weights', 'weights/gmlp_fmnist.safetensors', photos], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
   await page.click('[data-testid="images-all"]');
@@ -1737,6 +1737,7 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
         out.explain = { ...last.got, stopped: last.midPass + last.beforeStart };
       }
       out.badSignal = await settle(api.classify(bitmap, 5, { signal: 'stop' }));
+      out.badRemember = await settle(api.classify(bitmap, { remember: 'no' }));
       // A load aborted when its download has ended (its last progress event): its conversion
       // and upload stop at the next tensor, and the model stays. Where the abort lands is a race
       // the page cannot see: the worker may not yet have read the stream's end (the abort then
@@ -1792,6 +1793,7 @@ test('p. an aborted classification stops mid-pass in the threaded worker; the pa
     assert.equal(r.explain.name, 'AbortError');
     assert.equal(r.explain.stopped, 1, 'the explanation stopped');
     assert.match(r.badSignal.error, /signal: expected an AbortSignal/);
+    assert.match(r.badRemember.error, /remember: expected true or false/);
     assert.ok(r.loads.length > 0, 'a load was aborted');
     for (const l of r.loads) {
       assert.equal(l.result.name, 'AbortError', `the load aborted after its download rejects: ${JSON.stringify(l)}`);
