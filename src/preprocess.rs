@@ -381,7 +381,9 @@ mod native {
     /// `explain` and `eval` and the desktop app's "Classify all" read a folder: at most `size`
     /// images (and the model's largest batch) in memory at once, so a folder of thousands is
     /// never all read. An image that does not read is its batch's error in its place; the
-    /// others are read on.
+    /// others are read on. A batch's files are read and transformed in parallel, up to 8 at a
+    /// time, on rayon's pool (the CPU executor's, idle between forward passes): decoding a
+    /// folder of photos takes most of its time.
     ///
     /// Each [`Batch`] holds its files, their model input one image after another, and per
     /// file its image's place in that input or its error: run the model on the input (where an
@@ -395,8 +397,12 @@ mod native {
         read: Box<Reader<'a>>,
     }
 
-    /// How [`Batches`] reads a file.
-    type Reader<'a> = dyn Fn(&std::path::Path) -> Result<image::RgbImage> + 'a;
+    /// The most files [`Batches`] reads at once: each holds its decoded image (up to
+    /// [`MAX_IMAGE_PIXELS`]) until it is transformed.
+    const READ_AT_ONCE: usize = 8;
+
+    /// How [`Batches`] reads a file (on any of rayon's threads).
+    type Reader<'a> = dyn Fn(&std::path::Path) -> Result<image::RgbImage> + Sync + 'a;
 
     /// One batch of [`Batches`].
     pub struct Batch<'a> {
@@ -424,12 +430,12 @@ mod native {
 
         /// Reads each file with `read` instead of [`load_image`] (the CLI: `-` is standard
         /// input).
-        pub fn read_with(self, read: impl Fn(&std::path::Path) -> Result<image::RgbImage> + 'a) -> Batches<'a> {
+        pub fn read_with(self, read: impl Fn(&std::path::Path) -> Result<image::RgbImage> + Sync + 'a) -> Batches<'a> {
             Batches { read: Box::new(read), ..self }
         }
 
         /// Ends once `cancel` is set, checked before each file is read: the batch under way is
-        /// let go.
+        /// let go, its files not yet read left unread.
         pub fn until(self, cancel: &'a crate::Cancel) -> Batches<'a> {
             Batches { cancel: Some(cancel), ..self }
         }
@@ -444,14 +450,25 @@ mod native {
             }
             let (paths, rest) = self.paths.split_at(self.size.min(self.paths.len()));
             self.paths = rest;
+            use rayon::prelude::*;
+            let cancelled = || self.cancel.is_some_and(|c| c.is_cancelled());
+            // Each file's input, in order; None once cancelled. At most READ_AT_ONCE files (and
+            // the pool's threads) at a time: each holds its decoded image until transformed.
+            let mut read: Vec<Option<Result<Vec<f32>>>> = Vec::with_capacity(paths.len());
+            for wave in paths.chunks(rayon::current_num_threads().clamp(1, READ_AT_ONCE)) {
+                read.par_extend(wave.par_iter().map(|path| match cancelled() {
+                    true => None,
+                    false => Some((self.read)(path).and_then(|img| transform(&img, self.pp))),
+                }));
+            }
+            if cancelled() {
+                self.paths = &[];
+                return None;
+            }
             let mut input = Vec::with_capacity(paths.len() * self.input_len);
             let mut places = Vec::with_capacity(paths.len());
-            for path in paths {
-                if self.cancel.is_some_and(|c| c.is_cancelled()) {
-                    self.paths = &[];
-                    return None;
-                }
-                match (self.read)(path).and_then(|img| transform(&img, self.pp)) {
+            for x in read.into_iter().flatten() {
+                match x {
                     Ok(x) => {
                         places.push(Ok(input.len() / self.input_len.max(1)));
                         input.extend(x);

@@ -247,12 +247,49 @@ fn image_files_are_read_in_batches_each_in_its_place() {
         .next()
         .unwrap();
     assert_eq!(grey.input, preprocess::transform(&image::RgbImage::from_pixel(28, 28, image::Rgb([9, 9, 9])), &model.info.preprocess).unwrap());
+    // A batch's files are read at once on rayon's threads (where the pool has several), and
+    // still answered in their order.
+    let (now, most) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0));
+    let slow = preprocess::Batches::new(&model, &paths, 5)
+        .read_with(|p| {
+            use std::sync::atomic::Ordering::SeqCst;
+            most.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(40));
+            now.fetch_sub(1, SeqCst);
+            preprocess::load_image(p)
+        })
+        .next()
+        .unwrap();
+    assert!(matches!(slow.places[..], [Ok(0), Ok(1), Err(_), Ok(2), Ok(3)]), "in order: {:?}", slow.places);
+    let threads = rayon::current_num_threads();
+    let most = most.into_inner();
+    assert!(threads < 2 || most >= 2, "{most} file(s) read at a time on a pool of {threads} threads");
+    eprintln!("{most} files read at a time on a pool of {threads} threads");
+    // On a pool of 12 threads, at most 8 files at a time (each holds its decoded image).
+    let many: Vec<_> = paths.iter().cycle().take(20).cloned().collect();
+    let (now, most) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(12).build().unwrap();
+    let read = pool.install(|| {
+        preprocess::Batches::new(&model, &many, 20)
+            .read_with(|p| {
+                use std::sync::atomic::Ordering::SeqCst;
+                most.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(40));
+                now.fetch_sub(1, SeqCst);
+                preprocess::load_image(p)
+            })
+            .map(|b| b.places.len())
+            .sum::<usize>()
+    });
+    assert_eq!(read, 20);
+    let most = most.into_inner();
+    assert!((2..=8).contains(&most), "{most} files read at a time on a pool of 12 threads");
     // Cancelled after the first batch: it ends there; the reads are counted.
     let cancel = tokenmix::Cancel::new();
-    let reads = std::cell::Cell::new(0);
+    let reads = std::sync::atomic::AtomicUsize::new(0);
     let mut it = preprocess::Batches::new(&model, &paths, 2)
         .read_with(|p| {
-            reads.set(reads.get() + 1);
+            reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             preprocess::load_image(p)
         })
         .until(&cancel);
@@ -260,7 +297,7 @@ fn image_files_are_read_in_batches_each_in_its_place() {
     cancel.cancel();
     assert!(it.next().is_none(), "cancelled: no more batches");
     assert!(it.next().is_none());
-    assert_eq!(reads.get(), 2, "no file read once cancelled");
+    assert_eq!(reads.load(std::sync::atomic::Ordering::Relaxed), 2, "no file read once cancelled");
 }
 
 fn bad_images_on(path: &PagePath) {

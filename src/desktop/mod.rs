@@ -1670,7 +1670,7 @@ impl Viewer {
         }
         let Some(li) = self.insight.clone() else {
             if let Some(e) = &self.insight_error {
-                ui.colored_label(Color32::from_rgb(180, 40, 40), e);
+                ui.colored_label(ERROR_TEXT, e);
             }
             return;
         };
