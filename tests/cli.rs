@@ -1322,3 +1322,76 @@ fn precision_is_chosen_and_reported() {
     let scale = max_abs(&logits[0]).max(1.0);
     assert!(diff > 0.0 && diff <= 1e-2 * scale, "f16 vs f32 weights: max|Δlogit| {diff} (scale {scale})");
 }
+
+/// The Rust example, `examples/classify.rs` (the library as a user calls it: `exec::select`,
+/// `Model::load`, `preprocess::Batches`, `Model::forward_blocking`), answers a folder as
+/// `tokenmix classify --json` does, each image's top class and probability, an unreadable file
+/// a line saying why in its place, and then exits with 2.
+#[test]
+fn the_rust_example_classifies_a_folder_as_the_cli_does() {
+    let tmp = scratch("cli");
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("www/samples");
+    let mut names: Vec<_> =
+        std::fs::read_dir(&samples).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".png")).collect();
+    names.sort();
+    for n in names.iter().take(5) {
+        std::fs::copy(samples.join(n), tmp.path().join(n)).unwrap();
+    }
+    std::fs::write(tmp.path().join("fmnist-0002b-notes.png"), b"not a picture").unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let cli = tokenmix(&["--backend", "cpu", "classify", "--json", dir]);
+    let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).expect("classify --json");
+    let cli = cli.as_array().unwrap();
+    assert_eq!(cli.len(), 6);
+    let out = Command::new(example("classify")).arg(dir).env("TOKENMIX_BACKEND", "cpu").output().expect("runs the example");
+    assert_eq!(out.status.code(), Some(2), "one image did not read: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), cli.len(), "{stdout}");
+    for (line, want) in lines.iter().zip(cli) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields[0], want["image"].as_str().unwrap(), "the CLI's order");
+        match want.get("error") {
+            Some(e) => assert_eq!(fields[1], format!("error: {}", e.as_str().unwrap())),
+            None => {
+                let top = &want["predictions"][0];
+                assert_eq!(fields[1], top["label"].as_str().unwrap(), "{line}");
+                let p: f64 = fields[2].parse().unwrap();
+                assert!((p - top["probability"].as_f64().unwrap()).abs() <= 5e-5, "{line} vs {top}");
+            }
+        }
+    }
+    // Without arguments: its usage, as an error.
+    let out = Command::new(example("classify")).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("usage: classify"));
+}
+
+/// The binary of the example `name`, built by cargo in this test's profile and features
+/// (`cargo test` builds the examples too; a run of one test file does not, so it is built here,
+/// and a binary older than its source is rebuilt).
+fn example(name: &str) -> PathBuf {
+    let profile_dir = std::env::current_exe().unwrap().parent().and_then(Path::parent).unwrap().to_path_buf();
+    let profile = match profile_dir.file_name().and_then(|p| p.to_str()).unwrap() {
+        "debug" => "dev",
+        p => p,
+    }
+    .to_string();
+    let mut cargo = Command::new(env!("CARGO"));
+    // Not with what cargo set for this test: a build script that reads it would rebuild.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if (k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR") || k == "LD_LIBRARY_PATH" || k == "RUST_RECURSION_COUNT" {
+            cargo.env_remove(k.as_ref());
+        }
+    }
+    cargo.current_dir(env!("CARGO_MANIFEST_DIR")).args(["build", "--quiet", "--profile", &profile, "--example", name]);
+    if cfg!(feature = "desktop") {
+        cargo.args(["--features", "desktop"]);
+    }
+    let built = cargo.status().expect("runs cargo");
+    assert!(built.success(), "cargo build --example {name}");
+    let exe = profile_dir.join("examples").join(name);
+    assert!(exe.is_file(), "{} was built", exe.display());
+    exe
+}
