@@ -279,7 +279,7 @@ export interface Classifier {
    * where the abort is read: the pass stops at its next step, or block of a large GEMM, too. A
    * GPU pass stops between its
    * submissions. A pass that ended anyway leaves its image as the latest classified one (what
-   * explain explains). Calls run their passes one at a time, in the order they were made. */
+   * explain explains; not with `remember: false`). Calls run their passes one at a time, in the order they were made. */
   classify(image: ImageSource, topK?: number, options?: ClassifyOptions): Promise<Prediction[]>;
   classify(image: ImageSource, options: ClassifyOptions & { topK?: number }): Promise<Prediction[]>;
   /** As classify, plus the latency split and the model's input. */
