@@ -1,6 +1,16 @@
 //! tokenmix: MLP-Mixer (and friends) with every layer a WGSL compute shader, scheduled on
 //! wgpu — or, where the GPU is software or missing, SIMD CPU kernels running the same network
 //! description. See ARCHITECTURE.md for the module map.
+//!
+//! Where to start: [`exec::select`] picks the executor (a hardware GPU, else the CPU),
+//! [`Model::load`] loads timm's `model.safetensors` as it is (or [`DEFAULT_MODEL`]),
+//! [`preprocess::Batches`] reads image files a batch at a time with timm's eval transform, and
+//! [`Model::forward_blocking`] answers a batch ([`Output::top_k`], [`labels::label`]).
+//! `examples/classify.rs` is a whole folder classifier made of these. Beyond classifying:
+//! [`Model::classify_rgba`] (an RGBA image of any size, resized on the executor),
+//! [`Model::explain`] (each logit split per token), [`Model::insight`] (what a layer's token
+//! mixing learned), [`Cancel`] (stops a pass at its next step), [`inspect()`] (a file checked
+//! without running it).
 
 // wgpu's web types are neither Send nor Sync (wasm is single-threaded); natively the same Arcs
 // cross threads, so they stay Arcs on both.
