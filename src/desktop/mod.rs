@@ -133,6 +133,12 @@ impl ClassifyAll {
 
     /// The rows in the order shown (indices into [`Self::rows`]); ties keep the folder's order.
     pub fn order(&mut self) -> &[usize] {
+        self.ordered_rows().0
+    }
+
+    /// [`Self::order`] beside the rows it indexes (borrowed together, so the window lays the
+    /// rows in view out without copying the order each frame).
+    fn ordered_rows(&mut self) -> (&[usize], &[serde_json::Value]) {
         if self.order.len() != self.rows.len() {
             let (key, descending) = self.sort;
             // The key sorted by, taken once per row (not per comparison), and only that one.
@@ -158,7 +164,7 @@ impl ClassifyAll {
             });
             self.order = order;
         }
-        &self.order
+        (&self.order, &self.rows)
     }
 
     /// Stops the run (the rows done stay), saying why.
@@ -1500,11 +1506,11 @@ impl Viewer {
             });
             // Only the rows in view are laid out: a folder of thousands costs a frame no more.
             let row_height = ui.spacing().interact_size.y;
-            let order = t.order().to_vec();
-            egui::ScrollArea::vertical().max_height(150.0).id_salt("classify-all").show_rows(ui, row_height, t.rows.len(), |ui, in_view| {
+            let (order, rows) = t.ordered_rows();
+            egui::ScrollArea::vertical().max_height(150.0).id_salt("classify-all").show_rows(ui, row_height, rows.len(), |ui, in_view| {
                 egui::Grid::new("classify-all-table").striped(true).num_columns(3).min_col_width(60.0).show(ui, |ui| {
                     for &k in &order[in_view] {
-                        let row = &t.rows[k];
+                        let row = &rows[k];
                         let image = row["image"].as_str().unwrap_or_default();
                         // A row's image is a button: it shows that image, as stepping to it does.
                         let name = Path::new(image).file_name().map_or(image.into(), |f| f.to_string_lossy());
