@@ -196,6 +196,27 @@ fn every_image_format_read_gives_its_pixels() {
     assert!(err.contains("notes.txt: not an image tokenmix reads (PNG, JPEG, WebP, GIF, BMP or TIFF)"), "{err}");
 }
 
+/// A reader that takes 40 ms a file and counts the most files read at once.
+#[derive(Default)]
+struct SlowReads {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl SlowReads {
+    fn read(&self, path: &std::path::Path) -> tokenmix::Result<image::RgbImage> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.most.fetch_max(self.now.fetch_add(1, SeqCst) + 1, SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        self.now.fetch_sub(1, SeqCst);
+        preprocess::load_image(path)
+    }
+
+    fn most(&self) -> usize {
+        self.most.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// `preprocess::Batches`, the reader `classify`, `explain`, `eval` and the desktop app's
 /// "Classify all" share: files in batches of the size asked (and at most the model's largest),
 /// each read file's input in its place as `transform(load_image)` gives it, an unreadable one
@@ -249,40 +270,20 @@ fn image_files_are_read_in_batches_each_in_its_place() {
     assert_eq!(grey.input, preprocess::transform(&image::RgbImage::from_pixel(28, 28, image::Rgb([9, 9, 9])), &model.info.preprocess).unwrap());
     // A batch's files are read at once on rayon's threads (where the pool has several), and
     // still answered in their order.
-    let (now, most) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0));
-    let slow = preprocess::Batches::new(&model, &paths, 5)
-        .read_with(|p| {
-            use std::sync::atomic::Ordering::SeqCst;
-            most.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
-            std::thread::sleep(std::time::Duration::from_millis(40));
-            now.fetch_sub(1, SeqCst);
-            preprocess::load_image(p)
-        })
-        .next()
-        .unwrap();
+    let slow_reads = SlowReads::default();
+    let slow = preprocess::Batches::new(&model, &paths, 5).read_with(|p| slow_reads.read(p)).next().unwrap();
     assert!(matches!(slow.places[..], [Ok(0), Ok(1), Err(_), Ok(2), Ok(3)]), "in order: {:?}", slow.places);
     let threads = rayon::current_num_threads();
-    let most = most.into_inner();
+    let most = slow_reads.most();
     assert!(threads < 2 || most >= 2, "{most} file(s) read at a time on a pool of {threads} threads");
     eprintln!("{most} files read at a time on a pool of {threads} threads");
     // On a pool of 12 threads, at most 8 files at a time (each holds its decoded image).
     let many: Vec<_> = paths.iter().cycle().take(20).cloned().collect();
-    let (now, most) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0));
+    let slow_reads = SlowReads::default();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(12).build().unwrap();
-    let read = pool.install(|| {
-        preprocess::Batches::new(&model, &many, 20)
-            .read_with(|p| {
-                use std::sync::atomic::Ordering::SeqCst;
-                most.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
-                std::thread::sleep(std::time::Duration::from_millis(40));
-                now.fetch_sub(1, SeqCst);
-                preprocess::load_image(p)
-            })
-            .map(|b| b.places.len())
-            .sum::<usize>()
-    });
+    let read = pool.install(|| preprocess::Batches::new(&model, &many, 20).read_with(|p| slow_reads.read(p)).map(|b| b.places.len()).sum::<usize>());
     assert_eq!(read, 20);
-    let most = most.into_inner();
+    let most = slow_reads.most();
     assert!((2..=8).contains(&most), "{most} files read at a time on a pool of 12 threads");
     // Cancelled after the first batch: it ends there; the reads are counted.
     let cancel = tokenmix::Cancel::new();
