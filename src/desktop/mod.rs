@@ -801,7 +801,9 @@ impl Viewer {
         let (model, paths, repaint) = (self.model.clone(), images.paths.clone(), self.repaint.clone());
         std::thread::spawn(move || {
             classify_files(&model, &paths, &on_thread, &tx);
-            if let Some(ctx) = repaint {
+            // A run stopped has nothing more to draw (its rows are no longer taken): no frame
+            // for it, which came at any time after the stop.
+            if let Some(ctx) = repaint.filter(|_| !on_thread.is_cancelled()) {
                 ctx.request_repaint();
             }
         });
